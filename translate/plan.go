@@ -1,0 +1,153 @@
+package translate
+
+import (
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+)
+
+// Plan is a pipeline laid out for the host.
+//
+// Invariants (the host relies on them):
+//   - Every SubTopology reads exactly one Topic, and every Topic is read by
+//     exactly one SubTopology.
+//   - Every PCollection that crosses the host boundary (a stage input or output,
+//     a topic's contents, a root's output) has a wire coder in WireCoders whose
+//     element coder the host can parse: only standard coders (bytes,
+//     string_utf8, varint, double, bool, kv, iterable, length_prefix,
+//     global/interval window, windowed_value) appear in it, anything else is
+//     wrapped in a length_prefix.
+//   - SubTopologies are listed so that a topic's producers come before its
+//     consumer where the graph allows (it always does: pipelines are DAGs).
+type Plan struct {
+	// Pipeline is the pipeline after runner-side rewrites (lifted combines,
+	// added coders). Its Components hold every coder, windowing strategy and
+	// environment that the Plan refers to by id.
+	Pipeline *pipepb.Pipeline
+
+	Topics        []*Topic
+	SubTopologies []*SubTopology
+
+	// WireCoders maps a PCollection id to the id (in Pipeline.Components.Coders)
+	// of the windowed_value coder its elements use wherever the host sees them.
+	WireCoders map[string]string
+
+	// Bounded is true when every PCollection of the pipeline is bounded.
+	Bounded bool
+}
+
+// TopicKind tells how records reach a topic and how many partitions it has.
+type TopicKind int
+
+const (
+	// TopicImpulse holds the single impulse record of one Impulse transform.
+	// It has one partition.
+	TopicImpulse TopicKind = iota + 1
+	// TopicRepartition holds the input of a GroupByKey (or lifted combine):
+	// records keyed by the encoded key, internal_parallelism partitions.
+	TopicRepartition
+	// TopicRedistribute holds the input of a Reshuffle/Redistribute or a
+	// Flatten whose inputs come from different sub-topologies: records spread
+	// over internal_parallelism partitions (keyed when the element is a KV,
+	// else round-robin by producer).
+	TopicRedistribute
+)
+
+// Topic is an internal topic. Its full Kafka name is
+// "__beam_<application_id>_<Name>" (see shuffle).
+type Topic struct {
+	Name string // e.g. "impulse-0", "<transform>-repartition"
+	Kind TopicKind
+	// PCollection whose elements the records carry (the GroupByKey's input,
+	// the Flatten's output, the Impulse's output).
+	PCollection string
+	// Producers are the PCollections whose elements are written to this
+	// topic, each by the sub-topology that produces it. For a GroupByKey it is
+	// the single input; for a Flatten materialized here, all of its inputs
+	// that are produced in other sub-topologies. Empty for TopicImpulse.
+	Producers []string
+}
+
+// RootKind says what a sub-topology does with the records of its input topic.
+type RootKind int
+
+const (
+	// RootImpulse emits one empty-bytes element in the global window at the
+	// minimum timestamp to Output, once.
+	RootImpulse RootKind = iota + 1
+	// RootGroupByKey groups the KV elements of the topic by encoded key and
+	// window, and emits KV<K, Iterable<V>> to Output when the window closes.
+	RootGroupByKey
+	// RootPassthrough emits every element of the topic unchanged to Output.
+	RootPassthrough
+)
+
+// SubTopology is the unit of parallelism: one task per partition of Input.
+type SubTopology struct {
+	ID    int
+	Input string // Topic.Name
+	Root  Root
+	// Stages run user code, in topological order. A stage's input is Root.Output
+	// or an output of an earlier stage.
+	Stages []*Stage
+	// Flattens are runner-side flattens executed in memory inside this
+	// sub-topology: every element of any of Inputs is forwarded to Output.
+	Flattens []*Flatten
+	// Sinks name the PCollections produced here that are written to topics.
+	Sinks []Sink
+}
+
+// Root is the first processor of a sub-topology.
+type Root struct {
+	Kind        RootKind
+	TransformID string // the Impulse, GroupByKey (or lifted CombinePerKey), Reshuffle or Flatten
+	// Output is the PCollection the root emits.
+	Output string
+	// WindowingStrategy is the id of the windowing strategy of the topic's
+	// PCollection (grouping and firing follow it).
+	WindowingStrategy string
+}
+
+// Flatten forwards Inputs to Output inside one sub-topology.
+type Flatten struct {
+	TransformID string
+	Inputs      []string
+	Output      string
+}
+
+// Sink writes the elements of PCollection to Topic.
+type Sink struct {
+	PCollection string
+	Topic       string // Topic.Name
+}
+
+// ExecutorKind names the executor of a stage.
+type ExecutorKind int
+
+const (
+	ExecutorHarness ExecutorKind = iota + 1 // Fn API SDK harness
+	ExecutorWASM                            // wazero, in process
+)
+
+// Stage is a fused set of transforms run by one executor, one bundle at a time
+// per task.
+type Stage struct {
+	ID         string
+	Executor   ExecutorKind
+	Transforms []string // ids of the pipeline transforms fused into this stage
+	// Input is the PCollection the stage consumes (its parallel input).
+	Input string
+	// Outputs are the PCollections that leave the stage (consumed by another
+	// stage, a flatten or a sink), sorted.
+	Outputs []string
+
+	// Harness stages only.
+	EnvironmentID string
+	// Descriptor is ready to register, except that the ApiServiceDescriptor of
+	// the data ports (and the state API) is left empty for the harness to fill.
+	Descriptor *fnpb.ProcessBundleDescriptor
+	// InputTransform is the id of the data source transform in Descriptor.
+	InputTransform string
+	// OutputTransforms maps the id of each data sink transform in Descriptor to
+	// the PCollection it carries.
+	OutputTransforms map[string]string
+}
