@@ -1,0 +1,58 @@
+package host
+
+import (
+	"context"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+
+	"github.com/ksrunner/ksrunner/harness"
+)
+
+// stageExecutor is the seam between the host and an executor of user code
+// (the Fn API harness or wasmabi). The host hands a bundle batches of encoded
+// windowed values of the stage's input and receives, through emit, chunks of
+// encoded windowed values per output PCollection. Neither side knows about
+// Kafka.
+type stageExecutor interface {
+	// startBundle opens a bundle. emit must not block on the executor: the
+	// host only buffers or produces to Kafka in it.
+	startBundle(ctx context.Context, emit func(pcoll string, data []byte) error) (stageBundle, error)
+}
+
+type stageBundle interface {
+	process(data []byte) error
+	finish() (bundleResult, error)
+}
+
+type bundleResult struct {
+	// residuals are encoded windowed values of the stage's input to process
+	// again (splittable DoFn checkpoints).
+	residuals [][]byte
+	metrics   []*pipepb.MonitoringInfo
+}
+
+type harnessExecutor struct{ stage *harness.Stage }
+
+func (e harnessExecutor) startBundle(ctx context.Context, emit func(string, []byte) error) (stageBundle, error) {
+	b, err := e.stage.StartBundle(ctx, emit)
+	if err != nil {
+		return nil, err
+	}
+	return harnessBundle{b}, nil
+}
+
+type harnessBundle struct{ b *harness.Bundle }
+
+func (b harnessBundle) process(data []byte) error { return b.b.Process(data) }
+
+func (b harnessBundle) finish() (bundleResult, error) {
+	res, err := b.b.Finish()
+	if err != nil {
+		return bundleResult{}, err
+	}
+	out := bundleResult{metrics: res.MonitoringInfos}
+	for _, r := range res.Residuals {
+		out.residuals = append(out.residuals, r.Element)
+	}
+	return out, nil
+}

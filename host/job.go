@@ -1,0 +1,324 @@
+package host
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ksrunner/ksrunner/harness"
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// JobSpec is a job as submitted.
+type JobSpec struct {
+	ID, Name   string
+	Pipeline   *pipepb.Pipeline
+	RawOptions *structpb.Struct
+	// Options are resolved: BootstrapServers is a broker list, never "embedded".
+	Options Options
+}
+
+// Job is one submitted pipeline, from STOPPED to a terminal state.
+type Job struct {
+	spec    JobSpec
+	plan    *translate.Plan
+	logger  *slog.Logger
+	events  *eventLog
+	metrics *metricStore
+
+	cancelOnce sync.Once
+	cancel     context.CancelCauseFunc
+	done       chan struct{}
+}
+
+var errCancelled = errors.New("job cancelled")
+
+// StartJob validates and translates the pipeline (every unsupported construct
+// fails here, before anything runs) and starts running it.
+func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (*Job, error) {
+	plan, err := translate.Translate(spec.Pipeline, translate.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if spec.Options.ApplicationID == "" {
+		if !plan.Bounded {
+			return nil, fmt.Errorf("option application_id: required for an unbounded pipeline (it names the consumer group and internal topics, and must stay the same across restarts)")
+		}
+		spec.Options.ApplicationID = sanitizeID(spec.Name) + "-" + randomSuffix()
+	}
+	j := &Job{
+		spec:    spec,
+		plan:    plan,
+		logger:  logger.With("job", spec.ID),
+		events:  newEventLog(),
+		metrics: newMetricStore(),
+		done:    make(chan struct{}),
+	}
+	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	j.cancel = cancel
+	go j.run(runCtx)
+	return j, nil
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ID is the job id.
+func (j *Job) ID() string { return j.spec.ID }
+
+// Name is the job name.
+func (j *Job) Name() string { return j.spec.Name }
+
+// State is the current state.
+func (j *Job) State() jobpb.JobState_Enum { return j.events.current() }
+
+// Cancel stops the job; it ends CANCELLED unless it already ended.
+func (j *Job) Cancel() { j.cancel(errCancelled) }
+
+// Wait blocks until the job has stopped and released everything it started.
+func (j *Job) Wait() { <-j.done }
+
+func (j *Job) run(ctx context.Context) {
+	defer close(j.done)
+	j.events.setState(jobpb.JobState_STARTING)
+	err := j.execute(ctx)
+	switch {
+	case err == nil:
+		j.logger.Info("job done")
+		j.events.setState(jobpb.JobState_DONE)
+	case errors.Is(context.Cause(ctx), errCancelled):
+		j.logger.Info("job cancelled")
+		j.events.setState(jobpb.JobState_CANCELLED)
+	default:
+		j.logger.Error("job failed", "error", err)
+		j.events.message(jobpb.JobMessage_JOB_MESSAGE_ERROR, err.Error())
+		j.events.setState(jobpb.JobState_FAILED)
+	}
+}
+
+// execute runs the job until it is done (bounded), cancelled or failed.
+func (j *Job) execute(ctx context.Context) (err error) {
+	opts := j.spec.Options
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+
+	topics := newTopicSet(j.plan, opts)
+	admin, err := newAdmin(opts.BootstrapServers)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if err := topics.create(ctx, admin); err != nil {
+		return err
+	}
+	if j.plan.Bounded && !opts.KeepInternalTopics {
+		defer func() {
+			if err == nil {
+				if derr := topics.delete(context.WithoutCancel(ctx), admin); derr != nil {
+					j.logger.Warn("deleting internal topics", "error", derr)
+				}
+			}
+		}()
+	}
+	if err := topics.writeImpulses(ctx, opts.BootstrapServers); err != nil {
+		return err
+	}
+
+	stateDir := opts.StateDir
+	if stateDir == "" {
+		dir, err := os.MkdirTemp("", "ksrunner-state-")
+		if err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		stateDir = dir
+	}
+	stateDir = filepath.Join(stateDir, opts.ApplicationID)
+
+	execs, closeExecs, err := j.startExecutors(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeExecs()
+
+	inst, err := newInstance(instanceConfig{
+		plan:     j.plan,
+		opts:     opts,
+		topics:   topics,
+		execs:    execs,
+		stateDir: stateDir,
+		logger:   j.logger,
+		metrics:  j.metrics,
+	})
+	if err != nil {
+		return err
+	}
+	defer inst.close()
+
+	j.events.setState(jobpb.JobState_RUNNING)
+	var wg sync.WaitGroup
+	instErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		instErr <- inst.run(ctx)
+	}()
+	defer wg.Wait()
+
+	if !j.plan.Bounded {
+		err := <-instErr
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
+		return err
+	}
+	doneErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		doneErr <- waitDone(ctx, opts, topics)
+	}()
+	select {
+	case err := <-instErr:
+		stop(err)
+		<-doneErr
+		if cause := context.Cause(ctx); errors.Is(cause, errCancelled) {
+			return cause
+		}
+		if err == nil {
+			err = errors.New("instance stopped before the job was done")
+		}
+		return err
+	case err := <-doneErr:
+		if err != nil {
+			stop(err)
+			<-instErr
+			return err
+		}
+		stop(nil)
+		<-instErr
+		return nil
+	}
+}
+
+// startExecutors starts the SDK harness environments and registers every
+// harness stage. The returned func stops them.
+func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, func(), error) {
+	execs := map[string]stageExecutor{}
+	needHarness := false
+	for _, st := range j.plan.SubTopologies {
+		for _, s := range st.Stages {
+			if s.Executor == translate.ExecutorHarness {
+				needHarness = true
+			}
+		}
+	}
+	if !needHarness {
+		return execs, func() {}, nil
+	}
+	h, err := harness.Start(ctx, harness.Config{
+		JobID:           j.spec.ID,
+		JobName:         j.spec.Name,
+		PipelineOptions: j.spec.RawOptions,
+		Logger:          j.logger,
+		OnLog:           j.onSDKLog,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting the Fn API services: %w", err)
+	}
+	envs := j.plan.Pipeline.GetComponents().GetEnvironments()
+	for _, st := range j.plan.SubTopologies {
+		for _, s := range st.Stages {
+			if s.Executor != translate.ExecutorHarness {
+				return nil, nil, fmt.Errorf("stage %s: executor %d is not available yet", s.ID, s.Executor)
+			}
+			env, ok := envs[s.EnvironmentID]
+			if !ok {
+				h.Close()
+				return nil, nil, fmt.Errorf("stage %s: unknown environment %q", s.ID, s.EnvironmentID)
+			}
+			if err := h.StartEnvironment(ctx, s.EnvironmentID, env); err != nil {
+				h.Close()
+				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)
+			}
+			hs, err := h.Stage(ctx, s.EnvironmentID, s.Descriptor, s.InputTransform, s.OutputTransforms)
+			if err != nil {
+				h.Close()
+				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)
+			}
+			execs[s.ID] = harnessExecutor{stage: hs}
+		}
+	}
+	return execs, func() { h.Close() }, nil
+}
+
+func (j *Job) onSDKLog(e *fnpb.LogEntry) {
+	msg := e.GetMessage()
+	if t := e.GetTrace(); t != "" {
+		msg += "\n" + t
+	}
+	attrs := []any{"transform", e.GetTransformId(), "location", e.GetLogLocation()}
+	switch sev := e.GetSeverity(); {
+	case sev >= fnpb.LogEntry_Severity_ERROR:
+		j.logger.Error("sdk: "+msg, attrs...)
+		j.events.message(jobpb.JobMessage_JOB_MESSAGE_ERROR, msg)
+	case sev >= fnpb.LogEntry_Severity_WARN:
+		j.logger.Warn("sdk: "+msg, attrs...)
+		j.events.message(jobpb.JobMessage_JOB_MESSAGE_WARNING, msg)
+	case sev >= fnpb.LogEntry_Severity_INFO:
+		j.logger.Info("sdk: "+msg, attrs...)
+		j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
+	default:
+		j.logger.Debug("sdk: "+msg, attrs...)
+	}
+}
+
+// waitDone follows the status topic until every task of the plan reports the
+// maximum watermark.
+func waitDone(ctx context.Context, opts Options, topics *topicSet) error {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(strings.Split(opts.BootstrapServers, ",")...),
+		kgo.ConsumeTopics(topics.full(shuffle.StatusTopic)),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	if err != nil {
+		return fmt.Errorf("status consumer: %w", err)
+	}
+	defer cl.Close()
+	expected := topics.taskCount()
+	finished := map[string]bool{}
+	for len(finished) < expected {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := fetches.Err0(); err != nil {
+			return fmt.Errorf("status topic %s: %w", topics.full(shuffle.StatusTopic), err)
+		}
+		fetches.EachRecord(func(r *kgo.Record) {
+			st, err := decodeTaskStatus(r.Value)
+			if err == nil && st.watermark >= maxWatermark {
+				finished[string(r.Key)] = true
+			}
+		})
+	}
+	return nil
+}

@@ -1,0 +1,368 @@
+package host
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"strconv"
+	"sync"
+	"time"
+
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// JobServer serves the Beam Job API and artifact staging on one port.
+type JobServer struct {
+	jobpb.UnimplementedJobServiceServer
+	jobpb.UnimplementedArtifactStagingServiceServer
+
+	defaults Options
+	logger   *slog.Logger
+	lis      net.Listener
+	srv      *grpc.Server
+	stageDir string
+
+	mu       sync.Mutex
+	prepared map[string]*preparedJob // by preparation id == staging token
+	jobs     map[string]*Job
+	order    []string
+	nextID   int
+}
+
+type preparedJob struct {
+	id       string
+	name     string
+	pipeline *pipepb.Pipeline
+	options  *structpb.Struct
+}
+
+// NewJobServer listens on addr ("host:port"; port 0 picks a free one).
+// defaults are the job-scoped options a job's pipeline options override.
+func NewJobServer(addr string, defaults Options, logger *slog.Logger) (*JobServer, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("job server: listen on %s: %w", addr, err)
+	}
+	dir, err := os.MkdirTemp("", "ksrunner-artifacts-")
+	if err != nil {
+		lis.Close()
+		return nil, fmt.Errorf("job server: artifact staging dir: %w", err)
+	}
+	s := &JobServer{
+		defaults: defaults,
+		logger:   logger,
+		lis:      lis,
+		srv:      grpc.NewServer(grpc.MaxRecvMsgSize(512<<20), grpc.MaxSendMsgSize(512<<20)),
+		stageDir: dir,
+		prepared: map[string]*preparedJob{},
+		jobs:     map[string]*Job{},
+	}
+	jobpb.RegisterJobServiceServer(s.srv, s)
+	jobpb.RegisterArtifactStagingServiceServer(s.srv, s)
+	return s, nil
+}
+
+// Endpoint is the address clients dial.
+func (s *JobServer) Endpoint() string { return s.lis.Addr().String() }
+
+// Serve serves until Stop. It returns nil after Stop.
+func (s *JobServer) Serve() error {
+	if err := s.srv.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// Stop cancels every running job, waits for them and stops the server.
+func (s *JobServer) Stop() {
+	s.mu.Lock()
+	jobs := make([]*Job, 0, len(s.jobs))
+	for _, j := range s.jobs {
+		jobs = append(jobs, j)
+	}
+	s.mu.Unlock()
+	for _, j := range jobs {
+		j.Cancel()
+	}
+	for _, j := range jobs {
+		j.Wait()
+	}
+	s.srv.Stop()
+	os.RemoveAll(s.stageDir)
+}
+
+// Prepare implements the Job API.
+func (s *JobServer) Prepare(_ context.Context, req *jobpb.PrepareJobRequest) (*jobpb.PrepareJobResponse, error) {
+	if req.GetPipeline() == nil {
+		return nil, status.Error(codes.InvalidArgument, "prepare: no pipeline")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nextID++
+	name := req.GetJobName()
+	if name == "" {
+		name = "job"
+	}
+	id := fmt.Sprintf("%s-%d", sanitizeID(name), s.nextID)
+	s.prepared[id] = &preparedJob{id: id, name: name, pipeline: req.GetPipeline(), options: req.GetPipelineOptions()}
+	return &jobpb.PrepareJobResponse{
+		PreparationId:           id,
+		ArtifactStagingEndpoint: &pipepb.ApiServiceDescriptor{Url: s.Endpoint()},
+		StagingSessionToken:     id,
+	}, nil
+}
+
+// ReverseArtifactRetrievalService asks the client for every dependency of
+// every environment, stores them under the staging dir and rewrites the
+// dependencies to local files that the harness serves to workers.
+func (s *JobServer) ReverseArtifactRetrievalService(stream jobpb.ArtifactStagingService_ReverseArtifactRetrievalServiceServer) error {
+	in, err := stream.Recv()
+	if err != nil {
+		if err == io.EOF {
+			return nil
+		}
+		return err
+	}
+	token := in.GetStagingToken()
+	s.mu.Lock()
+	prep := s.prepared[token]
+	s.mu.Unlock()
+	if prep == nil {
+		return status.Errorf(codes.NotFound, "artifact staging: unknown staging token %q", token)
+	}
+	dir := filepath.Join(s.stageDir, token)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for envID, env := range prep.pipeline.GetComponents().GetEnvironments() {
+		for i, dep := range env.GetDependencies() {
+			path := filepath.Join(dir, fmt.Sprintf("%s-%d", sanitizeID(envID), i))
+			if err := s.fetchArtifact(stream, dep, path); err != nil {
+				return fmt.Errorf("artifact staging: environment %s dependency %d (%s): %w", envID, i, dep.GetTypeUrn(), err)
+			}
+			sum, err := fileSHA256(path)
+			if err != nil {
+				return err
+			}
+			env.Dependencies[i] = &pipepb.ArtifactInformation{
+				TypeUrn:     "beam:artifact:type:file:v1",
+				TypePayload: mustMarshal(&pipepb.ArtifactFilePayload{Path: path, Sha256: sum}),
+				RoleUrn:     dep.GetRoleUrn(),
+				RolePayload: dep.GetRolePayload(),
+			}
+		}
+	}
+	return nil
+}
+
+func (s *JobServer) fetchArtifact(stream jobpb.ArtifactStagingService_ReverseArtifactRetrievalServiceServer, dep *pipepb.ArtifactInformation, path string) error {
+	if err := stream.Send(&jobpb.ArtifactRequestWrapper{
+		Request: &jobpb.ArtifactRequestWrapper_GetArtifact{GetArtifact: &jobpb.GetArtifactRequest{Artifact: dep}},
+	}); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		in, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		if r := in.GetGetArtifactResponse(); r != nil {
+			if _, err := f.Write(r.GetData()); err != nil {
+				return err
+			}
+		}
+		if in.GetIsLast() {
+			return f.Close()
+		}
+	}
+}
+
+// Run implements the Job API: it translates the pipeline (an unsupported
+// construct fails here, at submission) and starts the job.
+func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.RunJobResponse, error) {
+	s.mu.Lock()
+	prep := s.prepared[req.GetPreparationId()]
+	delete(s.prepared, req.GetPreparationId())
+	s.mu.Unlock()
+	if prep == nil {
+		return nil, status.Errorf(codes.NotFound, "run: unknown preparation id %q", req.GetPreparationId())
+	}
+	opts, err := s.defaults.WithPipelineOptions(prep.options)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
+	}
+	job, err := StartJob(context.Background(), JobSpec{
+		ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
+	}, s.logger)
+	if err != nil {
+		s.logger.Error("job rejected at submission", "job", prep.id, "error", err)
+		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
+	}
+	s.mu.Lock()
+	s.jobs[job.ID()] = job
+	s.order = append(s.order, job.ID())
+	s.mu.Unlock()
+	return &jobpb.RunJobResponse{JobId: job.ID()}, nil
+}
+
+func (s *JobServer) job(id string) (*Job, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := s.jobs[id]
+	if j == nil {
+		return nil, status.Errorf(codes.NotFound, "unknown job id %q", id)
+	}
+	return j, nil
+}
+
+// GetJobs implements the Job API.
+func (s *JobServer) GetJobs(context.Context, *jobpb.GetJobsRequest) (*jobpb.GetJobsResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := &jobpb.GetJobsResponse{}
+	for _, id := range s.order {
+		j := s.jobs[id]
+		resp.JobInfo = append(resp.JobInfo, &jobpb.JobInfo{
+			JobId: id, JobName: j.Name(), PipelineOptions: j.spec.RawOptions, State: j.State(),
+		})
+	}
+	return resp, nil
+}
+
+// GetState implements the Job API.
+func (s *JobServer) GetState(_ context.Context, req *jobpb.GetJobStateRequest) (*jobpb.JobStateEvent, error) {
+	j, err := s.job(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &jobpb.JobStateEvent{State: j.State()}, nil
+}
+
+// GetPipeline implements the Job API.
+func (s *JobServer) GetPipeline(_ context.Context, req *jobpb.GetJobPipelineRequest) (*jobpb.GetJobPipelineResponse, error) {
+	j, err := s.job(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &jobpb.GetJobPipelineResponse{Pipeline: j.spec.Pipeline}, nil
+}
+
+// Cancel implements the Job API.
+func (s *JobServer) Cancel(_ context.Context, req *jobpb.CancelJobRequest) (*jobpb.CancelJobResponse, error) {
+	j, err := s.job(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	j.Cancel()
+	return &jobpb.CancelJobResponse{State: j.State()}, nil
+}
+
+// GetStateStream implements the Job API: every state change, ending with the
+// terminal one.
+func (s *JobServer) GetStateStream(req *jobpb.GetJobStateRequest, stream jobpb.JobService_GetStateStreamServer) error {
+	j, err := s.job(req.GetJobId())
+	if err != nil {
+		return err
+	}
+	return j.events.follow(stream.Context(), func(e event) error {
+		if e.state == jobpb.JobState_UNSPECIFIED {
+			return nil
+		}
+		return stream.Send(&jobpb.JobStateEvent{State: e.state})
+	})
+}
+
+// GetMessageStream implements the Job API: state changes and job messages
+// (SDK logs at warning and above, errors).
+func (s *JobServer) GetMessageStream(req *jobpb.JobMessagesRequest, stream jobpb.JobService_GetMessageStreamServer) error {
+	j, err := s.job(req.GetJobId())
+	if err != nil {
+		return err
+	}
+	return j.events.follow(stream.Context(), func(e event) error {
+		if e.state != jobpb.JobState_UNSPECIFIED {
+			return stream.Send(&jobpb.JobMessagesResponse{Response: &jobpb.JobMessagesResponse_StateResponse{
+				StateResponse: &jobpb.JobStateEvent{State: e.state},
+			}})
+		}
+		return stream.Send(&jobpb.JobMessagesResponse{Response: &jobpb.JobMessagesResponse_MessageResponse{
+			MessageResponse: &jobpb.JobMessage{MessageId: strconv.Itoa(e.seq), Time: e.at.Format(time.RFC3339Nano), MessageText: e.text, Importance: e.importance},
+		}})
+	})
+}
+
+// GetJobMetrics implements the Job API with the metrics of committed bundles.
+func (s *JobServer) GetJobMetrics(_ context.Context, req *jobpb.GetJobMetricsRequest) (*jobpb.GetJobMetricsResponse, error) {
+	j, err := s.job(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	return &jobpb.GetJobMetricsResponse{Metrics: &jobpb.MetricResults{Committed: j.metrics.results(), Attempted: j.metrics.results()}}, nil
+}
+
+// DescribePipelineOptions lists the options ksrunner reads.
+func (s *JobServer) DescribePipelineOptions(context.Context, *jobpb.DescribePipelineOptionsRequest) (*jobpb.DescribePipelineOptionsResponse, error) {
+	resp := &jobpb.DescribePipelineOptionsResponse{}
+	for _, o := range optionDescriptors() {
+		resp.Options = append(resp.Options, o)
+	}
+	sort.Slice(resp.Options, func(i, j int) bool { return resp.Options[i].GetName() < resp.Options[j].GetName() })
+	return resp, nil
+}
+
+func sanitizeID(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err) // only for messages built here, which always marshal
+	}
+	return b
+}

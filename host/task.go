@@ -1,0 +1,472 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+const (
+	minWatermark = int64(mtime.MinTimestamp)
+	maxWatermark = int64(mtime.MaxTimestamp)
+
+	// processBatchBytes is how much input a stage accumulates before the task
+	// hands it to the executor: large batches amortise the Fn API round trip.
+	processBatchBytes = 1 << 20
+)
+
+// task runs one sub-topology for one partition of its input topic.
+//
+// Invariants:
+//   - Only the instance's loop calls handle, prepareCommit, commitState and
+//     abort, one at a time; executors call emit concurrently with them, so
+//     the routing state emit touches (pending stage inputs) is under mu.
+//   - Output reaches Kafka before the watermark report that covers it: both
+//     are produced from this task in order, and Kafka keeps order per
+//     partition.
+type task struct {
+	inst      *instance
+	sub       *translate.SubTopology
+	partition int32
+	producer  string // shuffle.ProducerID of this task
+	prefix    []byte // state key prefix
+
+	consumers map[string][]consumer // by PCollection id
+	stages    []*stageRun           // topological order
+
+	batch *pebble.Batch // this commit interval's state writes (reads see it)
+
+	inputWM     map[string]int64 // latest report per producer
+	producers   int              // how many producers feed the input topic
+	impulseSeen bool
+	reportedWM  int64
+	statusDirty bool
+
+	rr atomic.Int32 // round-robin partition for unkeyed redistribution
+
+	mu sync.Mutex
+}
+
+// consumer is one place an element of a PCollection goes.
+type consumer struct {
+	stage *stageRun
+	flat  *translate.Flatten
+	sink  *translate.Sink
+}
+
+// stageRun is a stage's executor and the bundle open on it, for one task.
+type stageRun struct {
+	stage   *translate.Stage
+	exec    stageExecutor
+	bundle  stageBundle
+	pending []byte // input not yet handed to the bundle; under task.mu
+	count   int    // elements in the open bundle
+	carry   map[string][]byte
+}
+
+func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task, error) {
+	t := &task{
+		inst:       inst,
+		sub:        sub,
+		partition:  partition,
+		producer:   shuffle.ProducerID(sub.ID, partition),
+		consumers:  map[string][]consumer{},
+		inputWM:    map[string]int64{},
+		producers:  inst.cfg.topics.producers[sub.Input],
+		reportedWM: minWatermark,
+		batch:      inst.db.NewIndexedBatch(),
+	}
+	t.prefix = binary.BigEndian.AppendUint32(nil, uint32(sub.ID))
+	t.prefix = binary.BigEndian.AppendUint32(t.prefix, uint32(partition))
+	for _, s := range sub.Stages {
+		exec := inst.cfg.execs[s.ID]
+		if exec == nil {
+			return nil, fmt.Errorf("stage %s: no executor", s.ID)
+		}
+		sr := &stageRun{stage: s, exec: exec}
+		t.stages = append(t.stages, sr)
+		t.consumers[s.Input] = append(t.consumers[s.Input], consumer{stage: sr})
+	}
+	for _, f := range sub.Flattens {
+		for _, in := range f.Inputs {
+			t.consumers[in] = append(t.consumers[in], consumer{flat: f})
+		}
+	}
+	for i := range sub.Sinks {
+		s := &sub.Sinks[i]
+		t.consumers[s.PCollection] = append(t.consumers[s.PCollection], consumer{sink: s})
+	}
+	if err := t.loadWatermarks(); err != nil {
+		return nil, err
+	}
+	t.statusDirty = true
+	return t, nil
+}
+
+// Store layout, after the task prefix (DESIGN.md §6):
+//
+//	'W' producer                     → latest watermark report (8 bytes)
+//	'I'                              → the impulse was processed
+//	'B' len key | key | len win | win | offset → a buffered GBK value
+//	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
+const (
+	storeWatermark = 'W'
+	storeImpulse   = 'I'
+	storeBuffer    = 'B'
+	storeTimer     = 'T'
+)
+
+func (t *task) key(store byte, parts ...[]byte) []byte {
+	k := append(append([]byte(nil), t.prefix...), store)
+	for _, p := range parts {
+		k = append(k, p...)
+	}
+	return k
+}
+
+func (t *task) loadWatermarks() error {
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeWatermark), UpperBound: t.key(storeWatermark + 1)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	n := len(t.prefix) + 1
+	for it.First(); it.Valid(); it.Next() {
+		t.inputWM[string(it.Key()[n:])] = int64(binary.BigEndian.Uint64(it.Value()))
+	}
+	if _, closer, err := t.batch.Get(t.key(storeImpulse)); err == nil {
+		closer.Close()
+		t.impulseSeen = true
+	}
+	return it.Error()
+}
+
+// inputWatermark is the minimum over every producer's latest report, held at
+// the minimum until every producer has reported.
+func (t *task) inputWatermark() int64 {
+	if len(t.inputWM) < t.producers || t.producers == 0 {
+		return minWatermark
+	}
+	wm := maxWatermark
+	for _, w := range t.inputWM {
+		wm = min(wm, w)
+	}
+	return wm
+}
+
+func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
+	for _, r := range recs {
+		if len(r.Value) == 0 {
+			return fmt.Errorf("topic %s partition %d offset %d: empty record", r.Topic, r.Partition, r.Offset)
+		}
+		switch r.Value[0] {
+		case shuffle.KindWatermark:
+			p, wm, err := shuffle.DecodeWatermark(r.Value)
+			if err != nil {
+				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+			if old, ok := t.inputWM[p]; !ok || wm > old {
+				t.inputWM[p] = wm
+				t.batch.Set(t.key(storeWatermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil)
+			}
+		case shuffle.KindData:
+			if err := t.handleData(r); err != nil {
+				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+		default:
+			return fmt.Errorf("topic %s partition %d offset %d: unknown record kind %d", r.Topic, r.Partition, r.Offset, r.Value[0])
+		}
+	}
+	return t.flushStages(ctx, false)
+}
+
+func (t *task) handleData(r *kgo.Record) error {
+	root := t.sub.Root
+	switch root.Kind {
+	case translate.RootImpulse:
+		if t.impulseSeen {
+			return nil
+		}
+		t.impulseSeen = true
+		t.batch.Set(t.key(storeImpulse), nil, nil)
+		return t.route(root.Output, impulseElement)
+	case translate.RootPassthrough:
+		return t.route(root.Output, r.Value[1:])
+	case translate.RootGroupByKey:
+		return t.buffer(r.Value[1:], r.Offset)
+	}
+	return fmt.Errorf("sub-topology %d: unknown root kind %d", t.sub.ID, root.Kind)
+}
+
+// impulseElement is the impulse's one element: empty bytes at the minimum
+// timestamp in the global window, with the no-firing pane.
+var impulseElement = func() []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(minWatermark)^(1<<63))
+	b = binary.BigEndian.AppendUint32(b, 1) // one window: the global window, encoded as nothing
+	b = append(b, 0x03)                     // pane: first, last, timing unknown
+	return append(b, 0x00)                  // bytes coder: length 0
+}()
+
+// route sends an encoded windowed value of pcoll to everything that consumes
+// it in this sub-topology. raw is only read during the call.
+func (t *task) route(pcoll string, raw []byte) error {
+	for _, c := range t.consumers[pcoll] {
+		switch {
+		case c.stage != nil:
+			t.mu.Lock()
+			c.stage.pending = append(c.stage.pending, raw...)
+			t.mu.Unlock()
+		case c.flat != nil:
+			if err := t.route(c.flat.Output, raw); err != nil {
+				return err
+			}
+		case c.sink != nil:
+			if err := t.sinkTo(c.sink, pcoll, raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
+	topic := t.inst.cfg.topics.byName[s.Topic]
+	rec := &kgo.Record{Topic: t.inst.cfg.topics.full(s.Topic)}
+	val := make([]byte, 1+len(raw))
+	val[0] = shuffle.KindData
+	copy(val[1:], raw)
+	rec.Value = val
+	codec := t.inst.codecs[pcoll]
+	if codec.IsKV() {
+		wv, err := codec.Next(val[1:])
+		if err != nil {
+			return fmt.Errorf("pcollection %s: %w", pcoll, err)
+		}
+		key, _, err := codec.SplitKV(wv.Elem)
+		if err != nil {
+			return fmt.Errorf("pcollection %s: %w", pcoll, err)
+		}
+		rec.Key = key
+	} else if topic.Kind == translate.TopicRepartition {
+		return fmt.Errorf("pcollection %s: a GroupByKey input must be a KV", pcoll)
+	} else {
+		n := t.inst.cfg.topics.partitions[s.Topic]
+		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
+	}
+	t.inst.produce(rec)
+	return nil
+}
+
+// flushStages hands pending input to the stages in topological order; with
+// closing set it also finishes every bundle, and repeats until no stage has
+// input left (a finished bundle can feed a later stage or return residuals).
+func (t *task) flushStages(ctx context.Context, closing bool) error {
+	for {
+		idle := true
+		for _, sr := range t.stages {
+			t.mu.Lock()
+			in := sr.pending
+			if len(in) < processBatchBytes && !closing {
+				in = nil
+			} else {
+				sr.pending = nil
+			}
+			t.mu.Unlock()
+			if len(in) > 0 {
+				idle = false
+				if err := t.process(ctx, sr, in); err != nil {
+					return err
+				}
+			}
+			if sr.bundle != nil && (closing || sr.count >= t.inst.cfg.opts.MaxBundleSize) {
+				if err := t.finish(sr); err != nil {
+					return err
+				}
+			}
+		}
+		if !closing || idle {
+			return nil
+		}
+		pending := false
+		t.mu.Lock()
+		for _, sr := range t.stages {
+			pending = pending || len(sr.pending) > 0
+		}
+		t.mu.Unlock()
+		if !pending {
+			return nil
+		}
+	}
+}
+
+func (t *task) process(ctx context.Context, sr *stageRun, in []byte) error {
+	if sr.bundle == nil {
+		sr.carry = map[string][]byte{}
+		b, err := sr.exec.startBundle(ctx, func(pcoll string, data []byte) error { return t.emit(sr, pcoll, data) })
+		if err != nil {
+			return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
+		}
+		sr.bundle, sr.count = b, 0
+	}
+	sr.count += countHint(in)
+	if err := sr.bundle.process(in); err != nil {
+		sr.bundle = nil
+		return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
+	}
+	return nil
+}
+
+// countHint estimates the elements in a batch for max_bundle_size without
+// parsing it: one per 64 bytes, at least one.
+func countHint(b []byte) int { return max(1, len(b)/64) }
+
+func (t *task) finish(sr *stageRun) error {
+	b := sr.bundle
+	sr.bundle = nil
+	res, err := b.finish()
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
+	}
+	for pcoll, rest := range sr.carry {
+		if len(rest) > 0 {
+			return fmt.Errorf("stage %s: output %s ends inside an element (%d bytes left)", sr.stage.ID, pcoll, len(rest))
+		}
+	}
+	t.inst.cfg.metrics.add(res.metrics)
+	if len(res.residuals) > 0 {
+		t.mu.Lock()
+		for _, r := range res.residuals {
+			sr.pending = append(sr.pending, r...)
+		}
+		t.mu.Unlock()
+	}
+	return nil
+}
+
+// emit receives a chunk of a stage's output, which may end inside an
+// element: the rest is carried to the next chunk.
+func (t *task) emit(sr *stageRun, pcoll string, data []byte) error {
+	codec := t.inst.codecs[pcoll]
+	if codec == nil {
+		return fmt.Errorf("stage %s: output %s has no wire coder", sr.stage.ID, pcoll)
+	}
+	if c := sr.carry[pcoll]; len(c) > 0 {
+		data = append(c, data...)
+	}
+	for len(data) > 0 {
+		wv, err := codec.Next(data)
+		if err == shuffle.ErrShort {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("stage %s: output %s: %w", sr.stage.ID, pcoll, err)
+		}
+		if err := t.route(pcoll, wv.Raw); err != nil {
+			return err
+		}
+		data = data[len(wv.Raw):]
+	}
+	sr.carry[pcoll] = append([]byte(nil), data...)
+	return nil
+}
+
+// prepareCommit fires what the input watermark allows, closes every bundle
+// and reports the output watermark if it moved.
+func (t *task) prepareCommit(ctx context.Context) error {
+	in := t.inputWatermark()
+	if t.sub.Root.Kind == translate.RootGroupByKey {
+		if err := t.fire(in); err != nil {
+			return err
+		}
+	}
+	if err := t.flushStages(ctx, true); err != nil {
+		return err
+	}
+	out, err := t.outputWatermark(in)
+	if err != nil {
+		return err
+	}
+	if out > t.reportedWM || t.statusDirty {
+		t.reportWatermark(out)
+	}
+	return nil
+}
+
+func (t *task) outputWatermark(in int64) (int64, error) {
+	switch t.sub.Root.Kind {
+	case translate.RootImpulse:
+		if t.impulseSeen {
+			return maxWatermark, nil
+		}
+		return minWatermark, nil
+	case translate.RootGroupByKey:
+		hold, err := t.earliestTimer()
+		if err != nil {
+			return 0, err
+		}
+		return min(in, hold), nil
+	}
+	return in, nil
+}
+
+// reportWatermark sends the output watermark to every partition of every
+// topic this task writes, and the task's status.
+func (t *task) reportWatermark(wm int64) {
+	wm = max(wm, t.reportedWM)
+	t.reportedWM, t.statusDirty = wm, false
+	seen := map[string]bool{}
+	for _, s := range t.sub.Sinks {
+		if seen[s.Topic] {
+			continue
+		}
+		seen[s.Topic] = true
+		val := shuffle.EncodeWatermark(t.producer, wm)
+		for p := int32(0); p < t.inst.cfg.topics.partitions[s.Topic]; p++ {
+			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.full(s.Topic), Partition: p, Value: val})
+		}
+	}
+	t.inst.produce(&kgo.Record{
+		Topic: t.inst.cfg.topics.full(shuffle.StatusTopic),
+		Key:   []byte(t.producer),
+		Value: encodeTaskStatus(taskStatus{watermark: wm}),
+	})
+}
+
+func (t *task) commitState() error {
+	if err := t.batch.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("task %s: committing state: %w", t.producer, err)
+	}
+	t.batch = t.inst.db.NewIndexedBatch()
+	return nil
+}
+
+// abort drops the open bundles' state; their input is redelivered to the
+// partition's next owner because its offsets were not committed.
+func (t *task) abort() {
+	t.batch.Close()
+	for _, sr := range t.stages {
+		sr.bundle = nil
+	}
+}
+
+type taskStatus struct{ watermark int64 }
+
+func encodeTaskStatus(s taskStatus) []byte {
+	return binary.BigEndian.AppendUint64(nil, uint64(s.watermark))
+}
+
+func decodeTaskStatus(b []byte) (taskStatus, error) {
+	if len(b) < 8 {
+		return taskStatus{}, fmt.Errorf("status record: %d bytes", len(b))
+	}
+	return taskStatus{watermark: int64(binary.BigEndian.Uint64(b))}, nil
+}

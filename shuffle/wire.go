@@ -1,0 +1,325 @@
+package shuffle
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+)
+
+// Standard coder URNs the host parses. Every other coder reaches the host
+// wrapped in a length prefix (translate guarantees it).
+const (
+	urnBytes          = "beam:coder:bytes:v1"
+	urnString         = "beam:coder:string_utf8:v1"
+	urnVarInt         = "beam:coder:varint:v1"
+	urnDouble         = "beam:coder:double:v1"
+	urnBool           = "beam:coder:bool:v1"
+	urnKV             = "beam:coder:kv:v1"
+	urnIterable       = "beam:coder:iterable:v1"
+	urnLengthPrefix   = "beam:coder:length_prefix:v1"
+	urnGlobalWindow   = "beam:coder:global_window:v1"
+	urnIntervalWindow = "beam:coder:interval_window:v1"
+	urnWindowedValue  = "beam:coder:windowed_value:v1"
+)
+
+// ErrShort reports that a buffer ends inside an element: the caller keeps the
+// bytes and retries when more arrive.
+var ErrShort = errors.New("shuffle: buffer ends inside an element")
+
+// lengthFunc returns the encoded length of the value at the start of b.
+type lengthFunc func(b []byte) (int, error)
+
+// ElementCodec parses the windowed values of one PCollection as they cross the
+// host: on the data channel, in Kafka records and in state. It never decodes
+// the user's values, it only finds their boundaries.
+type ElementCodec struct {
+	elem        lengthFunc
+	window      lengthFunc
+	key, value  lengthFunc // non-nil when the element coder is a KV
+	globalOnly  bool       // window coder is the global window
+	elemCoderID string
+}
+
+// NewElementCodec builds the codec of the windowed_value coder wvCoderID.
+func NewElementCodec(coders map[string]*pipepb.Coder, wvCoderID string) (*ElementCodec, error) {
+	wv, ok := coders[wvCoderID]
+	if !ok {
+		return nil, fmt.Errorf("coder %q: not in the pipeline's components", wvCoderID)
+	}
+	if urn := wv.GetSpec().GetUrn(); urn != urnWindowedValue || len(wv.GetComponentCoderIds()) != 2 {
+		return nil, fmt.Errorf("coder %q: want a windowed_value coder with 2 components, got %s", wvCoderID, urn)
+	}
+	elemID, winID := wv.GetComponentCoderIds()[0], wv.GetComponentCoderIds()[1]
+	c := &ElementCodec{elemCoderID: elemID}
+	var err error
+	if c.elem, err = compileLength(coders, elemID); err != nil {
+		return nil, fmt.Errorf("coder %q: element: %w", wvCoderID, err)
+	}
+	if c.window, err = compileLength(coders, winID); err != nil {
+		return nil, fmt.Errorf("coder %q: window: %w", wvCoderID, err)
+	}
+	c.globalOnly = coders[winID].GetSpec().GetUrn() == urnGlobalWindow
+	if ec := coders[elemID]; ec.GetSpec().GetUrn() == urnKV && len(ec.GetComponentCoderIds()) == 2 {
+		if c.key, err = compileLength(coders, ec.GetComponentCoderIds()[0]); err != nil {
+			return nil, fmt.Errorf("coder %q: key: %w", wvCoderID, err)
+		}
+		if c.value, err = compileLength(coders, ec.GetComponentCoderIds()[1]); err != nil {
+			return nil, fmt.Errorf("coder %q: value: %w", wvCoderID, err)
+		}
+	}
+	return c, nil
+}
+
+// IsKV reports whether the elements are KVs whose key the host can find.
+func (c *ElementCodec) IsKV() bool { return c.key != nil }
+
+// GlobalWindowOnly reports whether the window coder is the global window's.
+func (c *ElementCodec) GlobalWindowOnly() bool { return c.globalOnly }
+
+// WindowedValue is a view into an encoded windowed value. Its slices alias the
+// buffer it was parsed from.
+type WindowedValue struct {
+	Timestamp int64  // event time in milliseconds (Beam's mtime)
+	Windows   []byte // the encoded windows, without the count
+	NWindows  int
+	Pane      []byte // the encoded pane
+	Elem      []byte // the encoded element (nested context)
+	Raw       []byte // the whole encoded windowed value
+}
+
+// Next parses the windowed value at the start of b. It returns ErrShort when b
+// ends inside it.
+func (c *ElementCodec) Next(b []byte) (WindowedValue, error) {
+	var wv WindowedValue
+	if len(b) < 12 {
+		return wv, ErrShort
+	}
+	wv.Timestamp = int64(binary.BigEndian.Uint64(b) + math.MaxInt64 + 1)
+	n := int32(binary.BigEndian.Uint32(b[8:]))
+	if n < 0 {
+		return wv, fmt.Errorf("windowed value: negative window count %d", n)
+	}
+	wv.NWindows = int(n)
+	off := 12
+	start := off
+	for i := 0; i < wv.NWindows; i++ {
+		l, err := c.window(b[off:])
+		if err != nil {
+			return wv, err
+		}
+		off += l
+	}
+	wv.Windows = b[start:off]
+	pl, err := paneLength(b[off:])
+	if err != nil {
+		return wv, err
+	}
+	wv.Pane = b[off : off+pl]
+	off += pl
+	el, err := c.elem(b[off:])
+	if err != nil {
+		return wv, err
+	}
+	wv.Elem = b[off : off+el]
+	off += el
+	wv.Raw = b[:off]
+	return wv, nil
+}
+
+// SplitWindows returns each encoded window of wv.
+func (c *ElementCodec) SplitWindows(wv WindowedValue) ([][]byte, error) {
+	out := make([][]byte, 0, wv.NWindows)
+	b := wv.Windows
+	for i := 0; i < wv.NWindows; i++ {
+		l, err := c.window(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b[:l])
+		b = b[l:]
+	}
+	return out, nil
+}
+
+// SplitKV splits an encoded KV element into its encoded key and value.
+func (c *ElementCodec) SplitKV(elem []byte) (key, value []byte, err error) {
+	if c.key == nil {
+		return nil, nil, fmt.Errorf("element coder %q is not a KV coder", c.elemCoderID)
+	}
+	kl, err := c.key(elem)
+	if err != nil {
+		return nil, nil, fmt.Errorf("key: %w", err)
+	}
+	return elem[:kl], elem[kl:], nil
+}
+
+// paneLength returns the length of the encoded pane at the start of b: one
+// byte whose high nibble says how many varints follow.
+func paneLength(b []byte) (int, error) {
+	if len(b) < 1 {
+		return 0, ErrShort
+	}
+	n := 1
+	for i := 0; i < int(b[0]>>4); i++ {
+		l, err := varintLength(b[n:])
+		if err != nil {
+			return 0, err
+		}
+		n += l
+	}
+	if b[0]>>4 > 2 {
+		return 0, fmt.Errorf("pane: unknown encoding %d", b[0]>>4)
+	}
+	return n, nil
+}
+
+func varintLength(b []byte) (int, error) {
+	for i := 0; i < len(b) && i < binary.MaxVarintLen64; i++ {
+		if b[i] < 0x80 {
+			return i + 1, nil
+		}
+	}
+	if len(b) >= binary.MaxVarintLen64 {
+		return 0, errors.New("varint overflows 64 bits")
+	}
+	return 0, ErrShort
+}
+
+func lengthPrefixed(b []byte) (int, error) {
+	v, n := binary.Uvarint(b)
+	if n == 0 {
+		return 0, ErrShort
+	}
+	if n < 0 {
+		return 0, errors.New("length prefix overflows 64 bits")
+	}
+	if v > uint64(len(b)-n) {
+		return 0, ErrShort
+	}
+	return n + int(v), nil
+}
+
+func fixed(size int) lengthFunc {
+	return func(b []byte) (int, error) {
+		if len(b) < size {
+			return 0, ErrShort
+		}
+		return size, nil
+	}
+}
+
+func compileLength(coders map[string]*pipepb.Coder, id string) (lengthFunc, error) {
+	c, ok := coders[id]
+	if !ok {
+		return nil, fmt.Errorf("coder %q: not in the pipeline's components", id)
+	}
+	comps := c.GetComponentCoderIds()
+	sub := func(i int) (lengthFunc, error) {
+		if len(comps) <= i {
+			return nil, fmt.Errorf("coder %q (%s): missing component %d", id, c.GetSpec().GetUrn(), i)
+		}
+		return compileLength(coders, comps[i])
+	}
+	switch urn := c.GetSpec().GetUrn(); urn {
+	case urnBytes, urnString, urnLengthPrefix:
+		return lengthPrefixed, nil
+	case urnVarInt:
+		return varintLength, nil
+	case urnDouble:
+		return fixed(8), nil
+	case urnBool:
+		return fixed(1), nil
+	case urnGlobalWindow:
+		return fixed(0), nil
+	case urnIntervalWindow:
+		return func(b []byte) (int, error) {
+			if len(b) < 8 {
+				return 0, ErrShort
+			}
+			l, err := varintLength(b[8:])
+			return 8 + l, err
+		}, nil
+	case urnKV:
+		k, err := sub(0)
+		if err != nil {
+			return nil, err
+		}
+		v, err := sub(1)
+		if err != nil {
+			return nil, err
+		}
+		return func(b []byte) (int, error) {
+			kl, err := k(b)
+			if err != nil {
+				return 0, err
+			}
+			vl, err := v(b[kl:])
+			return kl + vl, err
+		}, nil
+	case urnIterable:
+		e, err := sub(0)
+		if err != nil {
+			return nil, err
+		}
+		return iterableLength(e), nil
+	case urnWindowedValue:
+		nested, err := NewElementCodec(coders, id)
+		if err != nil {
+			return nil, err
+		}
+		return func(b []byte) (int, error) {
+			wv, err := nested.Next(b)
+			return len(wv.Raw), err
+		}, nil
+	default:
+		return nil, fmt.Errorf("coder %q: the host cannot parse %s (it must be length-prefixed)", id, urn)
+	}
+}
+
+// iterableLength handles both encodings of Beam's iterable coder: a known
+// count (int32 >= 0) followed by the elements, or -1 followed by blocks of
+// varint count + elements, ended by a zero count.
+func iterableLength(elem lengthFunc) lengthFunc {
+	return func(b []byte) (int, error) {
+		if len(b) < 4 {
+			return 0, ErrShort
+		}
+		n := int32(binary.BigEndian.Uint32(b))
+		off := 4
+		each := func(count int) error {
+			for i := 0; i < count; i++ {
+				l, err := elem(b[off:])
+				if err != nil {
+					return err
+				}
+				off += l
+			}
+			return nil
+		}
+		if n >= 0 {
+			return off, each(int(n))
+		}
+		if n != -1 {
+			return 0, fmt.Errorf("iterable: invalid count %d", n)
+		}
+		for {
+			cnt, l := binary.Uvarint(b[off:])
+			if l == 0 {
+				return 0, ErrShort
+			}
+			if l < 0 {
+				return 0, errors.New("iterable: block count overflows")
+			}
+			off += l
+			if cnt == 0 {
+				return off, nil
+			}
+			if err := each(int(cnt)); err != nil {
+				return 0, err
+			}
+		}
+	}
+}
