@@ -1,0 +1,37 @@
+// Package harness is the runner side of the Beam Fn API and the environments
+// that start SDK harnesses.
+//
+// A [Harness] belongs to one job. [Start] opens one gRPC server on a free
+// loopback port that serves every Fn API service an SDK worker talks to:
+// control, data, state, logging, provision and artifact retrieval. Workers
+// identify themselves on every call with the gRPC metadata key "worker_id",
+// which is how the one server multiplexes many workers.
+//
+// The package owns:
+//
+//   - environments: [Harness.StartEnvironment] starts one SDK worker per
+//     environment id (beam:env:external:v1 through a BeamFnExternalWorkerPool,
+//     which is what LOOPBACK uses; beam:env:process:v1 by running the boot
+//     command; beam:env:anyof:v1 by choosing one of those) and waits until
+//     it connects its control stream. Docker is not available here.
+//   - stages: [Harness.Stage] registers a ProcessBundleDescriptor with the
+//     environment's worker after pointing its data ports and state API at
+//     this server.
+//   - bundles: [Stage.StartBundle], [Bundle.Process] and [Bundle.Finish]
+//     stream encoded windowed values to the SDK in large batches, hand the
+//     SDK's outputs to the host as they arrive, and collect residuals and
+//     monitoring infos. Many bundles of many stages share one worker; the data
+//     stream is multiplexed by instruction id and transform id.
+//   - state: every state request of a bundle goes to a [StateHandler]; the
+//     host implements it against its stores. Without one, requests fail with
+//     an error naming the state key type.
+//
+// The package knows nothing about Kafka, coders or windowing: elements cross
+// it as opaque bytes in Beam's windowed-value encoding.
+//
+// Lifetimes: every goroutine the package starts is owned by the [Harness] and
+// has exited when [Harness.Close] returns. A worker whose control or data
+// stream breaks, or whose process exits, is lost: its in-flight bundles fail
+// with an error saying so, and a later StartEnvironment for the same
+// environment id starts a replacement.
+package harness
