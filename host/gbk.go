@@ -75,7 +75,7 @@ func (t *task) buffer(raw []byte, offset int64) error {
 		if err := t.batch.Set(t.key(storeBuffer, kw, off), value, nil); err != nil {
 			return err
 		}
-		ts := binary.BigEndian.AppendUint64(nil, uint64(maxTs)^(1<<63))
+		ts := binary.BigEndian.AppendUint64(nil, eventTimeBits(maxTs))
 		if err := t.batch.Set(t.key(storeTimer, ts, kw), nil, nil); err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func (t *task) earliestTimer() (int64, error) {
 // fire emits every key and window whose maximum timestamp the input
 // watermark has passed.
 func (t *task) fire(inputWM int64) error {
-	upper := t.key(storeTimer, binary.BigEndian.AppendUint64(nil, uint64(inputWM)^(1<<63)))
+	upper := t.key(storeTimer, binary.BigEndian.AppendUint64(nil, eventTimeBits(inputWM)))
 	timers, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeTimer), UpperBound: upper})
 	if err != nil {
 		return err
@@ -146,7 +146,7 @@ func (t *task) emitGroup(kw []byte) error {
 	if err != nil {
 		return err
 	}
-	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), uint64(maxTs)^(1<<63))
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), eventTimeBits(maxTs))
 	out = binary.BigEndian.AppendUint32(out, 1)
 	out = append(out, win...)
 	out = append(out, 0x07) // pane: first, last, ON_TIME, index 0
@@ -170,3 +170,7 @@ func (t *task) emitGroup(kw []byte) error {
 	}
 	return t.route(t.sub.Root.Output, out)
 }
+
+// eventTimeBits is Beam's event-time encoding of ms: shifted so that the
+// big-endian bytes sort like the timestamps.
+func eventTimeBits(ms int64) uint64 { return uint64(ms) ^ (1 << 63) }

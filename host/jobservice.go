@@ -37,6 +37,9 @@ type JobServer struct {
 	srv      *grpc.Server
 	stageDir string
 
+	embeddedMu sync.Mutex
+	embedded   *EmbeddedBroker
+
 	mu       sync.Mutex
 	prepared map[string]*preparedJob // by preparation id == staging token
 	jobs     map[string]*Job
@@ -107,6 +110,12 @@ func (s *JobServer) Stop() {
 	}
 	s.srv.Stop()
 	os.RemoveAll(s.stageDir)
+	s.embeddedMu.Lock()
+	if s.embedded != nil {
+		s.embedded.Close()
+		s.embedded = nil
+	}
+	s.embeddedMu.Unlock()
 }
 
 // Prepare implements the Job API.
@@ -214,6 +223,11 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
 	}
+	if opts.BootstrapServers == "embedded" {
+		if opts.BootstrapServers, err = s.embeddedBootstrap(); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "job %s: %v", prep.id, err)
+		}
+	}
 	job, err := StartJob(context.Background(), JobSpec{
 		ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
 	}, s.logger)
@@ -226,6 +240,21 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 	s.order = append(s.order, job.ID())
 	s.mu.Unlock()
 	return &jobpb.RunJobResponse{JobId: job.ID()}, nil
+}
+
+// embeddedBootstrap starts the process's embedded broker on first use.
+func (s *JobServer) embeddedBootstrap() (string, error) {
+	s.embeddedMu.Lock()
+	defer s.embeddedMu.Unlock()
+	if s.embedded == nil {
+		b, err := StartEmbeddedBroker(0)
+		if err != nil {
+			return "", err
+		}
+		s.embedded = b
+		warnEmbedded(s.logger, b.Bootstrap())
+	}
+	return s.embedded.Bootstrap(), nil
 }
 
 func (s *JobServer) job(id string) (*Job, error) {

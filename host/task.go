@@ -210,7 +210,7 @@ func (t *task) handleData(r *kgo.Record) error {
 // impulseElement is the impulse's one element: empty bytes at the minimum
 // timestamp in the global window, with the no-firing pane.
 var impulseElement = func() []byte {
-	b := binary.BigEndian.AppendUint64(nil, uint64(minWatermark)^(1<<63))
+	b := binary.BigEndian.AppendUint64(nil, eventTimeBits(minWatermark))
 	b = binary.BigEndian.AppendUint32(b, 1) // one window: the global window, encoded as nothing
 	b = append(b, 0x03)                     // pane: first, last, timing unknown
 	return append(b, 0x00)                  // bytes coder: length 0

@@ -1,0 +1,15 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+)
+
+func newFlagSet(name string) *pflag.FlagSet { return pflag.NewFlagSet(name, pflag.ContinueOnError) }
+
+func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+	return fmt.Errorf("bench: not built yet")
+}

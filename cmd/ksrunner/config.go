@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/providers/posflag"
+	"github.com/knadh/koanf/providers/structs"
+	"github.com/knadh/koanf/v2"
+	"github.com/spf13/pflag"
+
+	"github.com/ksrunner/ksrunner/host"
+)
+
+// serverConfig is everything `ksrunner jobserver` reads. Job-scoped options
+// are defaults that a job's pipeline options override.
+type serverConfig struct {
+	host.Options `koanf:",squash"`
+	JobHost      string `koanf:"job_host"`
+	JobPort      int    `koanf:"job_port"`
+	LogLevel     string `koanf:"log_level"`
+}
+
+func defaultServerConfig() serverConfig {
+	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, LogLevel: "info"}
+}
+
+// loadServerConfig merges, lowest first: defaults, the --config YAML file,
+// KSRUNNER_* environment variables, flags.
+func loadServerConfig(args []string) (serverConfig, error) {
+	def := defaultServerConfig()
+	fs := pflag.NewFlagSet("jobserver", pflag.ContinueOnError)
+	fs.String("config", "", "YAML configuration file")
+	fs.String("job_host", def.JobHost, "host the job endpoint listens on")
+	fs.Int("job_port", def.JobPort, "port of the job endpoint (0 picks a free port)")
+	fs.String("log_level", def.LogLevel, "debug, info, warn or error")
+	fs.String("bootstrap_servers", def.BootstrapServers, `Kafka brokers, or "embedded" for an in-process broker (data in memory only)`)
+	fs.String("application_id", def.ApplicationID, "consumer group and internal topic prefix (required for unbounded pipelines)")
+	fs.Int("internal_parallelism", def.InternalParallelism, "partitions of repartition topics")
+	fs.Int("topic_replication_factor", def.TopicReplicationFactor, "replication factor of internal topics (-1: broker default)")
+	fs.Int("max_bundle_size", def.MaxBundleSize, "input elements per bundle at most")
+	fs.Int("commit_interval_ms", def.CommitIntervalMs, "how often tasks commit")
+	fs.String("state_dir", def.StateDir, "directory of the Pebble state stores (default: a temporary directory per job)")
+	fs.Bool("keep_internal_topics", def.KeepInternalTopics, "keep internal topics after a bounded job is done")
+	if err := fs.Parse(args); err != nil {
+		return serverConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return serverConfig{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+
+	k := koanf.New(".")
+	if err := k.Load(structs.Provider(def, "koanf"), nil); err != nil {
+		return serverConfig{}, err
+	}
+	if path, _ := fs.GetString("config"); path != "" {
+		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+			return serverConfig{}, fmt.Errorf("config file %s: %w", path, err)
+		}
+	}
+	if err := k.Load(env.Provider(".", env.Opt{
+		Prefix: "KSRUNNER_",
+		TransformFunc: func(k, v string) (string, any) {
+			return strings.ToLower(strings.TrimPrefix(k, "KSRUNNER_")), v
+		},
+	}), nil); err != nil {
+		return serverConfig{}, err
+	}
+	if err := k.Load(posflag.Provider(fs, ".", k), nil); err != nil {
+		return serverConfig{}, err
+	}
+	var cfg serverConfig
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "koanf", FlatPaths: false}); err != nil {
+		return serverConfig{}, fmt.Errorf("configuration: %w", err)
+	}
+	for _, key := range k.Keys() {
+		if !knownKey(key) {
+			return serverConfig{}, fmt.Errorf("configuration: unknown option %q", key)
+		}
+	}
+	if err := cfg.Options.Validate(); err != nil {
+		return serverConfig{}, err
+	}
+	return cfg, nil
+}
+
+func knownKey(key string) bool {
+	switch key {
+	case "config", "job_host", "job_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
+		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "state_dir", "keep_internal_topics":
+		return true
+	}
+	return false
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("option log_level: %q: %w", level, err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,42 @@
+// Command ksrunner is the Kafka Streams Runner for Apache Beam.
+//
+//	ksrunner jobserver [flags]   serve the Beam Job API (the default)
+//	ksrunner broker --port N     run an in-memory development broker
+//	ksrunner bench gbk           compare a GroupByKey pipeline with Prism
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	args := os.Args[1:]
+	cmd := "jobserver"
+	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	var err error
+	switch cmd {
+	case "jobserver":
+		err = runJobServer(ctx, args, os.Stdout)
+	case "broker":
+		err = runBroker(ctx, args, os.Stdout)
+	case "bench":
+		err = runBench(ctx, args, os.Stdout)
+	case "help", "-h", "--help":
+		fmt.Println("usage: ksrunner [jobserver|broker|bench] [flags]; ksrunner <command> --help for flags")
+		return
+	default:
+		err = fmt.Errorf("unknown command %q (want jobserver, broker or bench)", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ksrunner:", err)
+		os.Exit(1)
+	}
+}
