@@ -150,4 +150,8 @@ type Stage struct {
 	// OutputTransforms maps the id of each data sink transform in Descriptor to
 	// the PCollection it carries.
 	OutputTransforms map[string]string
+
+	// WASM stages only: WASMModules maps the id of every transform of the
+	// stage to the module reference Options.StageWASM gave it.
+	WASMModules map[string]string
 }

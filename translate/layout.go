@@ -1,0 +1,408 @@
+package translate
+
+import (
+	"fmt"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+)
+
+// subBuilder accumulates one sub-topology.
+type subBuilder struct {
+	st      *SubTopology
+	members []string // SDK transforms and local flattens, topological order
+}
+
+// stageBuilder accumulates one fused stage.
+type stageBuilder struct {
+	s      *Stage
+	set    map[string]bool
+	wasm   bool
+	env    string
+	forced bool // headed by a transform that must be a stage root
+}
+
+func (t *translator) inWS(pc string) string {
+	return t.comps.GetPcollections()[pc].GetWindowingStrategyId()
+}
+
+// layout splits the (expanded, sorted) leaves into sub-topologies joined by
+// topics, fuses each sub-topology's SDK transforms into stages and fills the
+// wire coders and descriptors.
+func (t *translator) layout() (*Plan, error) {
+	plan := &Plan{Pipeline: t.p, WireCoders: t.wireCoders, Bounded: true}
+	subOf := map[string]*subBuilder{} // PCollection → sub-topology producing it
+	var subs []*subBuilder
+	topics := map[string]*Topic{}
+	nImpulse := 0
+
+	addTopic := func(tp *Topic) error {
+		if !validTopicName(tp.Name) {
+			return fmt.Errorf("internal error: invalid topic name %q", tp.Name)
+		}
+		if topics[tp.Name] != nil {
+			return fmt.Errorf("two topics would be named %q", tp.Name)
+		}
+		topics[tp.Name] = tp
+		plan.Topics = append(plan.Topics, tp)
+		return nil
+	}
+	newSub := func(tp *Topic, root Root) (*subBuilder, error) {
+		if err := addTopic(tp); err != nil {
+			return nil, err
+		}
+		sb := &subBuilder{st: &SubTopology{ID: len(subs), Input: tp.Name, Root: root}}
+		subs = append(subs, sb)
+		plan.SubTopologies = append(plan.SubTopologies, sb.st)
+		subOf[root.Output] = sb
+		return sb, nil
+	}
+	// sinkTo makes the sub-topologies producing pcs write them to topic.
+	sinkTo := func(topic string, pcs ...string) {
+		for _, pc := range pcs {
+			sb := subOf[pc]
+			sb.st.Sinks = append(sb.st.Sinks, Sink{PCollection: pc, Topic: topic})
+		}
+	}
+
+	for _, id := range t.leaves {
+		tr := t.comps.GetTransforms()[id]
+		for _, pc := range tr.GetOutputs() {
+			if t.comps.GetPcollections()[pc].GetIsBounded() != pipepb.IsBounded_BOUNDED {
+				plan.Bounded = false
+			}
+		}
+		switch t.kind[id] {
+		case kindImpulse:
+			out := onlyValue(tr.GetOutputs())
+			tp := &Topic{Name: fmt.Sprintf("impulse-%d", nImpulse), Kind: TopicImpulse, PCollection: out}
+			nImpulse++
+			if _, err := newSub(tp, Root{Kind: RootImpulse, TransformID: id, Output: out, WindowingStrategy: t.inWS(out)}); err != nil {
+				return nil, err
+			}
+
+		case kindGBK:
+			rootID := id
+			if r, ok := t.rootTransform[id]; ok {
+				rootID = r
+			}
+			in, out := onlyValue(tr.GetInputs()), onlyValue(tr.GetOutputs())
+			if err := t.checkGBK(rootID, in, out); err != nil {
+				return nil, err
+			}
+			tp := &Topic{Name: sanitizeTopicName(t.name(rootID)) + "-repartition", Kind: TopicRepartition, PCollection: in, Producers: []string{in}}
+			sinkTo(tp.Name, in)
+			if _, err := newSub(tp, Root{Kind: RootGroupByKey, TransformID: rootID, Output: out, WindowingStrategy: t.inWS(in)}); err != nil {
+				return nil, err
+			}
+
+		case kindRedistribute:
+			in, out := onlyValue(tr.GetInputs()), onlyValue(tr.GetOutputs())
+			if err := t.sameWire(tr.GetUniqueName(), out, in); err != nil {
+				return nil, err
+			}
+			tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-repartition", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}}
+			sinkTo(tp.Name, in)
+			if _, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: out, WindowingStrategy: t.inWS(in)}); err != nil {
+				return nil, err
+			}
+
+		case kindFlatten:
+			out := onlyValue(tr.GetOutputs())
+			var ins []string
+			var from *subBuilder
+			local := true
+			for _, l := range sortedKeys(tr.GetInputs()) {
+				pc := tr.GetInputs()[l]
+				ins = append(ins, pc)
+				if from == nil {
+					from = subOf[pc]
+				} else if subOf[pc] != from {
+					local = false
+				}
+			}
+			if local {
+				from.members = append(from.members, id)
+				subOf[out] = from
+				continue
+			}
+			// Inputs from several sub-topologies: materialize the
+			// flatten as a redistribute topic all inputs write to.
+			seen := map[string]bool{}
+			for _, pc := range ins {
+				if seen[pc] {
+					return nil, fmt.Errorf("transform %q: a flatten listing PCollection %q twice across sub-topologies is not supported yet", tr.GetUniqueName(), pc)
+				}
+				seen[pc] = true
+			}
+			if err := t.sameWire(tr.GetUniqueName(), out, ins...); err != nil {
+				return nil, err
+			}
+			tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-flatten", Kind: TopicRedistribute, PCollection: out, Producers: ins}
+			sinkTo(tp.Name, ins...)
+			if _, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: out, WindowingStrategy: t.inWS(out)}); err != nil {
+				return nil, err
+			}
+
+		case kindSDK:
+			_, in := mainInput(tr)
+			sb := subOf[in]
+			sb.members = append(sb.members, id)
+			for _, pc := range tr.GetOutputs() {
+				subOf[pc] = sb
+			}
+		}
+	}
+
+	for _, sb := range subs {
+		if err := t.fuse(sb); err != nil {
+			return nil, err
+		}
+	}
+
+	// Wire coders for everything that crosses the host boundary.
+	var boundary []string
+	for _, tp := range plan.Topics {
+		boundary = append(boundary, tp.PCollection)
+		boundary = append(boundary, tp.Producers...)
+	}
+	for _, st := range plan.SubTopologies {
+		boundary = append(boundary, st.Root.Output)
+		for _, s := range st.Stages {
+			boundary = append(boundary, s.Input)
+			boundary = append(boundary, s.Outputs...)
+		}
+		for _, f := range st.Flattens {
+			boundary = append(boundary, f.Output)
+			boundary = append(boundary, f.Inputs...)
+		}
+		for _, sk := range st.Sinks {
+			boundary = append(boundary, sk.PCollection)
+		}
+	}
+	for _, pc := range boundary {
+		if _, err := t.wire(pc); err != nil {
+			return nil, err
+		}
+	}
+	for _, st := range plan.SubTopologies {
+		for _, s := range st.Stages {
+			if err := t.buildDescriptor(s); err != nil {
+				return nil, fmt.Errorf("stage %s: %w", s.ID, err)
+			}
+		}
+	}
+	return plan, nil
+}
+
+// fusionKey is what must agree for two transforms to share a stage.
+func (t *translator) fusionKey(id string) (wasm bool, env string) {
+	_, wasm = t.wasmModule(id)
+	return wasm, t.comps.GetTransforms()[id].GetEnvironmentId()
+}
+
+func (sb *stageBuilder) compatible(wasm bool, env string) bool {
+	return sb.wasm == wasm && (sb.env == "" || env == "" || sb.env == env)
+}
+
+func (sb *stageBuilder) add(id string, env string) {
+	sb.s.Transforms = append(sb.s.Transforms, id)
+	sb.set[id] = true
+	if sb.env == "" {
+		sb.env = env
+	}
+}
+
+// fuse greedily fuses the members of a sub-topology into stages: a transform
+// joins the stage producing its input when the executor and environment
+// agree, else a sibling stage reading the same input, else starts a stage.
+// SDF process transforms always start a stage. A flatten joins a stage when
+// all its inputs are produced in that stage or are its input; otherwise it
+// becomes a runner-side Flatten of the sub-topology.
+func (t *translator) fuse(sb *subBuilder) error {
+	st := sb.st
+	stageOf := map[string]*stageBuilder{}
+	var stages []*stageBuilder
+	newStage := func(input string, wasm bool, forced bool) *stageBuilder {
+		s := &stageBuilder{
+			s:      &Stage{ID: fmt.Sprintf("stage-%d-%d", st.ID, len(stages)), Input: input},
+			set:    map[string]bool{},
+			wasm:   wasm,
+			forced: forced,
+		}
+		stages = append(stages, s)
+		return s
+	}
+	for _, id := range sb.members {
+		tr := t.comps.GetTransforms()[id]
+		wasm, env := t.fusionKey(id)
+		if t.kind[id] == kindFlatten {
+			var cand *stageBuilder
+			for _, pc := range tr.GetInputs() {
+				if s := stageOf[t.producer[pc]]; s != nil {
+					cand = s
+					break
+				}
+			}
+			ok := cand != nil && cand.compatible(wasm, env)
+			for _, pc := range tr.GetInputs() {
+				if !ok {
+					break
+				}
+				ok = stageOf[t.producer[pc]] == cand || cand.s.Input == pc
+			}
+			if ok {
+				cand.add(id, env)
+				stageOf[id] = cand
+				continue
+			}
+			f := &Flatten{TransformID: id, Output: onlyValue(tr.GetOutputs())}
+			for _, l := range sortedKeys(tr.GetInputs()) {
+				f.Inputs = append(f.Inputs, tr.GetInputs()[l])
+			}
+			if err := t.sameWire(tr.GetUniqueName(), f.Output, f.Inputs...); err != nil {
+				return err
+			}
+			st.Flattens = append(st.Flattens, f)
+			continue
+		}
+		_, in := mainInput(tr)
+		var target *stageBuilder
+		if !t.forcedRoot[id] {
+			if s := stageOf[t.producer[in]]; s != nil && s.compatible(wasm, env) {
+				target = s
+			} else {
+				for _, s := range stages {
+					if s.s.Input == in && !s.forced && s.compatible(wasm, env) {
+						target = s
+						break
+					}
+				}
+			}
+		}
+		if target == nil {
+			target = newStage(in, wasm, t.forcedRoot[id])
+		}
+		target.add(id, env)
+		stageOf[id] = target
+	}
+
+	for _, s := range stages {
+		if err := t.finishStage(s); err != nil {
+			return err
+		}
+		st.Stages = append(st.Stages, s.s)
+	}
+	return nil
+}
+
+// finishStage decides a stage's executor and environment and computes its
+// outputs.
+func (t *translator) finishStage(sb *stageBuilder) error {
+	s := sb.s
+	if sb.wasm {
+		s.Executor = ExecutorWASM
+		s.WASMModules = map[string]string{}
+		for _, id := range s.Transforms {
+			m, _ := t.wasmModule(id)
+			s.WASMModules[id] = m
+		}
+	} else {
+		s.Executor = ExecutorHarness
+		env := sb.env
+		if env == "" {
+			if envs := t.comps.GetEnvironments(); len(envs) == 1 {
+				env = sortedKeys(envs)[0]
+			} else {
+				return fmt.Errorf("stage of transforms %v: cannot tell which SDK environment runs it", t.displayNames(s.Transforms))
+			}
+		}
+		if t.comps.GetEnvironments()[env] == nil {
+			return fmt.Errorf("stage of transforms %v: environment %q is not defined", t.displayNames(s.Transforms), env)
+		}
+		s.EnvironmentID = env
+	}
+	outs := map[string]bool{}
+	for _, id := range s.Transforms {
+		for _, pc := range t.comps.GetTransforms()[id].GetOutputs() {
+			for _, c := range t.consumers[pc] {
+				if !sb.set[c] {
+					outs[pc] = true
+				}
+			}
+		}
+	}
+	s.Outputs = sortedKeys(outs)
+	return nil
+}
+
+func (t *translator) displayNames(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = t.name(id)
+	}
+	return out
+}
+
+// checkGBK checks the windowing and coders of a GroupByKey (rootID names it
+// in messages: the lifted combine, or the GroupByKey itself).
+func (t *translator) checkGBK(rootID, in, out string) error {
+	name := t.name(rootID)
+	ws := t.comps.GetWindowingStrategies()[t.inWS(in)]
+	switch ws.GetTrigger().GetTrigger().(type) {
+	case nil, *pipepb.Trigger_Default_:
+	default:
+		return fmt.Errorf("transform %q: GroupByKey with a non-default trigger (%T) is not supported yet", name, ws.GetTrigger().GetTrigger())
+	}
+	if ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
+		return fmt.Errorf("transform %q: GroupByKey over merging windows (window fn %s, merge status %v) is not supported yet; sessions windows are not supported yet", name, ws.GetWindowFn().GetUrn(), ws.GetMergeStatus())
+	}
+	if err := t.checkWindowCoder(in); err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	inW, err := t.wire(in)
+	if err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	outW, err := t.wire(out)
+	if err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	cs := t.comps.GetCoders()
+	inKV := cs[cs[inW].GetComponentCoderIds()[0]]
+	outKV := cs[cs[outW].GetComponentCoderIds()[0]]
+	if inKV.GetSpec().GetUrn() != urnCoderKV || len(inKV.GetComponentCoderIds()) != 2 {
+		return fmt.Errorf("transform %q: GroupByKey input %q has coder %s, want a KV coder", name, in, inKV.GetSpec().GetUrn())
+	}
+	if outKV.GetSpec().GetUrn() != urnCoderKV || len(outKV.GetComponentCoderIds()) != 2 {
+		return fmt.Errorf("transform %q: GroupByKey output %q has coder %s, want a KV coder", name, out, outKV.GetSpec().GetUrn())
+	}
+	iter := cs[outKV.GetComponentCoderIds()[1]]
+	if iter.GetSpec().GetUrn() != urnCoderIterable || len(iter.GetComponentCoderIds()) != 1 {
+		return fmt.Errorf("transform %q: GroupByKey output %q has value coder %s, want an iterable coder", name, out, iter.GetSpec().GetUrn())
+	}
+	if !t.coderEqual(inKV.GetComponentCoderIds()[0], outKV.GetComponentCoderIds()[0]) ||
+		!t.coderEqual(inKV.GetComponentCoderIds()[1], iter.GetComponentCoderIds()[0]) ||
+		!t.coderEqual(cs[inW].GetComponentCoderIds()[1], cs[outW].GetComponentCoderIds()[1]) {
+		return fmt.Errorf("transform %q: GroupByKey output coder is not KV<K, Iterable<V>> of its input coder KV<K, V> in the same windows", name)
+	}
+	return nil
+}
+
+// sameWire checks that elements of the from PCollections can be forwarded
+// unchanged as elements of to: their wire coders encode alike.
+func (t *translator) sameWire(name, to string, from ...string) error {
+	toW, err := t.wire(to)
+	if err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	for _, pc := range from {
+		w, err := t.wire(pc)
+		if err != nil {
+			return fmt.Errorf("transform %q: %w", name, err)
+		}
+		if !t.coderEqual(w, toW) {
+			return fmt.Errorf("transform %q: input %q and output %q are encoded differently (coders %q and %q); re-encoding between them is not supported yet", name, pc, to, t.comps.GetPcollections()[pc].GetCoderId(), t.comps.GetPcollections()[to].GetCoderId())
+		}
+	}
+	return nil
+}
