@@ -76,7 +76,7 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		i.subByTopic[full] = st
 		topics = append(topics, full)
 	}
-	db, err := pebble.Open(cfg.stateDir, &pebble.Options{})
+	db, err := pebble.Open(cfg.stateDir, &pebble.Options{Logger: pebbleLogger{cfg.logger}})
 	if err != nil {
 		return nil, fmt.Errorf("state store %s: %w", cfg.stateDir, err)
 	}
@@ -107,7 +107,7 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 }
 
 func (i *instance) close() {
-	i.cl.Close()
+	i.cl.CloseAllowingRebalance()
 	i.mu.Lock()
 	for id, t := range i.tasks {
 		t.abort()
@@ -280,4 +280,13 @@ func (i *instance) produce(r *kgo.Record) {
 			i.setProduceErr(fmt.Errorf("producing to %s: %w", r.Topic, err))
 		}
 	})
+}
+
+// pebbleLogger sends Pebble's chatter to debug level.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debug("pebble: " + fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error("pebble: " + fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
 }

@@ -193,7 +193,7 @@ func (j *Job) execute(ctx context.Context) (err error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		doneErr <- waitDone(ctx, opts, topics)
+		doneErr <- waitDone(ctx, opts, topics, j.logger)
 	}()
 	select {
 	case err := <-instErr:
@@ -275,24 +275,32 @@ func (j *Job) onSDKLog(e *fnpb.LogEntry) {
 		msg += "\n" + t
 	}
 	attrs := []any{"transform", e.GetTransformId(), "location", e.GetLogLocation()}
+	// Only lines logged while processing a bundle go to the message stream:
+	// a LOOPBACK worker shares its process with the submitting client, which
+	// logs the message stream, and forwarding those lines back would loop.
+	toStream := e.GetInstructionId() != "" || e.GetTransformId() != ""
+	importance := jobpb.JobMessage_JOB_MESSAGE_BASIC
 	switch sev := e.GetSeverity(); {
 	case sev >= fnpb.LogEntry_Severity_ERROR:
 		j.logger.Error("sdk: "+msg, attrs...)
-		j.events.message(jobpb.JobMessage_JOB_MESSAGE_ERROR, msg)
+		importance = jobpb.JobMessage_JOB_MESSAGE_ERROR
 	case sev >= fnpb.LogEntry_Severity_WARN:
 		j.logger.Warn("sdk: "+msg, attrs...)
-		j.events.message(jobpb.JobMessage_JOB_MESSAGE_WARNING, msg)
+		importance = jobpb.JobMessage_JOB_MESSAGE_WARNING
 	case sev >= fnpb.LogEntry_Severity_INFO:
 		j.logger.Info("sdk: "+msg, attrs...)
-		j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
 	default:
 		j.logger.Debug("sdk: "+msg, attrs...)
+		toStream = false
+	}
+	if toStream {
+		j.events.message(importance, msg)
 	}
 }
 
 // waitDone follows the status topic until every task of the plan reports the
 // maximum watermark.
-func waitDone(ctx context.Context, opts Options, topics *topicSet) error {
+func waitDone(ctx context.Context, opts Options, topics *topicSet, logger *slog.Logger) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(strings.Split(opts.BootstrapServers, ",")...),
 		kgo.ConsumeTopics(topics.full(shuffle.StatusTopic)),
@@ -315,6 +323,7 @@ func waitDone(ctx context.Context, opts Options, topics *topicSet) error {
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
 			st, err := decodeTaskStatus(r.Value)
+			logger.Debug("task status", "task", string(r.Key), "watermark", st.watermark, "error", err)
 			if err == nil && st.watermark >= maxWatermark {
 				finished[string(r.Key)] = true
 			}

@@ -423,6 +423,7 @@ func (t *task) outputWatermark(in int64) (int64, error) {
 func (t *task) reportWatermark(wm int64) {
 	wm = max(wm, t.reportedWM)
 	t.reportedWM, t.statusDirty = wm, false
+	t.inst.cfg.logger.Debug("watermark", "task", t.producer, "watermark", wm, "inputs", len(t.inputWM), "producers", t.producers)
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
 		if seen[s.Topic] {

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -40,6 +41,7 @@ var (
 func main() {
 	flag.Parse()
 	beam.Init()
+
 	ctx := context.Background()
 	if err := run(ctx); err != nil {
 		log.Fatal(err)
@@ -48,7 +50,12 @@ func main() {
 
 func run(ctx context.Context) error {
 	if *jobopts.Endpoint == "" {
-		srv, err := host.NewJobServer("localhost:0", host.DefaultOptions(), nil)
+		level := slog.LevelWarn
+		if os.Getenv("KSRUNNER_DEBUG") != "" {
+			level = slog.LevelDebug
+		}
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		srv, err := host.NewJobServer("localhost:0", host.DefaultOptions(), logger)
 		if err != nil {
 			return err
 		}
