@@ -124,6 +124,9 @@ share.coordinator.state.topic.min.isr=1
 offsets.topic.num.partitions=4
 transaction.state.log.num.partitions=4
 group.initial.rebalance.delay.ms=0
+# KIP-848 consumer groups: heartbeat every second (default 5 s), so reassignments are quick
+group.consumer.min.heartbeat.interval.ms=500
+group.consumer.heartbeat.interval.ms=1000
 # topics are created explicitly, as the runner does (and kfake in tests does)
 auto.create.topics.enable=false
 CONF
