@@ -7,17 +7,17 @@
 //	go run ./cmd/conformance --prism                   # builds and starts Beam's Prism (reference)
 //
 // For every package (--packages, comma-separated import paths) it compiles the test binary
-// once (go test -c), lists its tests (--run selects, --skip drops; TestOomParDo is skipped
-// by default because it needs a container and a temp_location), and runs each test in its
-// own process through go tool test2json:
+// once (go test -c), lists its tests (--run selects, --skip drops; by default TestOomParDo,
+// which needs a container, and TestDrain, whose pipeline ends only when drained from
+// outside), and runs each test in its own process through go tool test2json:
 //
 //	<pkg>.test -test.run '^TestX$' -test.timeout T --runner=universal \
 //	    --endpoint=HOST:PORT --environment_type=LOOPBACK
 //
 // so a test that hangs is killed after --timeout and counted as failed without stopping the
-// rest. With --runner=universal Beam applies no per-runner skip filters. The JSON events give
-// each test's result: a table test -> pass/fail/skip, then a closing line
-// "conformance: N passed, N failed, N skipped".
+// rest. Tests run one at a time by default (--parallel). With --runner=universal Beam
+// applies no per-runner skip filters. The JSON events give each test's result: a table
+// test -> pass/fail/skip, then a closing line "conformance: N passed, N failed, N skipped".
 //
 // The expected list (--expected, default .ci/conformance-expected.txt) names the tests that
 // must pass, one per line as <package>.<Test> where <package> is the last element of the

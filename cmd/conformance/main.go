@@ -17,6 +17,12 @@ import (
 
 const defaultPackages = "github.com/apache/beam/sdks/v2/go/test/integration/primitives"
 
+// defaultSkip drops the tests no runner can pass here: TestOomParDo needs a container and
+// a temp_location to find heap dumps in, and TestDrain runs an unbounded splittable DoFn
+// that ends only when the job is drained from outside (only Dataflow's harness does that),
+// so it is a certain hang of --timeout. Beam filters both for every portable runner.
+const defaultSkip = "^(TestOomParDo|TestDrain)$"
+
 type config struct {
 	endpoint   string
 	prism      bool
@@ -44,10 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.prism, "prism", false, "with no --endpoint: build and start Beam's Prism instead of ksrunner (a reference run)")
 	fs.StringVar(&packages, "packages", defaultPackages, "comma-separated import paths of Beam integration test packages")
 	fs.StringVar(&cfg.run, "run", "", "regexp selecting top-level tests (empty: all)")
-	fs.StringVar(&cfg.skip, "skip", "^TestOomParDo$", "regexp of top-level tests not to run")
+	fs.StringVar(&cfg.skip, "skip", defaultSkip, "regexp of top-level tests not to run")
 	fs.DurationVar(&cfg.timeout, "timeout", 120*time.Second, "per-test timeout; a test still running then is killed and failed")
 	fs.StringVar(&cfg.expected, "expected", "", "file listing the tests that must pass (default: .ci/conformance-expected.txt at the module root)")
-	fs.IntVar(&cfg.parallel, "parallel", 2, "tests run at the same time")
+	fs.IntVar(&cfg.parallel, "parallel", 1, "tests run at the same time (Prism mixes up user state of concurrent jobs: keep 1 to compare with it)")
 	fs.StringVar(&cfg.logdir, "logdir", "", "directory for the test binaries' output (default: a new temporary directory)")
 	fs.DurationVar(&cfg.jobTimeout, "jobserver_timeout", 3*time.Minute, "how long to wait for a started job server to print its endpoint (includes building it)")
 	fs.BoolVar(&cfg.verbose, "v", false, "print each test's output as it finishes")

@@ -43,10 +43,10 @@ func parseExpected(r io.Reader, name string) (map[string]bool, error) {
 }
 
 type report struct {
-	results                []result
-	expected               map[string]bool
+	results                 []result
+	expected                map[string]bool
 	passed, failed, skipped int
-	missing                []string // expected, selected, did not pass
+	missing                 []string // expected, selected, did not pass
 }
 
 func evaluate(results []result, expected map[string]bool, pkgs []*testPackage, run, skip *regexp.Regexp) report {
