@@ -80,6 +80,10 @@ func evaluate(results []result, expected map[string]bool, pkgs []*testPackage, r
 			rep.missing = append(rep.missing, id+" (expected to pass, but --skip excludes it)")
 			continue
 		}
+		if _, ok := byID[id]; !ok {
+			rep.missing = append(rep.missing, id+" (did not run: no such test?)")
+			continue
+		}
 		rep.missing = append(rep.missing, id)
 	}
 	sort.Strings(rep.missing)
@@ -103,7 +107,7 @@ func (rep report) print(w io.Writer, took time.Duration) {
 		}
 		for _, id := range rep.missing {
 			fmt.Fprintf(w, "  %s\n", id)
-			if r, ok := byID[id]; ok {
+			if r, ok := byID[id]; ok && r.Status != "pass" {
 				for _, l := range tail(r.Output, 15) {
 					fmt.Fprintf(w, "      %s\n", l)
 				}
