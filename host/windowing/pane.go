@@ -9,6 +9,9 @@ import (
 // on-time index), so panes pass to exec's windowed value coders unchanged.
 type PaneInfo = typex.PaneInfo
 
+// PaneTiming is EARLY, ON_TIME, LATE or UNKNOWN.
+type PaneTiming = typex.PaneTiming
+
 // Pane timings.
 const (
 	Early   = typex.PaneEarly

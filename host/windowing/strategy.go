@@ -119,6 +119,11 @@ type WindowState struct {
 	Count    int64      // elements buffered since the last firing (non-empty pane tracking)
 	Hold     mtime.Time // output timestamp hold of those elements, if HasHold
 	HasHold  bool
+	// ExtraHold is Beam's end-of-window or garbage-collection hold, if
+	// HasExtraHold: it keeps the output watermark back for an ON_TIME or
+	// final pane that will fire even though empty, and for late elements.
+	ExtraHold    mtime.Time
+	HasExtraHold bool
 	LastPane PaneInfo // last emitted pane, if HasPane
 	HasPane  bool
 	Closed   bool // the trigger finished: drop elements until the window expires
@@ -138,10 +143,16 @@ func (st WindowState) Marshal() ([]byte, error) {
 	if st.Closed {
 		flags |= 4
 	}
+	if st.HasExtraHold {
+		flags |= 8
+	}
 	b := []byte{windowStateVersion, flags}
 	b = binary.AppendVarint(b, st.Count)
 	if st.HasHold {
 		b = binary.AppendVarint(b, int64(st.Hold))
+	}
+	if st.HasExtraHold {
+		b = binary.AppendVarint(b, int64(st.ExtraHold))
 	}
 	if st.HasPane {
 		pb, err := EncodePane(st.LastPane)
@@ -176,6 +187,13 @@ func (s *Strategy) UnmarshalState(b []byte) (WindowState, error) {
 			return st, fmt.Errorf("windowing: window state: bad hold")
 		}
 		st.HasHold, st.Hold, b = true, mtime.Time(v), b[k:]
+	}
+	if flags&8 != 0 {
+		v, k := binary.Varint(b)
+		if k <= 0 {
+			return st, fmt.Errorf("windowing: window state: bad extra hold")
+		}
+		st.HasExtraHold, st.ExtraHold, b = true, mtime.Time(v), b[k:]
 	}
 	if flags&2 != 0 {
 		r := bytes.NewReader(b)
@@ -242,7 +260,7 @@ func (s *Strategy) OnElement(st WindowState, ts mtime.Time, c Context) Result {
 		return Result{State: st, Dropped: DroppedClosed, Timers: s.timers(st, c)}
 	}
 	st.Count++
-	st.Hold, st.HasHold = s.addHold(st.Hold, st.HasHold, ts, c)
+	s.addHold(&st, ts, c)
 	st.Trigger = s.Trigger.OnElement(st.Trigger, c)
 	res := Result{State: st}
 	if s.Trigger.ShouldFire(st.Trigger, c) {
@@ -291,11 +309,17 @@ func (s *Strategy) fire(res *Result, c Context) {
 func (s *Strategy) trigger(res *Result, c Context, isFinal bool) {
 	st := &res.State
 	isEmpty := st.Count == 0
-	outTs := c.Window.MaxTimestamp()
-	if st.HasHold {
-		outTs = st.Hold
+	// WatermarkHold.extractAndRelease: the pane's timestamp is the minimum
+	// of the holds, which are released; a window that is not finished
+	// re-holds at its end (or expiry) for a pane that may fire empty.
+	outTs, ok := st.OutputHold()
+	if !ok {
+		outTs = c.Window.MaxTimestamp()
 	}
-	st.Count, st.Hold, st.HasHold = 0, 0, false
+	st.Count, st.Hold, st.HasHold, st.ExtraHold, st.HasExtraHold = 0, 0, false, 0, false
+	if !isFinal {
+		s.addExtraHold(st, c, true)
+	}
 	if isEmpty && !s.ClosingFireAlways && !s.OnTimeFireAlways {
 		return
 	}
@@ -309,23 +333,49 @@ func (s *Strategy) trigger(res *Result, c Context, isFinal bool) {
 }
 
 // addHold adds the output timestamp hold of an element at ts (Beam's
-// WatermarkHold.addElementHold): the combiner's timestamp, unless that is
-// already behind the output watermark, in which case the hold moves to the
-// end of the window or, past it, to the garbage collection time.
-func (s *Strategy) addHold(hold mtime.Time, has bool, ts mtime.Time, c Context) (mtime.Time, bool) {
+// WatermarkHold.addHolds): the combiner's timestamp, unless that is already
+// behind the output watermark, in which case the element is held by the
+// end-of-window or garbage-collection hold instead.
+func (s *Strategy) addHold(st *WindowState, ts mtime.Time, c Context) {
 	h := ts
 	if s.TimestampCombiner == EndOfWindow {
 		h = c.Window.MaxTimestamp()
 	}
 	if h < c.OutputWatermark {
-		if h = c.Window.MaxTimestamp(); h < c.InputWatermark {
-			h = s.GCTime(c.Window)
+		s.addExtraHold(st, c, false)
+		return
+	}
+	if st.HasHold {
+		h = s.combine(st.Hold, h, c.Window)
+	}
+	st.Hold, st.HasHold = h, true
+}
+
+// addExtraHold is WatermarkHold.addEndOfWindowOrGarbageCollectionHolds: hold
+// at the window's max timestamp while the input watermark has not passed it
+// (for an empty pane only if the ON_TIME pane fires always), else at the
+// garbage collection time while not passed (for an empty pane only if the
+// final pane fires always).
+func (s *Strategy) addExtraHold(st *WindowState, c Context, paneIsEmpty bool) {
+	var h mtime.Time
+	switch maxTs, gc := c.Window.MaxTimestamp(), s.GCTime(c.Window); {
+	case maxTs >= c.InputWatermark:
+		if paneIsEmpty && !s.OnTimeFireAlways {
+			return
 		}
+		h = maxTs
+	case gc >= c.InputWatermark:
+		if paneIsEmpty && !s.ClosingFireAlways {
+			return
+		}
+		h = gc
+	default:
+		return
 	}
-	if !has {
-		return h, true
+	if st.HasExtraHold {
+		h = min(h, st.ExtraHold)
 	}
-	return s.combine(hold, h, c.Window), true
+	st.ExtraHold, st.HasExtraHold = h, true
 }
 
 func (s *Strategy) combine(a, b mtime.Time, w Window) mtime.Time {
@@ -361,6 +411,9 @@ func (s *Strategy) Merge(states []WindowState, c Context) Result {
 			}
 			out.Hold, out.HasHold = h, true
 		}
+		if st.HasExtraHold && (!out.HasExtraHold || st.ExtraHold < out.ExtraHold) {
+			out.ExtraHold, out.HasExtraHold = st.ExtraHold, true
+		}
 		if st.HasPane && (!out.HasPane || st.LastPane.Index > out.LastPane.Index) {
 			out.LastPane, out.HasPane = st.LastPane, true
 		}
@@ -368,7 +421,7 @@ func (s *Strategy) Merge(states []WindowState, c Context) Result {
 	out.Trigger = s.Trigger.OnMerge(trig, c)
 	out.Closed = s.Trigger.IsFinished(out.Trigger)
 	if out.Closed {
-		out.Count, out.Hold, out.HasHold = 0, 0, false
+		out = WindowState{Trigger: out.Trigger, LastPane: out.LastPane, HasPane: out.HasPane, Closed: true}
 	}
 	return Result{State: out, ClearBuffer: out.Closed, Timers: s.timers(out, c)}
 }
@@ -384,6 +437,16 @@ func (s *Strategy) timers(st WindowState, c Context) Timers {
 }
 
 // OutputHold returns the window's output watermark hold, if any: the host's
-// output watermark must not pass it while the window's elements are
-// buffered.
-func (st WindowState) OutputHold() (mtime.Time, bool) { return st.Hold, st.HasHold }
+// output watermark must not pass it while the window holds it. It is the
+// minimum of the element hold and the end-of-window/GC hold.
+func (st WindowState) OutputHold() (mtime.Time, bool) {
+	switch {
+	case st.HasHold && st.HasExtraHold:
+		return min(st.Hold, st.ExtraHold), true
+	case st.HasHold:
+		return st.Hold, true
+	case st.HasExtraHold:
+		return st.ExtraHold, true
+	}
+	return 0, false
+}
