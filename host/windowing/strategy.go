@@ -112,21 +112,21 @@ func (s *Strategy) IsDroppable(w Window, inputWM mtime.Time) bool {
 // WindowState is the driver's state for one key and window. The host stores
 // it (Marshal) next to the window's buffered values.
 //
-// Invariants: Count > 0 implies HasHold (unless Closed); Closed windows hold
-// nothing and buffer nothing.
+// Invariants: Count > 0 implies HasHold or HasExtraHold (every buffered
+// element is held); Closed windows hold nothing and buffer nothing.
 type WindowState struct {
-	Trigger  TriggerState
-	Count    int64      // elements buffered since the last firing (non-empty pane tracking)
-	Hold     mtime.Time // output timestamp hold of those elements, if HasHold
-	HasHold  bool
+	Trigger TriggerState
+	Count   int64      // elements buffered since the last firing (non-empty pane tracking)
+	Hold    mtime.Time // output timestamp hold of those elements, if HasHold
+	HasHold bool
 	// ExtraHold is Beam's end-of-window or garbage-collection hold, if
 	// HasExtraHold: it keeps the output watermark back for an ON_TIME or
 	// final pane that will fire even though empty, and for late elements.
 	ExtraHold    mtime.Time
 	HasExtraHold bool
-	LastPane PaneInfo // last emitted pane, if HasPane
-	HasPane  bool
-	Closed   bool // the trigger finished: drop elements until the window expires
+	LastPane     PaneInfo // last emitted pane, if HasPane
+	HasPane      bool
+	Closed       bool // the trigger finished: drop elements until the window expires
 }
 
 const windowStateVersion = 1
@@ -217,9 +217,9 @@ type DropReason int
 
 // Drop reasons.
 const (
-	NotDropped   DropReason = iota
-	DroppedLate             // the window expired (count in dropped_late_elements)
-	DroppedClosed           // the window's trigger finished (Beam's droppedDueToClosedWindow)
+	NotDropped    DropReason = iota
+	DroppedLate              // the window expired (count in dropped_late_elements)
+	DroppedClosed            // the window's trigger finished (Beam's droppedDueToClosedWindow)
 )
 
 // Pane is one pane to emit: the window's buffered values (all of them) as
