@@ -1,0 +1,152 @@
+package kafkatest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// EnvBootstrap names the environment variable holding a real broker's bootstrap address.
+const EnvBootstrap = "KSRUNNER_TEST_BOOTSTRAP"
+
+// IsReal reports whether tests run against a real broker (KSRUNNER_TEST_BOOTSTRAP is set)
+// rather than an in-process kfake cluster.
+func IsReal() bool { return os.Getenv(EnvBootstrap) != "" }
+
+var (
+	reachOnce sync.Once
+	reachErr  error
+)
+
+// Broker returns the bootstrap address of the broker the test should use: the real
+// broker of KSRUNNER_TEST_BOOTSTRAP if set (failing the test if it cannot be reached),
+// otherwise a new single-broker kfake cluster on a random loopback port, closed by
+// t.Cleanup.
+func Broker(t testing.TB) string {
+	t.Helper()
+	if addr := os.Getenv(EnvBootstrap); addr != "" {
+		reachOnce.Do(func() {
+			for _, a := range strings.Split(addr, ",") {
+				c, err := net.DialTimeout("tcp", strings.TrimSpace(a), 5*time.Second)
+				if err != nil {
+					reachErr = err
+					return
+				}
+				c.Close()
+			}
+		})
+		if reachErr != nil {
+			t.Fatalf("kafkatest: %s=%s is not reachable: %v (start it with .ci/kafka-broker.sh up)", EnvBootstrap, addr, reachErr)
+		}
+		return addr
+	}
+	c, err := kfake.NewCluster(
+		kfake.NumBrokers(1),
+		kfake.DefaultNumPartitions(1),
+		kfake.BrokerConfigs(map[string]string{
+			"group.consumer.heartbeat.interval.ms": "1000",
+		}),
+	)
+	if err != nil {
+		t.Fatalf("kafkatest: starting kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()[0]
+}
+
+// maxTestPart bounds the part of a name taken from the test name.
+const maxTestPart = 80
+
+// UniqueName returns a name for a topic, consumer group, transactional id or
+// application id that no other test (or earlier run against the same broker) uses:
+// prefix, the sanitized test name and a random suffix, joined by '-'. It holds only
+// [a-zA-Z0-9_-], so it is a legal topic name and can be embedded in others.
+func UniqueName(t testing.TB, prefix string) string {
+	t.Helper()
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("kafkatest: random: %v", err)
+	}
+	name := sanitize(t.Name())
+	if len(name) > maxTestPart {
+		name = name[:maxTestPart]
+	}
+	parts := make([]string, 0, 3)
+	if p := sanitize(prefix); p != "" {
+		parts = append(parts, p)
+	}
+	return strings.Join(append(parts, name, hex.EncodeToString(b[:])), "-")
+}
+
+func sanitize(s string) string {
+	var sb strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			sb.WriteRune(r)
+		default:
+			sb.WriteByte('_')
+		}
+	}
+	return sb.String()
+}
+
+// Client returns a franz-go client for bootstrap with the given options, closed by t.Cleanup.
+func Client(t testing.TB, bootstrap string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(bootstrap, ",")...)}, opts...)...)
+	if err != nil {
+		t.Fatalf("kafkatest: new client: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// CreateTopic creates topic with the given number of partitions (replication factor 1)
+// and waits until its metadata is visible. It fails the test on error, including when
+// the topic already exists.
+func CreateTopic(t testing.TB, bootstrap, topic string, partitions int32) {
+	t.Helper()
+	cl := Client(t, bootstrap)
+	adm := kadm.NewClient(cl)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: create topic %s: %v", topic, err)
+	}
+	for {
+		md, err := adm.Metadata(ctx, topic)
+		if err == nil {
+			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
+				ready := true
+				for _, p := range td.Partitions {
+					if p.Err != nil || p.Leader < 0 {
+						ready = false
+					}
+				}
+				if ready {
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("kafkatest: topic %s not ready: %v (last metadata error: %v)", topic, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
