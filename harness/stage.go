@@ -277,11 +277,15 @@ func (b *Bundle) ProcessElements(elements [][]byte) error {
 // worker has connected its data stream: SDKs open it lazily, when their
 // first bundle starts.
 func (b *Bundle) beforeInput() error {
+	b.checkContext()
 	b.mu.Lock()
 	finishing := b.finishing
 	b.mu.Unlock()
 	if finishing {
 		return fmt.Errorf("stage %s bundle %s: Process after Finish", b.stage.id, b.id)
+	}
+	if isClosed(b.done) { // select below picks at random among ready cases
+		return b.failure()
 	}
 	select {
 	case <-b.w.dataReady:
@@ -298,11 +302,22 @@ func (b *Bundle) sendInput(data []byte, isLast bool) error {
 		Data:          data,
 		IsLast:        isLast,
 	}}}
+	if isClosed(b.done) { // select below picks at random among ready cases
+		return b.failure()
+	}
 	select {
 	case b.w.dataOut <- msg:
 		return nil
 	case <-b.done:
 		return b.failure()
+	}
+}
+
+// checkContext fails the bundle at once if its context is done, rather than
+// leaving it to the context.AfterFunc goroutine, which may not have run yet.
+func (b *Bundle) checkContext() {
+	if b.ctx.Err() != nil {
+		b.complete(fmt.Errorf("stage %s bundle %s: %w", b.stage.id, b.id, context.Cause(b.ctx)))
 	}
 }
 
@@ -328,6 +343,9 @@ func (b *Bundle) Finish() (*Result, error) {
 		return nil, fmt.Errorf("stage %s bundle %s: Finish called twice", b.stage.id, b.id)
 	}
 	b.finishing = true
+	b.mu.Unlock()
+	b.checkContext()
+	b.mu.Lock()
 	sendLast := !b.inputClosed && !b.completed
 	b.inputClosed = true
 	b.mu.Unlock()

@@ -126,7 +126,8 @@ func (w *worker) fail(cause error) {
 	}
 	w.h.goOwned(func() {
 		if err := w.stop(); err != nil {
-			w.logger.Warn("stopping lost worker", slog.Any("error", err))
+			// Often expected: a worker is lost because its pool went away.
+			w.logger.Debug("stopping lost worker", slog.Any("error", err))
 		}
 	})
 }
