@@ -76,24 +76,23 @@ func TestRoundTripBigBatches(t *testing.T) {
 	}
 	// Several bundles on one stage: the descriptor is registered once and
 	// reused.
-	for round := range 3 {
+	for round := range 2 {
 		c := newCollector(t)
 		b, err := stage.StartBundle(ctx, c.emit)
 		if err != nil {
 			t.Fatalf("StartBundle: %v", err)
 		}
 		var want []string
-		// 200k elements in batches of 20k, and one batch above
-		// MaxDataChunk so Process splits it (mid-element: the Go SDK
-		// reads input as a stream).
-		for batch := range 10 {
-			elems := numbered(fmt.Sprintf("r%d-b%d-", round, batch), 20_000)
+		// 50k elements in batches of 10k, and one batch above
+		// MaxDataChunk, which Process sends whole.
+		for batch := range 5 {
+			elems := numbered(fmt.Sprintf("r%d-b%d-", round, batch), 10_000)
 			want = append(want, asStrings(elems)...)
 			if err := b.Process(encodeElements(t, elems...)); err != nil {
 				t.Fatalf("Process: %v", err)
 			}
 		}
-		big := numbered(fmt.Sprintf("r%d-big-%s-", round, strings.Repeat("x", 100)), 50_000)
+		big := numbered(fmt.Sprintf("r%d-big-%s-", round, strings.Repeat("x", 200)), 25_000)
 		if data := encodeElements(t, big...); len(data) <= harness.MaxDataChunk {
 			t.Fatalf("big batch is only %d bytes", len(data))
 		}

@@ -343,3 +343,13 @@ func checkNoHarnessGoroutines(t testing.TB) {
 }
 
 var _ io.Writer = (*bytes.Buffer)(nil)
+
+func init() { register.Function3x0(exitFn) }
+
+// exitFn kills its worker process on "exit"; only for PROCESS environments.
+func exitFn(_ context.Context, elem []byte, emit func([]byte)) {
+	if string(elem) == "exit" {
+		os.Exit(3)
+	}
+	emit(elem)
+}

@@ -20,8 +20,9 @@ const (
 	URNDataSink   = "beam:runner:sink:v1"
 )
 
-// MaxDataChunk is the largest data message Process sends. Larger batches
-// are split; see Process and ProcessElements for where.
+// MaxDataChunk is the size ProcessElements packs input messages to, and
+// the size the host should keep Process batches near: big enough to
+// amortise per-message costs, small enough to bound buffering.
 const MaxDataChunk = 4 << 20
 
 // Stage is a ProcessBundleDescriptor registered with the worker of one
@@ -228,28 +229,26 @@ func (s *Stage) StartBundle(ctx context.Context, emit func(pcoll string, data []
 func (b *Bundle) ID() string { return b.id }
 
 // Process sends data, concatenated encoded windowed values for the stage's
-// input transform, on the data channel. Batches larger than MaxDataChunk are
-// split into messages of that size, possibly mid-element: the Go SDK reads
-// its input as a stream, but SDKs that decode each message on its own
-// (Python, Java) need ProcessElements. Process may block for flow control.
+// input transform, on the data channel as one message. data must hold whole
+// elements: every SDK (Go, Java, Python) decodes each data message on its
+// own, so the harness cannot split a batch without knowing where its
+// elements end. Keep batches around MaxDataChunk; ProcessElements packs
+// elements into such messages itself. Process may block for flow control.
 // data is copied: the caller may reuse it when Process returns.
 func (b *Bundle) Process(data []byte) error {
 	if err := b.beforeInput(); err != nil {
 		return err
 	}
-	for len(data) > 0 {
-		n := min(len(data), MaxDataChunk)
-		if err := b.sendInput(slices.Clone(data[:n]), false); err != nil {
-			return err
-		}
-		data = data[n:]
+	if len(data) == 0 {
+		return nil
 	}
-	return nil
+	return b.sendInput(slices.Clone(data), false)
 }
 
 // ProcessElements sends encoded windowed values for the stage's input
-// transform, packed into messages of up to MaxDataChunk bytes without ever
-// splitting an element, which every SDK accepts. The elements are copied.
+// transform, packed into messages of up to MaxDataChunk bytes (an element
+// larger than that goes alone) without ever splitting an element. The
+// elements are copied.
 func (b *Bundle) ProcessElements(elements [][]byte) error {
 	if err := b.beforeInput(); err != nil {
 		return err
