@@ -1,15 +1,18 @@
 package harness_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -99,21 +102,6 @@ func TestWorkerDeathFailsBundles(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
-
-// recordingState is a StateHandler that records the keys it was asked for.
-type recordingState struct {
-	mu   sync.Mutex
-	keys []string
-}
-
-func (r *recordingState) Get(_ context.Context, key *fnpb.StateKey, _ []byte) ([]byte, []byte, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.keys = append(r.keys, harness.StateKeyType(key))
-	return nil, nil, errors.New("recording only")
-}
-func (r *recordingState) Append(context.Context, *fnpb.StateKey, []byte) error { return nil }
-func (r *recordingState) Clear(context.Context, *fnpb.StateKey) error          { return nil }
 
 func TestUnsupportedStateNamesKeyType(t *testing.T) {
 	err := harness.UnsupportedState{}.Clear(context.Background(), &fnpb.StateKey{Type: &fnpb.StateKey_BagUserState_{BagUserState: &fnpb.StateKey_BagUserState{}}})
@@ -207,11 +195,64 @@ func TestProvisionAndArtifacts(t *testing.T) {
 	}
 }
 
-// TestStateRequestsReachHandler runs a bundle whose SDK asks for a side
-// input; the harness routes the request to the bundle's StateHandler and
-// the handler's error fails the bundle with the key type named.
-func TestStateRequestsReachHandler(t *testing.T) {
-	t.Skip("needs a side-input descriptor; covered by UnsupportedState unit test for now")
-	_ = time.Second
-	_ = &recordingState{}
+// TestIterableSideInput runs a ParDo with a side input on the real SDK: its
+// state requests reach the bundle's StateHandler (here the in-memory
+// SideInputs, paging one value per response to exercise continuation
+// tokens), and without a handler they fail naming the key type.
+func TestIterableSideInput(t *testing.T) {
+	h := startHarness(t, harness.Config{})
+	spec := buildStageFrom(t, func(s beam.Scope, imp beam.PCollection) {
+		beam.ParDo(s, sideFn, imp, beam.SideInput{Input: beam.Impulse(s)})
+	})
+	ctx := context.Background()
+	stage, err := h.Stage(ctx, "go", spec.desc, spec.input, spec.outputs)
+	if err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	var pardoID, sideID string
+	for id, tr := range spec.desc.GetTransforms() {
+		if tr.GetSpec().GetUrn() == "beam:transform:pardo:v1" {
+			pardoID = id
+			var payload pipepb.ParDoPayload
+			if err := proto.Unmarshal(tr.GetSpec().GetPayload(), &payload); err != nil {
+				t.Fatal(err)
+			}
+			for local := range payload.GetSideInputs() {
+				sideID = local
+			}
+		}
+	}
+	side := &harness.SideInputs{PageSize: 1}
+	var values [][]byte
+	for _, v := range []string{"s1", "s2", "s3"} {
+		var buf bytes.Buffer
+		coder.EncodeBytes([]byte(v), &buf)
+		values = append(values, buf.Bytes())
+	}
+	side.SetIterable(pardoID, sideID, nil, values)
+
+	c := newCollector(t)
+	b, err := stage.StartBundle(ctx, c.emit, harness.WithStateHandler(side))
+	if err != nil {
+		t.Fatalf("StartBundle: %v", err)
+	}
+	if err := b.Process(encodeElements(t, []byte("a"), []byte("b"))); err != nil {
+		t.Fatalf("Process: %v", err)
+	}
+	if _, err := b.Finish(); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	if got, want := c.elements(spec.order[0]), []string{"a|s1|s2|s3", "b|s1|s2|s3"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+
+	// Config's default handler refuses, naming the key type.
+	b, err = stage.StartBundle(ctx, newCollector(t).emit)
+	if err != nil {
+		t.Fatalf("StartBundle: %v", err)
+	}
+	_ = b.Process(encodeElements(t, []byte("a")))
+	if _, err := b.Finish(); err == nil || !strings.Contains(err.Error(), "iterable_side_input") || !strings.Contains(err.Error(), "not supported yet") {
+		t.Errorf("without a handler: got %v, want an error naming iterable_side_input", err)
+	}
 }

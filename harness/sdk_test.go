@@ -140,16 +140,25 @@ type stageSpec struct {
 // outputs with data sinks, as the translate package would for a fused stage.
 func buildStage(t testing.TB, fn any, outputs int) stageSpec {
 	t.Helper()
+	return buildStageFrom(t, func(s beam.Scope, imp beam.PCollection) {
+		switch outputs {
+		case 1:
+			beam.ParDo(s, fn, imp)
+		case 2:
+			beam.ParDo2(s, fn, imp)
+		default:
+			t.Fatalf("buildStage: %d outputs not supported", outputs)
+		}
+	})
+}
+
+// buildStageFrom is buildStage for a pipeline where apply adds the one
+// ParDo to an impulse output. Side inputs of the ParDo are left to the
+// state API.
+func buildStageFrom(t testing.TB, apply func(s beam.Scope, imp beam.PCollection)) stageSpec {
+	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
-	imp := beam.Impulse(s)
-	switch outputs {
-	case 1:
-		beam.ParDo(s, fn, imp)
-	case 2:
-		beam.ParDo2(s, fn, imp)
-	default:
-		t.Fatalf("buildStage: %d outputs not supported", outputs)
-	}
+	apply(s, beam.Impulse(s))
 	edges, _, err := p.Build()
 	if err != nil {
 		t.Fatalf("building pipeline: %v", err)
@@ -169,6 +178,10 @@ func buildStage(t testing.TB, fn any, outputs int) stageSpec {
 		t.Fatalf("no ParDo in marshalled pipeline")
 	}
 	pardo := comps.GetTransforms()[pardoID]
+	var pardoPayload pipepb.ParDoPayload
+	if err := proto.Unmarshal(pardo.GetSpec().GetPayload(), &pardoPayload); err != nil {
+		t.Fatalf("decoding ParDoPayload: %v", err)
+	}
 	desc := &fnpb.ProcessBundleDescriptor{
 		Id:                  "test-stage",
 		Transforms:          map[string]*pipepb.PTransform{pardoID: pardo},
@@ -184,7 +197,7 @@ func buildStage(t testing.TB, fn any, outputs int) stageSpec {
 		ws := comps.GetWindowingStrategies()[pc.GetWindowingStrategyId()]
 		id := "wv-" + pcollID
 		desc.Coders[id] = &pipepb.Coder{
-			Spec:             &pipepb.FunctionSpec{Urn: "beam:coder:windowed_value:v1"},
+			Spec:              &pipepb.FunctionSpec{Urn: "beam:coder:windowed_value:v1"},
 			ComponentCoderIds: []string{pc.GetCoderId(), ws.GetWindowCoderId()},
 		}
 		desc.Pcollections[pcollID] = pc
@@ -198,7 +211,11 @@ func buildStage(t testing.TB, fn any, outputs int) stageSpec {
 		return b
 	}
 	spec := stageSpec{desc: desc, input: "source", outputs: map[string]string{}}
-	for _, in := range pardo.GetInputs() {
+	for local, in := range pardo.GetInputs() {
+		if _, ok := pardoPayload.GetSideInputs()[local]; ok {
+			desc.Pcollections[in] = comps.GetPcollections()[in]
+			continue
+		}
 		desc.Transforms["source"] = &pipepb.PTransform{
 			UniqueName: "source",
 			Spec:       &pipepb.FunctionSpec{Urn: harness.URNDataSource, Payload: port(wvCoder(in))},
@@ -344,7 +361,21 @@ func checkNoHarnessGoroutines(t testing.TB) {
 
 var _ io.Writer = (*bytes.Buffer)(nil)
 
-func init() { register.Function3x0(exitFn) }
+func init() {
+	register.Function3x0(exitFn)
+	register.Function4x0(sideFn)
+	register.Iter1[[]byte]()
+}
+
+// sideFn appends the values of its side input to every element.
+func sideFn(_ context.Context, elem []byte, side func(*[]byte) bool, emit func([]byte)) {
+	out := slices.Clone(elem)
+	var v []byte
+	for side(&v) {
+		out = append(append(out, '|'), v...)
+	}
+	emit(out)
+}
 
 // exitFn kills its worker process on "exit"; only for PROCESS environments.
 func exitFn(_ context.Context, elem []byte, emit func([]byte)) {
