@@ -420,6 +420,8 @@ func TestCloseStopsWorkerAndGoroutines(t *testing.T) {
 	if err := h.StartEnvironment(ctx, "go", loopbackEnv(t)); err != nil {
 		t.Fatalf("StartEnvironment: %v", err)
 	}
+	gate := make(chan struct{})
+	slowGate.Store(&gate)
 	spec := buildStage(t, slowFn, 1)
 	stage, err := h.Stage(ctx, "go", spec.desc, spec.input, spec.outputs)
 	if err != nil {
@@ -445,7 +447,7 @@ func TestCloseStopsWorkerAndGoroutines(t *testing.T) {
 	if err := <-finished; !errors.Is(err, harness.ErrClosed) {
 		t.Errorf("in-flight bundle: got %v, want ErrClosed", err)
 	}
-	close(slowRelease) // let the stuck DoFn return, so the SDK worker can exit
+	close(gate) // let the stuck DoFn return, so the SDK worker can exit
 	checkNoHarnessGoroutines(t)
 
 	if err := h.StartEnvironment(ctx, "other", loopbackEnv(t)); !errors.Is(err, harness.ErrClosed) {

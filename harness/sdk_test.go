@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,15 +117,15 @@ func logFn(ctx context.Context, elem []byte, emit func([]byte)) {
 	emit(elem)
 }
 
-// slowFn blocks on "block" until the test's release channel closes.
+// slowFn blocks on "block" until the test closes the gate it set.
 func slowFn(_ context.Context, elem []byte, emit func([]byte)) {
-	if string(elem) == "block" {
-		<-slowRelease
+	if g := slowGate.Load(); string(elem) == "block" && g != nil {
+		<-*g
 	}
 	emit(elem)
 }
 
-var slowRelease = make(chan struct{})
+var slowGate atomic.Pointer[chan struct{}]
 
 // stageSpec is a descriptor made from a Go SDK pipeline: data source ->
 // ParDo(fn) -> one data sink per ParDo output.
