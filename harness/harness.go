@@ -205,7 +205,7 @@ func (h *Harness) newID(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, h.nextID.Add(1))
 }
 
-// go starts fn as a goroutine owned by the harness: Close waits for it.
+// goOwned starts fn as a goroutine owned by the harness: Close waits for it.
 func (h *Harness) goOwned(fn func()) {
 	h.wg.Add(1)
 	go func() {

@@ -346,13 +346,19 @@ func (b *Bundle) Finish() (*Result, error) {
 	b.checkContext()
 	b.mu.Lock()
 	sendLast := !b.inputClosed && !b.completed
-	b.inputClosed = true
 	b.mu.Unlock()
 
+	// inputClosed is set only once is_last is queued: if the bundle fails
+	// meanwhile, complete still owes the SDK an is_last (a duplicate is
+	// harmless; a missing one leaves the SDK waiting for input forever).
 	if sendLast {
 		select {
 		case <-b.w.dataReady:
-			_ = b.sendInput(nil, true) // on failure b.done is closed: handled below
+			if b.sendInput(nil, true) == nil {
+				b.mu.Lock()
+				b.inputClosed = true
+				b.mu.Unlock()
+			}
 		case <-b.done:
 		}
 	}
