@@ -17,14 +17,17 @@
 //   - stages: [Harness.Stage] registers a ProcessBundleDescriptor with the
 //     environment's worker after pointing its data ports and state API at
 //     this server.
-//   - bundles: [Stage.StartBundle], [Bundle.Process] and [Bundle.Finish]
-//     stream encoded windowed values to the SDK in large batches, hand the
-//     SDK's outputs to the host as they arrive, and collect residuals and
-//     monitoring infos. Many bundles of many stages share one worker; the data
-//     stream is multiplexed by instruction id and transform id.
+//   - bundles: [Stage.StartBundle], [Bundle.Process] (or
+//     [Bundle.ProcessElements]) and [Bundle.Finish] stream encoded windowed
+//     values to the SDK in large batches, hand the SDK's outputs to the host
+//     as they arrive, and collect residuals and monitoring infos. Many
+//     bundles of many stages share one worker; the data stream is
+//     multiplexed by instruction id and transform id. SDKs decode every data
+//     message on its own, so input is only ever split between elements.
 //   - state: every state request of a bundle goes to a [StateHandler]; the
-//     host implements it against its stores. Without one, requests fail with
-//     an error naming the state key type.
+//     host implements it against its stores ([SideInputs] is an in-memory
+//     one for iterable side inputs). Without one, requests fail with an
+//     error naming the state key type.
 //
 // The package knows nothing about Kafka, coders or windowing: elements cross
 // it as opaque bytes in Beam's windowed-value encoding.

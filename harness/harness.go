@@ -179,8 +179,13 @@ func (h *Harness) Close() error {
 		}
 		h.mu.Unlock()
 
-		// Stop environments first, while the server still answers, so SDK
-		// workers see an orderly shutdown rather than broken connections.
+		// Fail the workers first, so bundles in flight report ErrClosed
+		// rather than whatever the stopping workers' streams say; then stop
+		// their environments while the server still answers, so SDK workers
+		// see an orderly shutdown.
+		for _, w := range workers {
+			w.fail(fmt.Errorf("worker %s: %w", w.id, ErrClosed))
+		}
 		var errs []error
 		for _, w := range workers {
 			if err := w.stop(); err != nil {
@@ -188,9 +193,6 @@ func (h *Harness) Close() error {
 			}
 		}
 		h.cancel()
-		for _, w := range workers {
-			w.fail(fmt.Errorf("worker %s: %w", w.id, ErrClosed))
-		}
 		h.server.Stop()
 		h.wg.Wait()
 		h.closeErr = errors.Join(errs...)
@@ -203,7 +205,7 @@ func (h *Harness) newID(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, h.nextID.Add(1))
 }
 
-// go starts fn as a goroutine owned by the harness: Close waits for it.
+// goOwned starts fn as a goroutine owned by the harness: Close waits for it.
 func (h *Harness) goOwned(fn func()) {
 	h.wg.Add(1)
 	go func() {

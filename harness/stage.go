@@ -20,8 +20,9 @@ const (
 	URNDataSink   = "beam:runner:sink:v1"
 )
 
-// MaxDataChunk is the largest data message Process sends. Larger batches
-// are split; see Process and ProcessElements for where.
+// MaxDataChunk is the size ProcessElements packs input messages to, and
+// the size the host should keep Process batches near: big enough to
+// amortise per-message costs, small enough to bound buffering.
 const MaxDataChunk = 4 << 20
 
 // Stage is a ProcessBundleDescriptor registered with the worker of one
@@ -228,28 +229,26 @@ func (s *Stage) StartBundle(ctx context.Context, emit func(pcoll string, data []
 func (b *Bundle) ID() string { return b.id }
 
 // Process sends data, concatenated encoded windowed values for the stage's
-// input transform, on the data channel. Batches larger than MaxDataChunk are
-// split into messages of that size, possibly mid-element: the Go SDK reads
-// its input as a stream, but SDKs that decode each message on its own
-// (Python, Java) need ProcessElements. Process may block for flow control.
+// input transform, on the data channel as one message. data must hold whole
+// elements: every SDK (Go, Java, Python) decodes each data message on its
+// own, so the harness cannot split a batch without knowing where its
+// elements end. Keep batches around MaxDataChunk; ProcessElements packs
+// elements into such messages itself. Process may block for flow control.
 // data is copied: the caller may reuse it when Process returns.
 func (b *Bundle) Process(data []byte) error {
 	if err := b.beforeInput(); err != nil {
 		return err
 	}
-	for len(data) > 0 {
-		n := min(len(data), MaxDataChunk)
-		if err := b.sendInput(slices.Clone(data[:n]), false); err != nil {
-			return err
-		}
-		data = data[n:]
+	if len(data) == 0 {
+		return nil
 	}
-	return nil
+	return b.sendInput(slices.Clone(data), false)
 }
 
 // ProcessElements sends encoded windowed values for the stage's input
-// transform, packed into messages of up to MaxDataChunk bytes without ever
-// splitting an element, which every SDK accepts. The elements are copied.
+// transform, packed into messages of up to MaxDataChunk bytes (an element
+// larger than that goes alone) without ever splitting an element. The
+// elements are copied.
 func (b *Bundle) ProcessElements(elements [][]byte) error {
 	if err := b.beforeInput(); err != nil {
 		return err
@@ -277,11 +276,15 @@ func (b *Bundle) ProcessElements(elements [][]byte) error {
 // worker has connected its data stream: SDKs open it lazily, when their
 // first bundle starts.
 func (b *Bundle) beforeInput() error {
+	b.checkContext()
 	b.mu.Lock()
 	finishing := b.finishing
 	b.mu.Unlock()
 	if finishing {
 		return fmt.Errorf("stage %s bundle %s: Process after Finish", b.stage.id, b.id)
+	}
+	if isClosed(b.done) { // select below picks at random among ready cases
+		return b.failure()
 	}
 	select {
 	case <-b.w.dataReady:
@@ -298,11 +301,22 @@ func (b *Bundle) sendInput(data []byte, isLast bool) error {
 		Data:          data,
 		IsLast:        isLast,
 	}}}
+	if isClosed(b.done) { // select below picks at random among ready cases
+		return b.failure()
+	}
 	select {
 	case b.w.dataOut <- msg:
 		return nil
 	case <-b.done:
 		return b.failure()
+	}
+}
+
+// checkContext fails the bundle at once if its context is done, rather than
+// leaving it to the context.AfterFunc goroutine, which may not have run yet.
+func (b *Bundle) checkContext() {
+	if b.ctx.Err() != nil {
+		b.complete(fmt.Errorf("stage %s bundle %s: %w", b.stage.id, b.id, context.Cause(b.ctx)))
 	}
 }
 
@@ -328,14 +342,23 @@ func (b *Bundle) Finish() (*Result, error) {
 		return nil, fmt.Errorf("stage %s bundle %s: Finish called twice", b.stage.id, b.id)
 	}
 	b.finishing = true
+	b.mu.Unlock()
+	b.checkContext()
+	b.mu.Lock()
 	sendLast := !b.inputClosed && !b.completed
-	b.inputClosed = true
 	b.mu.Unlock()
 
+	// inputClosed is set only once is_last is queued: if the bundle fails
+	// meanwhile, complete still owes the SDK an is_last (a duplicate is
+	// harmless; a missing one leaves the SDK waiting for input forever).
 	if sendLast {
 		select {
 		case <-b.w.dataReady:
-			_ = b.sendInput(nil, true) // on failure b.done is closed: handled below
+			if b.sendInput(nil, true) == nil {
+				b.mu.Lock()
+				b.inputClosed = true
+				b.mu.Unlock()
+			}
 		case <-b.done:
 		}
 	}

@@ -3,7 +3,9 @@ package harness
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 )
@@ -71,4 +73,85 @@ func StateKeyType(key *fnpb.StateKey) string {
 	default:
 		return strings.TrimPrefix(fmt.Sprintf("%T", key.GetType()), "*fnexecution_v1.StateKey_")
 	}
+}
+
+// SideInputs is an in-memory StateHandler serving iterable side inputs
+// (beam:side_input:iterable:v1), for hosts that materialise a side input
+// before running the bundles that read it. Values are encoded elements
+// (in the side input PCollection's element coder, without windowed-value
+// headers). Gets are paged by PageSize bytes, always at element boundaries
+// (SDKs decode each page on its own). Other state key types fail as in
+// UnsupportedState. Safe for concurrent use.
+type SideInputs struct {
+	// PageSize is the size a page of a Get grows to before the rest is left
+	// to a continuation token. Zero means 1MiB.
+	PageSize int
+
+	mu     sync.Mutex
+	values map[sideInputKey][][]byte
+}
+
+type sideInputKey struct {
+	transformID, sideInputID, window string
+}
+
+// SetIterable sets the values the side input sideInputID of transform
+// transformID has in the window whose encoding is window (empty for the
+// global window).
+func (s *SideInputs) SetIterable(transformID, sideInputID string, window []byte, values [][]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.values == nil {
+		s.values = make(map[sideInputKey][][]byte)
+	}
+	s.values[sideInputKey{transformID, sideInputID, string(window)}] = values
+}
+
+// Get implements StateHandler. A side input with no values set reads as
+// empty, as a side input PCollection without elements in that window would.
+func (s *SideInputs) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
+	ikey := key.GetIterableSideInput()
+	if ikey == nil {
+		return UnsupportedState{}.Get(ctx, key, token)
+	}
+	start := 0
+	if len(token) > 0 {
+		n, err := strconv.Atoi(string(token))
+		if err != nil || n < 0 {
+			return nil, nil, fmt.Errorf("iterable side input %s of %s: bad continuation token %q", ikey.GetSideInputId(), ikey.GetTransformId(), token)
+		}
+		start = n
+	}
+	pageSize := s.PageSize
+	if pageSize <= 0 {
+		pageSize = 1 << 20
+	}
+	s.mu.Lock()
+	values := s.values[sideInputKey{ikey.GetTransformId(), ikey.GetSideInputId(), string(ikey.GetWindow())}]
+	s.mu.Unlock()
+	if start > len(values) {
+		return nil, nil, fmt.Errorf("iterable side input %s of %s: continuation token %q beyond its %d values", ikey.GetSideInputId(), ikey.GetTransformId(), token, len(values))
+	}
+	var page []byte
+	i := start
+	for ; i < len(values); i++ {
+		if len(page) > 0 && len(page)+len(values[i]) > pageSize {
+			break
+		}
+		page = append(page, values[i]...)
+	}
+	if i < len(values) {
+		return page, []byte(strconv.Itoa(i)), nil
+	}
+	return page, nil, nil
+}
+
+// Append implements StateHandler: side inputs are read-only.
+func (s *SideInputs) Append(ctx context.Context, key *fnpb.StateKey, data []byte) error {
+	return UnsupportedState{}.Append(ctx, key, data)
+}
+
+// Clear implements StateHandler: side inputs are read-only.
+func (s *SideInputs) Clear(ctx context.Context, key *fnpb.StateKey) error {
+	return UnsupportedState{}.Clear(ctx, key)
 }

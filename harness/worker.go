@@ -15,7 +15,7 @@ import (
 )
 
 // dataQueueLen bounds the data messages queued for a worker's data stream.
-// With messages of up to MaxDataChunk bytes this caps buffered input at
+// With messages near MaxDataChunk bytes this keeps buffered input around
 // 32MiB per worker; Process blocks beyond that, which is the flow control.
 const dataQueueLen = 8
 
@@ -126,7 +126,8 @@ func (w *worker) fail(cause error) {
 	}
 	w.h.goOwned(func() {
 		if err := w.stop(); err != nil {
-			w.logger.Warn("stopping lost worker", slog.Any("error", err))
+			// Often expected: a worker is lost because its pool went away.
+			w.logger.Debug("stopping lost worker", slog.Any("error", err))
 		}
 	})
 }
