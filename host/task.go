@@ -68,9 +68,31 @@ type stageRun struct {
 	stage   *translate.Stage
 	exec    stageExecutor
 	bundle  stageBundle
-	pending []byte // input not yet handed to the bundle; under task.mu
+	// pending is input not yet handed to the bundle, under task.mu: whole
+	// elements in chunks of about processBatchBytes, because an SDK decodes
+	// every data message on its own and a message must not split an element.
+	pending [][]byte
 	count   int    // elements in the open bundle
 	carry   map[string][]byte
+}
+
+// appendPending adds one whole element to the pending input.
+func (sr *stageRun) appendPending(raw []byte) {
+	n := len(sr.pending)
+	if n == 0 || len(sr.pending[n-1])+len(raw) > processBatchBytes && len(sr.pending[n-1]) > 0 {
+		sr.pending = append(sr.pending, make([]byte, 0, max(processBatchBytes, len(raw))))
+		n++
+	}
+	sr.pending[n-1] = append(sr.pending[n-1], raw...)
+}
+
+// pendingBytes is the size of the pending input.
+func (sr *stageRun) pendingBytes() int {
+	n := 0
+	for _, c := range sr.pending {
+		n += len(c)
+	}
+	return n
 }
 
 func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task, error) {
@@ -223,7 +245,7 @@ func (t *task) route(pcoll string, raw []byte) error {
 		switch {
 		case c.stage != nil:
 			t.mu.Lock()
-			c.stage.pending = append(c.stage.pending, raw...)
+			c.stage.appendPending(raw)
 			t.mu.Unlock()
 		case c.flat != nil:
 			if err := t.route(c.flat.Output, raw); err != nil {
@@ -274,16 +296,14 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 		idle := true
 		for _, sr := range t.stages {
 			t.mu.Lock()
-			in := sr.pending
-			if len(in) < processBatchBytes && !closing {
-				in = nil
-			} else {
-				sr.pending = nil
+			var in [][]byte
+			if closing || sr.pendingBytes() >= processBatchBytes {
+				in, sr.pending = sr.pending, nil
 			}
 			t.mu.Unlock()
-			if len(in) > 0 {
+			for _, chunk := range in {
 				idle = false
-				if err := t.process(ctx, sr, in); err != nil {
+				if err := t.process(ctx, sr, chunk); err != nil {
 					return err
 				}
 			}
@@ -345,7 +365,7 @@ func (t *task) finish(sr *stageRun) error {
 	if len(res.residuals) > 0 {
 		t.mu.Lock()
 		for _, r := range res.residuals {
-			sr.pending = append(sr.pending, r...)
+			sr.appendPending(r)
 		}
 		t.mu.Unlock()
 	}
