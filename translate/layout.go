@@ -237,8 +237,8 @@ func (t *translator) fuse(sb *subBuilder) error {
 		wasm, env := t.fusionKey(id)
 		if t.kind[id] == kindFlatten {
 			var cand *stageBuilder
-			for _, pc := range tr.GetInputs() {
-				if s := stageOf[t.producer[pc]]; s != nil {
+			for _, l := range sortedKeys(tr.GetInputs()) {
+				if s := stageOf[t.producer[tr.GetInputs()[l]]]; s != nil {
 					cand = s
 					break
 				}

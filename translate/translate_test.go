@@ -595,13 +595,13 @@ func TestWASMGlobAndComposite(t *testing.T) {
 		}
 	}
 	want := map[string]ExecutorKind{
-		"beam.createFn":                  ExecutorHarness,
-		"translate.splitWords":           ExecutorHarness,
-		"stats.Count/stats.keyedCountFn": ExecutorWASM,
+		"beam.createFn":                                               ExecutorHarness,
+		"translate.splitWords":                                        ExecutorHarness,
+		"stats.Count/stats.keyedCountFn":                              ExecutorWASM,
 		"stats.Count/stats.SumPerKey/CombinePerKey/Precombine":        ExecutorWASM,
 		"stats.Count/stats.SumPerKey/CombinePerKey/MergeAccumulators": ExecutorWASM,
 		"stats.Count/stats.SumPerKey/CombinePerKey/ExtractOutputs":    ExecutorWASM,
-		"translate.formatCount": ExecutorWASM,
+		"translate.formatCount":                                       ExecutorWASM,
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("executors %v\nwant %v", got, want)
