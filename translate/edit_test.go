@@ -1,6 +1,12 @@
 package translate
 
 import (
+	"fmt"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"strings"
 	"testing"
 
@@ -120,5 +126,73 @@ func TestRootOutputSunkDirectly(t *testing.T) {
 	st := plan.SubTopologies[1]
 	if len(st.Stages) != 0 || len(st.Sinks) != 1 || st.Sinks[0].PCollection != st.Root.Output {
 		t.Errorf("sub-topology 1: stages %v sinks %v root %+v", stageNames(plan)[1], st.Sinks, st.Root)
+	}
+}
+
+func TestRetranslateRewrittenPipeline(t *testing.T) {
+	// Plan.Pipeline (lifted combine, expanded SDF) translates again to the
+	// same layout.
+	p, s := beam.NewPipelineWithRoot()
+	lines := textio.Read(s, "/tmp/ksrunner-translate-test-input*")
+	counts := stats.Count(s, beam.ParDo(s, splitWords, lines))
+	beam.ParDo(s, formatCount, counts)
+	first := mustTranslate(t, marshal(t, p), Options{})
+	second := mustTranslate(t, first.Pipeline, Options{})
+	if a, b := fmt.Sprint(topicNames(first)), fmt.Sprint(topicNames(second)); a != b {
+		t.Errorf("topics %s, then %s", a, b)
+	}
+	if a, b := fmt.Sprint(stageNames(first)), fmt.Sprint(stageNames(second)); a != b {
+		t.Errorf("stages %s, then %s", a, b)
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	build := func() *pipepb.Pipeline {
+		p, s := beam.NewPipelineWithRoot()
+		beam.Reshuffle(s, beam.ParDo(s, identity, beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.Create(s, "a"))))
+		return marshal(t, p)
+	}
+	cases := []struct {
+		name string
+		edit func(t *testing.T, pp *pipepb.Pipeline)
+		want []string
+	}{{
+		name: "window_into without input",
+		edit: func(t *testing.T, pp *pipepb.Pipeline) {
+			for _, tr := range pp.GetComponents().GetTransforms() {
+				if tr.GetSpec().GetUrn() == urnWindowInto {
+					tr.Inputs = nil
+				}
+			}
+		},
+		want: []string{"needs exactly one input"},
+	}, {
+		name: "undefined PCollection",
+		edit: func(t *testing.T, pp *pipepb.Pipeline) {
+			pp.GetComponents().GetTransforms()[findTransform(t, pp, "translate.identity")].Inputs = map[string]string{"i0": "ghost"}
+		},
+		want: []string{`transform "translate.identity"`, `"ghost"`},
+	}, {
+		name: "custom window coder",
+		edit: func(t *testing.T, pp *pipepb.Pipeline) {
+			for _, ws := range pp.GetComponents().GetWindowingStrategies() {
+				if ws.GetWindowFn().GetUrn() != "beam:window_fn:global_windows:v1" {
+					pp.GetComponents().Coders[ws.GetWindowCoderId()] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: "beam:coder:custom_window:v1"}}
+				}
+			}
+		},
+		want: []string{"window coder beam:coder:custom_window:v1 is not supported"},
+	}, {
+		name: "no roots",
+		edit: func(t *testing.T, pp *pipepb.Pipeline) { pp.RootTransformIds = nil },
+		want: []string{"no root transforms"},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pp := build()
+			c.edit(t, pp)
+			_, err := Translate(pp, Options{})
+			errContains(t, err, c.want...)
+		})
 	}
 }

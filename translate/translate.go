@@ -215,6 +215,9 @@ func (t *translator) walk(id, parent string) error {
 	case urn == urnParDo:
 		return t.addParDo(id, tr)
 	case sdkLeafURNs[urn]:
+		if len(tr.GetInputs()) != 1 {
+			return fmt.Errorf("transform %q: %s needs exactly one input, has %d", tr.GetUniqueName(), urn, len(tr.GetInputs()))
+		}
 		if urn == urnSDFProcessSizedElements {
 			t.forcedRoot[id] = true
 		}
