@@ -2,9 +2,39 @@
 // out as Kafka sub-topologies joined by topics, with fused stages of user code
 // and the executor that runs each stage.
 //
-// It validates every transform URN (an unknown one fails the job at
-// submission, naming transform and URN), applies runner-side expansions
-// (Combine lifting), fuses ParDos greedily, length-prefixes coders the host
-// cannot parse, and builds the Fn API ProcessBundleDescriptor of every harness
-// stage. It is pure: no I/O, no goroutines.
+// Translate works on a copy of the pipeline and is pure: no I/O, no
+// goroutines, and the same input always gives the same Plan. In order:
+//
+//   - Walk: starting at the root transforms it descends into composites,
+//     except Reshuffle/Redistribute (one leaf each, run by the host) and
+//     liftable CombinePerKeys. Supported leaves are Impulse, ParDo,
+//     GroupByKey, Flatten and WindowInto (plus the combine and SDF component
+//     URNs this package itself emits). Any other leaf fails, naming the
+//     transform and its URN. ParDos with side inputs, state, timers,
+//     time-sorted or stable input or bundle finalization fail, naming the
+//     transform and the feature; so do unknown or unsupported pipeline
+//     requirements.
+//   - Expand: a CombinePerKey over non-merging windows is lifted into
+//     precombine → GroupByKey on KV<K, Accum> → merge accumulators → extract
+//     outputs; any other combine runs its own expansion. A splittable ParDo
+//     becomes pair with restriction → split and size → process sized
+//     elements, the last heading its own stage. Replaced expansions are
+//     removed from the pipeline and the original transform becomes the
+//     composite of its replacement.
+//   - Lay out: every Impulse, GroupByKey (lifted or not), Reshuffle and every
+//     Flatten whose inputs come from several sub-topologies starts a
+//     sub-topology reading its own topic ("impulse-<n>",
+//     "<name>-repartition", "<name>-flatten", names sanitized injectively to
+//     Kafka's characters). GroupByKeys must use the default trigger and
+//     non-merging global or interval windows.
+//   - Fuse: inside a sub-topology a transform joins the stage producing its
+//     input when executor (WASM per Options.StageWASM, or harness) and
+//     environment agree, else a sibling stage reading the same input, else
+//     starts a stage. A flatten joins a stage holding all its inputs, else
+//     runs as a runner-side Flatten.
+//   - Coders: every PCollection crossing the host boundary gets a
+//     windowed_value wire coder in which coders the host cannot parse are
+//     length-prefixed (Plan.WireCoders); new coders go into the components.
+//   - Descriptors: each stage gets a ProcessBundleDescriptor with a data
+//     source and sinks using the wire coders and empty service descriptors.
 package translate

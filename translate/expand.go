@@ -51,9 +51,6 @@ func (t *translator) checkSDKPayload(tr *pipepb.PTransform) error {
 			return fmt.Errorf("transform %q: decoding CombinePayload: %w", tr.GetUniqueName(), err)
 		}
 	}
-	if len(tr.GetInputs()) != 1 {
-		return fmt.Errorf("transform %q: %s needs exactly one input", tr.GetUniqueName(), tr.GetSpec().GetUrn())
-	}
 	return nil
 }
 

@@ -237,8 +237,8 @@ func (t *translator) fuse(sb *subBuilder) error {
 		wasm, env := t.fusionKey(id)
 		if t.kind[id] == kindFlatten {
 			var cand *stageBuilder
-			for _, pc := range tr.GetInputs() {
-				if s := stageOf[t.producer[pc]]; s != nil {
+			for _, l := range sortedKeys(tr.GetInputs()) {
+				if s := stageOf[t.producer[tr.GetInputs()[l]]]; s != nil {
 					cand = s
 					break
 				}
@@ -354,7 +354,7 @@ func (t *translator) checkGBK(rootID, in, out string) error {
 		return fmt.Errorf("transform %q: GroupByKey with a non-default trigger (%T) is not supported yet", name, ws.GetTrigger().GetTrigger())
 	}
 	if ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
-		return fmt.Errorf("transform %q: GroupByKey over merging windows (window fn %s, merge status %v) is not supported yet; sessions windows are not supported yet", name, ws.GetWindowFn().GetUrn(), ws.GetMergeStatus())
+		return fmt.Errorf("transform %q: GroupByKey over merging windows such as sessions (window fn %s, merge status %v) is not supported yet", name, ws.GetWindowFn().GetUrn(), ws.GetMergeStatus())
 	}
 	if err := t.checkWindowCoder(in); err != nil {
 		return fmt.Errorf("transform %q: %w", name, err)

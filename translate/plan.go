@@ -86,11 +86,17 @@ type SubTopology struct {
 	ID    int
 	Input string // Topic.Name
 	Root  Root
-	// Stages run user code, in topological order. A stage's input is Root.Output
-	// or an output of an earlier stage.
+	// Stages run user code, in topological order. A stage's input is
+	// Root.Output, an output of an earlier stage, or the Output of one of
+	// Flattens.
 	Stages []*Stage
 	// Flattens are runner-side flattens executed in memory inside this
 	// sub-topology: every element of any of Inputs is forwarded to Output.
+	// Inputs are Root.Output, stage outputs or other Flattens' outputs, and
+	// all use the same wire encoding as Output. Translate only emits one when
+	// a flatten cannot run inside a stage (its inputs come from stages with
+	// different executors or environments); usually the SDK flattens inside
+	// a stage.
 	Flattens []*Flatten
 	// Sinks name the PCollections produced here that are written to topics.
 	Sinks []Sink
@@ -144,6 +150,8 @@ type Stage struct {
 	EnvironmentID string
 	// Descriptor is ready to register, except that the ApiServiceDescriptor of
 	// the data ports (and the state API) is left empty for the harness to fill.
+	// Translate also fills it (and InputTransform, OutputTransforms) for WASM
+	// stages, as a description of the stage's wiring.
 	Descriptor *fnpb.ProcessBundleDescriptor
 	// InputTransform is the id of the data source transform in Descriptor.
 	InputTransform string

@@ -100,16 +100,18 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		wvMemo:        map[string]string{},
 		wireCoders:    map[string]string{},
 	}
-	if err := t.checkRequirements(); err != nil {
-		return nil, fmt.Errorf("translate: %w", err)
-	}
 	if len(p.GetRootTransformIds()) == 0 {
 		return nil, fmt.Errorf("translate: pipeline has no root transforms")
 	}
+	// Walk first, so that an unsupported feature is reported with the
+	// transform that uses it rather than as a bare pipeline requirement.
 	for _, id := range p.GetRootTransformIds() {
 		if err := t.walk(id, ""); err != nil {
 			return nil, fmt.Errorf("translate: %w", err)
 		}
+	}
+	if err := t.checkRequirements(); err != nil {
+		return nil, fmt.Errorf("translate: %w", err)
 	}
 	t.gcPCollections()
 	if err := t.link(); err != nil {
@@ -213,6 +215,9 @@ func (t *translator) walk(id, parent string) error {
 	case urn == urnParDo:
 		return t.addParDo(id, tr)
 	case sdkLeafURNs[urn]:
+		if len(tr.GetInputs()) != 1 {
+			return fmt.Errorf("transform %q: %s needs exactly one input, has %d", tr.GetUniqueName(), urn, len(tr.GetInputs()))
+		}
 		if urn == urnSDFProcessSizedElements {
 			t.forcedRoot[id] = true
 		}

@@ -1,0 +1,614 @@
+package translate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window/trigger"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+)
+
+func splitWords(line string, emit func(string)) {
+	for _, w := range strings.Fields(line) {
+		emit(w)
+	}
+}
+
+func formatCount(w string, c int) string { return fmt.Sprintf("%s: %d", w, c) }
+
+func pairWithOne(w string) (string, int) { return w, 1 }
+
+func sumInts(a, b int) int { return a + b }
+
+func splitTwo(w string, a func(string, int), b func(string, string)) {
+	a(w, len(w))
+	b(w, strings.ToUpper(w))
+}
+
+func joinFn(k string, as func(*int) bool, bs func(*string) bool) string { return k }
+
+func identity(s string) string { return s }
+
+func withSide(s string, side []string, emit func(string)) { emit(s) }
+
+// meanAccum is a struct accumulator: the Go SDK gives it a custom coder,
+// which must be length-prefixed at the host boundary.
+type meanAccum struct {
+	Sum   int
+	Count int
+}
+
+type meanFn struct{}
+
+func (meanFn) CreateAccumulator() meanAccum { return meanAccum{} }
+func (meanFn) AddInput(a meanAccum, v int) meanAccum {
+	return meanAccum{a.Sum + v, a.Count + 1}
+}
+func (meanFn) MergeAccumulators(a, b meanAccum) meanAccum {
+	return meanAccum{a.Sum + b.Sum, a.Count + b.Count}
+}
+func (meanFn) ExtractOutput(a meanAccum) float64 {
+	if a.Count == 0 {
+		return 0
+	}
+	return float64(a.Sum) / float64(a.Count)
+}
+
+type countStateFn struct {
+	Count state.Value[int]
+}
+
+func (f *countStateFn) ProcessElement(sp state.Provider, k string, v int, emit func(string, int)) {
+	c, _, _ := f.Count.Read(sp)
+	f.Count.Write(sp, c+v)
+	emit(k, c+v)
+}
+
+func init() {
+	register.Function2x0(splitWords)
+	register.Function2x1(formatCount)
+	register.Function1x2(pairWithOne)
+	register.Function2x1(sumInts)
+	register.Function3x0(splitTwo)
+	register.Function3x1(joinFn)
+	register.Function1x1(identity)
+	register.Function3x0(withSide)
+	register.Combiner3[meanAccum, int, float64](&meanFn{})
+	register.DoFn4x0[state.Provider, string, int, func(string, int)](&countStateFn{})
+	register.Emitter1[string]()
+	register.Emitter2[string, int]()
+	register.Emitter2[string, string]()
+}
+
+func mustTranslate(t *testing.T, p *pipepb.Pipeline, opts Options) *Plan {
+	t.Helper()
+	orig := proto.Clone(p)
+	plan, err := Translate(p, opts)
+	if err != nil {
+		t.Fatalf("Translate: %v", err)
+	}
+	if !proto.Equal(orig, p) {
+		t.Errorf("Translate modified its input pipeline")
+	}
+	checkPlan(t, plan)
+	// Deterministic: a second translation gives the same plan.
+	again, err := Translate(p, opts)
+	if err != nil {
+		t.Fatalf("second Translate: %v", err)
+	}
+	if a, b := describe(plan), describe(again); a != b {
+		t.Errorf("Translate is not deterministic:\n%s\n---\n%s", a, b)
+	}
+	return plan
+}
+
+// describe renders a plan deterministically.
+func describe(p *Plan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bounded=%v\n", p.Bounded)
+	for _, tp := range p.Topics {
+		fmt.Fprintf(&b, "topic %s kind=%d pc=%s producers=%v\n", tp.Name, tp.Kind, tp.PCollection, tp.Producers)
+	}
+	for _, st := range p.SubTopologies {
+		fmt.Fprintf(&b, "sub %d input=%s root=%+v sinks=%v\n", st.ID, st.Input, st.Root, st.Sinks)
+		for _, f := range st.Flattens {
+			fmt.Fprintf(&b, "  flatten %+v\n", *f)
+		}
+		for _, s := range st.Stages {
+			fmt.Fprintf(&b, "  stage %s exec=%d env=%s transforms=%v in=%s outs=%v wasm=%v src=%s sinks=%v\n", s.ID, s.Executor, s.EnvironmentID, s.Transforms, s.Input, s.Outputs, s.WASMModules, s.InputTransform, s.OutputTransforms)
+			b.WriteString(prototext.MarshalOptions{Multiline: false}.Format(s.Descriptor))
+			b.WriteString("\n")
+		}
+	}
+	for _, k := range sortedKeys(p.WireCoders) {
+		fmt.Fprintf(&b, "wire %s=%s\n", k, p.WireCoders[k])
+	}
+	b.WriteString(prototext.Format(p.Pipeline))
+	return b.String()
+}
+
+func topicNames(p *Plan) []string {
+	var ns []string
+	for _, tp := range p.Topics {
+		ns = append(ns, tp.Name)
+	}
+	return ns
+}
+
+func TestWordCountStatsCount(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	lines := beam.Create(s, "a b", "b c")
+	words := beam.ParDo(s, splitWords, lines)
+	counts := stats.Count(s, words)
+	beam.ParDo(s, formatCount, counts)
+	pp := marshal(t, p)
+	plan := mustTranslate(t, pp, Options{})
+
+	combine := "stats.Count/stats.SumPerKey/CombinePerKey"
+	wantTopics := []string{"impulse-0", sanitizeTopicName(combine) + "-repartition"}
+	if got := topicNames(plan); fmt.Sprint(got) != fmt.Sprint(wantTopics) {
+		t.Fatalf("topics = %v, want %v", got, wantTopics)
+	}
+	if !plan.Bounded {
+		t.Errorf("Bounded = false, want true")
+	}
+	got := stageNames(plan)
+	want := [][][]string{
+		{{"beam.createFn", "translate.splitWords", "stats.Count/stats.keyedCountFn", combine + "/Precombine"}},
+		{{combine + "/MergeAccumulators", combine + "/ExtractOutputs", "translate.formatCount"}},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("stages = %q\nwant %q", got, want)
+	}
+	st1 := plan.SubTopologies[1]
+	if st1.Root.Kind != RootGroupByKey || st1.Root.TransformID != findTransform(t, plan.Pipeline, combine) {
+		t.Errorf("root = %+v, want a GroupByKey root on the combine", st1.Root)
+	}
+	pre := plan.SubTopologies[0].Stages[0]
+	if len(pre.Outputs) != 1 || pre.Outputs[0] != plan.Topics[1].PCollection {
+		t.Errorf("precombine stage outputs %v, want [%s]", pre.Outputs, plan.Topics[1].PCollection)
+	}
+	if len(plan.SubTopologies[0].Sinks) != 1 || plan.SubTopologies[0].Sinks[0].Topic != plan.Topics[1].Name {
+		t.Errorf("sinks = %v", plan.SubTopologies[0].Sinks)
+	}
+	if len(st1.Stages[0].Outputs) != 0 {
+		t.Errorf("final stage outputs %v, want none (leaf output)", st1.Stages[0].Outputs)
+	}
+	// The combine's original expansion is gone; the composite now holds
+	// the lifted parts.
+	comps := plan.Pipeline.GetComponents()
+	for _, tr := range comps.GetTransforms() {
+		if tr.GetSpec().GetUrn() == "beam:transform:group_by_key:v1" && !strings.HasPrefix(tr.GetUniqueName(), combine+"/GroupByKey") {
+			t.Errorf("stale GroupByKey %q left in the pipeline", tr.GetUniqueName())
+		}
+	}
+	if n := len(comps.GetTransforms()[st1.Root.TransformID].GetSubtransforms()); n != 4 {
+		t.Errorf("lifted combine has %d sub-transforms, want 4", n)
+	}
+	// The repartition topic carries KV<word, accumulator>.
+	w := comps.GetCoders()[plan.WireCoders[plan.Topics[1].PCollection]]
+	kv := comps.GetCoders()[w.GetComponentCoderIds()[0]]
+	if kv.GetSpec().GetUrn() != urnCoderKV || comps.GetCoders()[kv.GetComponentCoderIds()[0]].GetSpec().GetUrn() != urnCoderStringUTF8 {
+		t.Errorf("repartition wire coder %v: want KV<string_utf8, ...>", prototext.Format(kv))
+	}
+}
+
+func TestWordCountCombinePerKeyCustomAccumulator(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	lines := beam.Create(s, "a b", "b c")
+	words := beam.ParDo(s, splitWords, lines)
+	kvs := beam.ParDo(s, pairWithOne, words)
+	sums := beam.CombinePerKey(s, sumInts, kvs)
+	means := beam.CombinePerKey(s, &meanFn{}, kvs)
+	beam.ParDo(s, formatCount, sums)
+	_ = means
+	pp := marshal(t, p)
+	plan := mustTranslate(t, pp, Options{})
+	if len(plan.Topics) != 3 || len(plan.SubTopologies) != 3 {
+		t.Fatalf("topics %v, want impulse and two repartitions", topicNames(plan))
+	}
+	// One producing stage feeds both repartition topics.
+	st0 := plan.SubTopologies[0]
+	if len(st0.Stages) != 1 || len(st0.Stages[0].Outputs) != 2 || len(st0.Sinks) != 2 {
+		t.Fatalf("sub-topology 0: %d stages, sinks %v", len(st0.Stages), st0.Sinks)
+	}
+	// The mean accumulator has a custom coder: the wire coder of the
+	// lifted PCollection must length-prefix it.
+	comps := plan.Pipeline.GetComponents()
+	found := false
+	for _, tp := range plan.Topics[1:] {
+		w := comps.GetCoders()[plan.WireCoders[tp.PCollection]]
+		kv := comps.GetCoders()[w.GetComponentCoderIds()[0]]
+		v := comps.GetCoders()[kv.GetComponentCoderIds()[1]]
+		orig := comps.GetCoders()[comps.GetCoders()[comps.GetPcollections()[tp.PCollection].GetCoderId()].GetComponentCoderIds()[1]]
+		if !hostCoderURNs[orig.GetSpec().GetUrn()] {
+			found = true
+			if v.GetSpec().GetUrn() != urnCoderLengthPrefix {
+				t.Errorf("accumulator coder %s not length-prefixed on the wire", orig.GetSpec().GetUrn())
+			}
+		}
+	}
+	if !found {
+		t.Logf("note: the Go SDK gave the struct accumulator a standard coder")
+	}
+}
+
+func TestCoGroupByKeyMultiOutput(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	words := beam.Create(s, "a", "bb")
+	as, bs := beam.ParDo2(s, splitTwo, words)
+	joined := beam.CoGroupByKey(s, as, bs)
+	beam.ParDo(s, joinFn, joined)
+	plan := mustTranslate(t, marshal(t, p), Options{})
+	if len(plan.SubTopologies) != 2 {
+		t.Fatalf("topics %v, want impulse + one repartition", topicNames(plan))
+	}
+	st0 := plan.SubTopologies[0]
+	if len(st0.Stages) != 1 || len(st0.Flattens) != 0 {
+		t.Fatalf("sub-topology 0: %d stages %d flattens, want the flatten fused into one stage", len(st0.Stages), len(st0.Flattens))
+	}
+	hasFlatten := false
+	for _, id := range st0.Stages[0].Transforms {
+		if plan.Pipeline.GetComponents().GetTransforms()[id].GetSpec().GetUrn() == urnFlatten {
+			hasFlatten = true
+		}
+	}
+	if !hasFlatten {
+		t.Errorf("CoGBK flatten not executed in the stage: %v", stageNames(plan))
+	}
+	if got := plan.SubTopologies[1].Stages; len(got) != 1 || len(got[0].Transforms) != 2 {
+		t.Errorf("consumer stages %v, want expand + joinFn", stageNames(plan)[1])
+	}
+}
+
+func TestCombineGlobally(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	nums := beam.Create(s, 1, 2, 3)
+	sum := beam.Combine(s, sumInts, nums)
+	beam.ParDo(s, func(i int) string { return fmt.Sprint(i) }, sum)
+	plan := mustTranslate(t, marshal(t, p), Options{})
+	if len(plan.SubTopologies) != 2 || plan.SubTopologies[1].Root.Kind != RootGroupByKey {
+		t.Fatalf("want impulse + lifted combine, got topics %v", topicNames(plan))
+	}
+	root := plan.Pipeline.GetComponents().GetTransforms()[plan.SubTopologies[1].Root.TransformID]
+	if root.GetSpec().GetUrn() != urnCombinePerKey {
+		t.Errorf("root transform %q is %s, want the lifted combine", root.GetUniqueName(), root.GetSpec().GetUrn())
+	}
+}
+
+func TestFlattenAcrossSubTopologies(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	a := beam.Create(s, "a")
+	b := beam.Create(s, "b")
+	bb := beam.ParDo(s, identity, b)
+	f := beam.Flatten(s, a, bb)
+	beam.ParDo(s, splitWords, f)
+	plan := mustTranslate(t, marshal(t, p), Options{})
+	var ft *Topic
+	for _, tp := range plan.Topics {
+		if strings.HasSuffix(tp.Name, "-flatten") {
+			ft = tp
+		}
+	}
+	if ft == nil || ft.Kind != TopicRedistribute || len(ft.Producers) != 2 {
+		t.Fatalf("want a materialized flatten topic with two producers, got %v", describe(plan)[:600])
+	}
+	last := plan.SubTopologies[len(plan.SubTopologies)-1]
+	if last.Input != ft.Name || last.Root.Kind != RootPassthrough || last.Root.Output != ft.PCollection {
+		t.Errorf("flatten sub-topology root %+v", last.Root)
+	}
+	if len(last.Stages) != 1 {
+		t.Errorf("flatten consumer stages %v", stageNames(plan))
+	}
+}
+
+func TestFlattenSameSubTopologyDifferentExecutors(t *testing.T) {
+	// One branch is mapped to WASM, so the flatten of both branches cannot
+	// be fused into either stage and runs as a runner-side Flatten.
+	p, s := beam.NewPipelineWithRoot()
+	a := beam.Create(s, "a b")
+	x := beam.ParDo(s, identity, a)
+	y := beam.ParDo(s, splitWords, a)
+	f := beam.Flatten(s, x, y)
+	beam.ParDo(s, formatCount, beam.ParDo(s, pairWithOne, f))
+	plan := mustTranslate(t, marshal(t, p), Options{StageWASM: map[string]string{"translate.splitWords": "mod.wasm"}})
+	if len(plan.SubTopologies) != 1 {
+		t.Fatalf("want one sub-topology, got %v", topicNames(plan))
+	}
+	st := plan.SubTopologies[0]
+	if len(st.Flattens) != 1 {
+		t.Fatalf("want a runner-side flatten, got %s", describe(plan)[:2000])
+	}
+	var wasm, harness int
+	for _, s := range st.Stages {
+		switch s.Executor {
+		case ExecutorWASM:
+			wasm++
+			if s.WASMModules[s.Transforms[0]] != "mod.wasm" || s.EnvironmentID != "" {
+				t.Errorf("WASM stage %+v", s)
+			}
+		case ExecutorHarness:
+			harness++
+		}
+	}
+	if wasm != 1 || harness != 2 {
+		t.Errorf("stages %v: %d WASM, %d harness; want 1 and 2", stageNames(plan), wasm, harness)
+	}
+	last := st.Stages[len(st.Stages)-1]
+	if last.Input != st.Flattens[0].Output {
+		t.Errorf("last stage reads %q, want the flatten output %q", last.Input, st.Flattens[0].Output)
+	}
+}
+
+func TestReshuffle(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	a := beam.Create(s, "a b")
+	r := beam.Reshuffle(s, beam.ParDo(s, splitWords, a))
+	beam.ParDo(s, identity, r)
+	plan := mustTranslate(t, marshal(t, p), Options{})
+	if len(plan.Topics) != 2 {
+		t.Fatalf("topics %v", topicNames(plan))
+	}
+	tp := plan.Topics[1]
+	if tp.Name != "Reshuffle-repartition" || tp.Kind != TopicRedistribute {
+		t.Errorf("topic %+v", tp)
+	}
+	st := plan.SubTopologies[1]
+	if st.Root.Kind != RootPassthrough || plan.Pipeline.GetComponents().GetTransforms()[st.Root.TransformID].GetUniqueName() != "Reshuffle" {
+		t.Errorf("root %+v", st.Root)
+	}
+	// The Go SDK's fallback expansion (reify, GBK with an Always trigger,
+	// unreify) must not be used.
+	for _, ss := range stageNames(plan) {
+		for _, s := range ss {
+			for _, n := range s {
+				if strings.HasPrefix(n, "Reshuffle/") {
+					t.Errorf("reshuffle expansion transform %q in a stage", n)
+				}
+			}
+		}
+	}
+}
+
+func TestTextIO(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	lines := textio.Read(s, "/tmp/ksrunner-translate-test-input*")
+	textio.Write(s, "/tmp/ksrunner-translate-test-output", beam.ParDo(s, identity, lines))
+	pp := marshal(t, p)
+	plan := mustTranslate(t, pp, Options{})
+	comps := plan.Pipeline.GetComponents()
+	// The splittable read is expanded, and its process transform heads its
+	// own stage whose input is the sized restrictions.
+	var proc *Stage
+	for _, st := range plan.SubTopologies {
+		for _, s := range st.Stages {
+			for i, id := range s.Transforms {
+				if comps.GetTransforms()[id].GetSpec().GetUrn() == urnSDFProcessSizedElements {
+					if i != 0 {
+						t.Errorf("SDF process transform is not the head of stage %s", s.ID)
+					}
+					proc = s
+				}
+			}
+		}
+	}
+	if proc == nil {
+		t.Fatalf("no SDF process stage in %v", stageNames(plan))
+	}
+	procT := comps.GetTransforms()[proc.Transforms[0]]
+	if proc.Input != onlyValue(procT.GetInputs()) {
+		t.Errorf("process stage input %q, want %q", proc.Input, onlyValue(procT.GetInputs()))
+	}
+	// The restriction coder reaches the wire length-prefixed.
+	w := comps.GetCoders()[plan.WireCoders[proc.Input]]
+	if err := checkCoderHostParseable(comps.GetCoders(), plan.WireCoders[proc.Input]); err != nil {
+		t.Error(err)
+	}
+	_ = w
+	// textio.Write groups by a fixed key.
+	found := false
+	for _, tp := range plan.Topics {
+		found = found || tp.Name == sanitizeTopicName("textio.Write/CoGBK")+"-repartition"
+	}
+	if !found {
+		t.Errorf("topics %v: no textio.Write repartition", topicNames(plan))
+	}
+	// pair-with-restriction and split-and-size run in the producing stage.
+	for _, st := range plan.SubTopologies {
+		for _, s := range st.Stages {
+			if s == proc {
+				continue
+			}
+			for _, id := range s.Transforms {
+				if comps.GetTransforms()[id].GetSpec().GetUrn() == urnSDFSplitAndSize && len(s.Outputs) == 0 {
+					t.Errorf("split stage %s has no output", s.ID)
+				}
+			}
+		}
+	}
+}
+
+func TestFixedWindowsGBK(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+	w := beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs)
+	beam.ParDo(s, formatCount, beam.CombinePerKey(s, sumInts, w))
+	plan := mustTranslate(t, marshal(t, p), Options{})
+	comps := plan.Pipeline.GetComponents()
+	wc := comps.GetCoders()[comps.GetCoders()[plan.WireCoders[plan.Topics[1].PCollection]].GetComponentCoderIds()[1]]
+	if wc.GetSpec().GetUrn() != urnCoderIntervalWindow {
+		t.Errorf("window coder %s, want interval", wc.GetSpec().GetUrn())
+	}
+	if got := stageNames(plan)[0][0]; len(got) != 4 {
+		t.Errorf("window_into not fused: %v", got)
+	}
+}
+
+func TestUnsupported(t *testing.T) {
+	cases := []struct {
+		name  string
+		build func(t *testing.T) *pipepb.Pipeline
+		want  []string
+	}{{
+		name: "unknown URN",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			beam.ParDo(s, identity, beam.Create(s, "a"))
+			pp := marshal(t, p)
+			id := findTransform(t, pp, "translate.identity")
+			pp.GetComponents().GetTransforms()[id].Spec = &pipepb.FunctionSpec{Urn: "beam:transform:teststream:v1"}
+			return pp
+		},
+		want: []string{`transform "translate.identity": unsupported URN beam:transform:teststream:v1`},
+	}, {
+		name: "side input",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			side := beam.Create(s, "x")
+			beam.ParDo(s, withSide, beam.Create(s, "a"), beam.SideInput{Input: side})
+			return marshal(t, p)
+		},
+		want: []string{`"translate.withSide"`, "side inputs are not supported"},
+	}, {
+		name: "state",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+			beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
+			return marshal(t, p)
+		},
+		want: []string{"countStateFn", "user state is not supported"},
+	}, {
+		name: "sessions",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+			w := beam.WindowInto(s, window.NewSessions(time.Minute), kvs)
+			beam.ParDo(s, joinFn2, beam.GroupByKey(s, w))
+			return marshal(t, p)
+		},
+		want: []string{`transform "CoGBK"`, "merging windows", "sessions"},
+	}, {
+		name: "sessions combine",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+			w := beam.WindowInto(s, window.NewSessions(time.Minute), kvs)
+			beam.CombinePerKey(s, sumInts, w)
+			return marshal(t, p)
+		},
+		want: []string{"merging windows"},
+	}, {
+		name: "trigger",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+			w := beam.WindowInto(s, window.NewGlobalWindows(), kvs, beam.Trigger(trigger.Repeat(trigger.AfterCount(2))), beam.PanesDiscard())
+			beam.ParDo(s, joinFn2, beam.GroupByKey(s, w))
+			return marshal(t, p)
+		},
+		want: []string{`transform "CoGBK"`, "non-default trigger"},
+	}, {
+		name: "unknown requirement",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			beam.ParDo(s, identity, beam.Create(s, "a"))
+			pp := marshal(t, p)
+			pp.Requirements = append(pp.Requirements, "beam:requirement:pardo:teleportation:v1")
+			return pp
+		},
+		want: []string{"unknown pipeline requirement beam:requirement:pardo:teleportation:v1"},
+	}, {
+		name: "bundle finalization requirement",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			beam.ParDo(s, identity, beam.Create(s, "a"))
+			pp := marshal(t, p)
+			pp.Requirements = append(pp.Requirements, urnReqBundleFinalization)
+			return pp
+		},
+		want: []string{"bundle finalization is not supported"},
+	}, {
+		name: "missing transform",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			p, s := beam.NewPipelineWithRoot()
+			beam.ParDo(s, identity, beam.Create(s, "a"))
+			pp := marshal(t, p)
+			pp.RootTransformIds = append(pp.RootTransformIds, "nope")
+			return pp
+		},
+		want: []string{`"nope"`},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Translate(c.build(t), Options{})
+			errContains(t, err, c.want...)
+		})
+	}
+}
+
+func joinFn2(k string, vs func(*int) bool) string { return k }
+
+func init() { register.Function2x1(joinFn2) }
+
+func TestUnbounded(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	beam.ParDo(s, identity, beam.Create(s, "a"))
+	pp := marshal(t, p)
+	for _, pc := range pp.GetComponents().GetPcollections() {
+		pc.IsBounded = pipepb.IsBounded_UNBOUNDED
+		break
+	}
+	plan := mustTranslate(t, pp, Options{})
+	if plan.Bounded {
+		t.Errorf("Bounded = true with an unbounded PCollection")
+	}
+}
+
+func TestWASMGlobAndComposite(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	words := beam.ParDo(s, splitWords, beam.Create(s, "a b"))
+	counts := stats.Count(s, words)
+	beam.ParDo(s, formatCount, counts)
+	pp := marshal(t, p)
+	// Map the whole stats.Count composite (covers keyedCountFn and the lifted
+	// combine parts) and, by glob, the formatter.
+	plan := mustTranslate(t, pp, Options{StageWASM: map[string]string{"stats.Count": "count.wasm", "translate.format*": "fmt.wasm"}})
+	got := map[string]ExecutorKind{}
+	for _, st := range plan.SubTopologies {
+		for _, s := range st.Stages {
+			for _, id := range s.Transforms {
+				got[plan.Pipeline.GetComponents().GetTransforms()[id].GetUniqueName()] = s.Executor
+			}
+		}
+	}
+	want := map[string]ExecutorKind{
+		"beam.createFn":                                               ExecutorHarness,
+		"translate.splitWords":                                        ExecutorHarness,
+		"stats.Count/stats.keyedCountFn":                              ExecutorWASM,
+		"stats.Count/stats.SumPerKey/CombinePerKey/Precombine":        ExecutorWASM,
+		"stats.Count/stats.SumPerKey/CombinePerKey/MergeAccumulators": ExecutorWASM,
+		"stats.Count/stats.SumPerKey/CombinePerKey/ExtractOutputs":    ExecutorWASM,
+		"translate.formatCount":                                       ExecutorWASM,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("executors %v\nwant %v", got, want)
+	}
+	if _, err := Translate(pp, Options{StageWASM: map[string]string{"[": "x"}}); err == nil {
+		t.Errorf("bad glob accepted")
+	}
+}
+
+var _ = context.Background
