@@ -20,7 +20,7 @@ import (
 // serverConfig is everything `ksrunner jobserver` reads. Job-scoped options
 // are defaults that a job's pipeline options override.
 type serverConfig struct {
-	host.Options `koanf:",squash"`
+	host.Options `koanf:",squash,flatten"`
 	JobHost      string `koanf:"job_host"`
 	JobPort      int    `koanf:"job_port"`
 	LogLevel     string `koanf:"log_level"`
