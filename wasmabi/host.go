@@ -111,26 +111,34 @@ func (i *Instance) metricKey(mem api.Memory, s []uint64) MetricKey {
 }
 
 // guestOutput receives a guest's stdout and stderr (WASI fds 1 and 2): it
-// logs complete lines and keeps the last tailSize bytes for error messages
-// (a Go guest prints its fatal errors there before trapping).
+// logs complete lines and keeps the first and last outputKeep bytes written
+// since the last reset (each bundle) for error messages: a Go guest prints a
+// fatal error's message first, then goroutine dumps, before trapping.
 type guestOutput struct {
-	mu   sync.Mutex
-	log  *slog.Logger
-	tail []byte // last tailSize bytes written
-	line []byte // incomplete line
+	mu      sync.Mutex
+	log     *slog.Logger
+	head    []byte // first outputKeep bytes since reset
+	tail    []byte // last outputKeep bytes after head
+	dropped bool   // bytes were lost between head and tail
+	line    []byte // incomplete line
 }
 
 const (
-	tailSize    = 4 << 10
+	outputKeep  = 2 << 10
 	maxLineSize = 1 << 10
 )
 
 func (g *guestOutput) Write(p []byte) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.tail = append(g.tail, p...)
-	if len(g.tail) > tailSize {
-		g.tail = append(g.tail[:0], g.tail[len(g.tail)-tailSize:]...)
+	rest := p
+	if n := min(outputKeep-len(g.head), len(rest)); n > 0 {
+		g.head, rest = append(g.head, rest[:n]...), rest[n:]
+	}
+	g.tail = append(g.tail, rest...)
+	if len(g.tail) > outputKeep {
+		g.tail = append(g.tail[:0], g.tail[len(g.tail)-outputKeep:]...)
+		g.dropped = true
 	}
 	for _, c := range p {
 		if c == '\n' || len(g.line) >= maxLineSize {
@@ -145,9 +153,19 @@ func (g *guestOutput) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Tail returns the last output of the guest.
-func (g *guestOutput) Tail() string {
+func (g *guestOutput) reset() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return string(g.tail)
+	g.head, g.tail, g.dropped = g.head[:0], g.tail[:0], false
+}
+
+// String returns the guest's output since the last reset, abridged.
+func (g *guestOutput) String() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := string(g.head)
+	if g.dropped {
+		s += "\n[...]\n"
+	}
+	return s + string(g.tail)
 }

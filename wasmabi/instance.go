@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -182,7 +183,7 @@ func stageDescription(s *StageSpec) ([]byte, error) {
 			return nil, fmt.Errorf("transform %s reads %s, which is neither the stage input nor an output of an earlier transform", t.ID, t.Input)
 		}
 		at := abi.Transform{ID: t.ID, DoFn: t.DoFn, Input: t.Input}
-		for _, tag := range slices.Sorted(mapKeys(t.Outputs)) {
+		for _, tag := range slices.Sorted(maps.Keys(t.Outputs)) {
 			at.Outputs = append(at.Outputs, abi.TaggedOutput{Tag: tag, PCollection: t.Outputs[tag]})
 			produced[t.Outputs[tag]] = true
 		}
@@ -194,16 +195,6 @@ func stageDescription(s *StageSpec) ([]byte, error) {
 		}
 	}
 	return abi.AppendStage(nil, &st), nil
-}
-
-func mapKeys(m map[string]string) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 func (i *Instance) resetMetrics() {
@@ -279,7 +270,7 @@ func (i *Instance) classify(ctx context.Context, err error) error {
 		}
 	}
 	msg := err.Error()
-	if tail := strings.TrimSpace(i.out.Tail()); tail != "" {
+	if tail := strings.TrimSpace(i.out.String()); tail != "" {
 		msg += "\nguest output:\n" + tail
 	}
 	return fmt.Errorf("%w: %s", ErrTrap, msg)
@@ -327,6 +318,7 @@ func (i *Instance) StartBundle(ctx context.Context, emit func(pcoll string, data
 	}
 	i.bundle = b
 	i.resetMetrics()
+	i.out.reset()
 	i.dog.arm(b.started)
 	if err := i.callStatus(b.ctx, i.start); err != nil {
 		return nil, i.fail(abi.ExportStartBundle, err)
