@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Coder converts between Go values and Beam's encoding of a standard coder in
@@ -33,6 +34,12 @@ var (
 	Bytes Coder[[]byte] = bytesCoder{}
 	// String is beam:coder:string_utf8:v1. Decoded strings are copies.
 	String Coder[string] = stringCoder{}
+	// StringRef is String decoding without a copy: a decoded string aliases
+	// the element and is valid only during the Process call that received
+	// it; retaining it (in a map, across elements) reads garbage later. It
+	// saves an allocation per element, which is costly in a Go guest, for
+	// DoFns that consume or emit the string before returning.
+	StringRef Coder[string] = stringRefCoder{}
 	// VarInt is beam:coder:varint:v1.
 	VarInt Coder[int64] = varIntCoder{}
 	// Double is beam:coder:double:v1.
@@ -107,6 +114,16 @@ func (stringCoder) Decode(b []byte) (string, []byte, error) {
 		return "", b, err
 	}
 	return string(rest[:n]), rest[n:], nil
+}
+
+type stringRefCoder struct{ stringCoder }
+
+func (stringRefCoder) Decode(b []byte) (string, []byte, error) {
+	n, rest, err := decodeLen(b)
+	if err != nil {
+		return "", b, err
+	}
+	return unsafe.String(unsafe.SliceData(rest), n), rest[n:], nil
 }
 
 type varIntCoder struct{}

@@ -138,6 +138,19 @@ type Emitter struct {
 
 // Emit encodes v with c and emits it to output out (an index in DoFn.Outputs).
 func Emit[T any](e *Emitter, out int, c Coder[T], v T) {
+	if out >= 0 && out < len(e.t.routes) {
+		if r := &e.t.routes[out]; r.stageOutput >= 0 && len(r.consumers) == 0 {
+			// Only the host consumes it: encode straight into the output
+			// records, then fill the length in.
+			start := len(rt.out)
+			o := binary.LittleEndian.AppendUint32(rt.out, uint32(r.stageOutput))
+			o = binary.LittleEndian.AppendUint32(o, e.src)
+			o = c.Append(append(o, 0, 0, 0, 0), v)
+			binary.LittleEndian.PutUint32(o[start+abi.RecordLen:], uint32(len(o)-start-abi.RecordHeaderSize))
+			rt.out = o
+			return
+		}
+	}
 	e.scratch = c.Append(e.scratch[:0], v)
 	e.EmitTo(out, e.scratch)
 }
@@ -316,29 +329,17 @@ type route struct {
 	consumers   []int
 }
 
+// processOne runs the transform's Process on one element. A panic unwinds
+// to process, which reports it against rt.cur, the innermost transform
+// running (no defer per element: it is the hot path).
 func (t *transform) processOne(src uint32, desc, elem []byte) {
 	prev := rt.cur
 	rt.cur = t.idx
 	t.em.src, t.em.desc = src, desc
-	err := t.callProcess(elem)
+	if err := t.fn.Process(elem, &t.em); err != nil && rt.failed == nil {
+		rt.failed = fmt.Errorf("%s: %w", t.name(), err)
+	}
 	rt.cur = prev
-	if err != nil && rt.failed == nil {
-		rt.failed = err
-	}
-}
-
-// callProcess runs Process, turning a panic into an error naming the
-// transform, with the panic value and stack.
-func (t *transform) callProcess(elem []byte) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &panicError{msg: fmt.Sprintf("%s: panic: %v\n\n%s", t.name(), p, debug.Stack())}
-		}
-	}()
-	if err := t.fn.Process(elem, &t.em); err != nil {
-		return fmt.Errorf("%s: %w", t.name(), err)
-	}
-	return nil
 }
 
 func (t *transform) name() string {
@@ -462,9 +463,15 @@ func startBundle() error {
 
 // process runs the batch of n elements whose descriptors start at
 // rt.in[descOff:], writing output records to rt.out.
-func process(n, descOff int) error {
+func process(n, descOff int) (err error) {
 	rt.out = rt.out[:0]
 	rt.failed = nil
+	rt.cur = 0
+	defer func() {
+		if p := recover(); p != nil {
+			err = &panicError{msg: fmt.Sprintf("%s: panic: %v\n\n%s", rt.transforms[rt.cur].name(), p, debug.Stack())}
+		}
+	}()
 	if descOff < 0 || n < 0 || descOff+n*abi.DescSize > len(rt.in) {
 		return fmt.Errorf("batch of %d elements at %d exceeds the %d-byte input buffer", n, descOff, len(rt.in))
 	}

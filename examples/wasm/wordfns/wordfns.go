@@ -9,22 +9,23 @@ package wordfns
 func Split(line string, emit func(string)) {
 	start := -1
 	for i := 0; i < len(line); i++ {
-		switch line[i] {
-		case ' ', '\t', '\n', '\r':
+		if separator[line[i]] {
 			if start >= 0 {
 				emit(line[start:i])
 				start = -1
 			}
-		default:
-			if start < 0 {
-				start = i
-			}
+		} else if start < 0 {
+			start = i
 		}
 	}
 	if start >= 0 {
 		emit(line[start:])
 	}
 }
+
+// separator marks the bytes Split splits at (a table: one load per byte,
+// which is also what runs fastest in a Go WASM guest).
+var separator = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
 
 // Upper returns s with ASCII letters upper-cased.
 func Upper(s string) string {

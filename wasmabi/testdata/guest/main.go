@@ -19,12 +19,21 @@ var (
 )
 
 func init() {
-	guest.Register(guest.FlatMap("Split", guest.String, guest.String, func(line string, emit func(string)) error {
+	guest.Register(guest.FlatMap("Split", guest.StringRef, guest.String, func(line string, emit func(string)) error {
 		wordfns.Split(line, emit)
 		return nil
 	}))
-	guest.Register(guest.Map("Upper", guest.String, guest.String, func(s string) (string, error) {
+	guest.Register(guest.Map("Upper", guest.StringRef, guest.String, func(s string) (string, error) {
 		return wordfns.Upper(s), nil
+	}))
+	// Null and Echo measure the SDK's fixed costs per element.
+	guest.Register(guest.DoFn{Name: "Null", Process: func([]byte, *guest.Emitter) error { return nil }})
+	guest.Register(guest.DoFn{Name: "Echo", Process: func(elem []byte, e *guest.Emitter) error {
+		e.Output(elem)
+		return nil
+	}})
+	guest.Register(guest.FlatMap("Decode", guest.StringRef, guest.String, func(line string, emit func(string)) error {
+		return nil
 	}))
 	// Route sends words of up to 3 bytes to "short", longer ones to "long".
 	guest.Register(guest.DoFn{Name: "Route", Outputs: []string{"short", "long"},
