@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"syscall"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/ksrunner/ksrunner/examples/wasm/wordfns"
 	"github.com/ksrunner/ksrunner/wasmabi/guest"
