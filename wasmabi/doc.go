@@ -134,7 +134,8 @@
 // Config.Interruptible the module is compiled with wazero's
 // WithCloseOnContextDone, and guest code past the deadline is stopped
 // (ErrDeadline); that costs guest throughput (the compiled code polls at
-// function entries and loop back-edges). By default guest code is not
+// every loop header, and a Go guest compiles every function to a loop). By
+// default guest code is not
 // checked: a bundle that returns late fails with ErrDeadline, and a watchdog
 // timer per instance reports a bundle still running at the deadline to
 // Config.OnStuck (after logging the stage and module), since nothing can stop

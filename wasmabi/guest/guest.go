@@ -300,7 +300,9 @@ const (
 
 // rt is the state of the module instance. The host calls one export at a
 // time, so no locking.
-var rt struct {
+var rt runtimeState
+
+type runtimeState struct {
 	stage      *abi.Stage
 	transforms []*transform
 	roots      []int // transforms consuming the stage input
