@@ -594,3 +594,24 @@ func TestBigElement(t *testing.T) {
 	}
 	_ = bytes.MinRead
 }
+
+// TestExampleModule runs the examples/wasm/words module: Split fused with
+// Upper, and its words counter.
+func TestExampleModule(t *testing.T) {
+	m := compile(t, buildModule(t, "../examples/wasm/words"), Config{Name: "words"})
+	i := instantiate(t, m, StageSpec{
+		ID: "words",
+		Transforms: []Transform{
+			{ID: "split", DoFn: "Split", Input: "lines", Outputs: map[string]string{"out": "words"}},
+			{ID: "upper", DoFn: "Upper", Input: "words", Outputs: map[string]string{"out": "upper"}},
+		},
+		Input: "lines", InputCoder: "wv", Coders: testCoders(), Outputs: []string{"upper"},
+	})
+	c, res := runBundle(t, i, encodeStrings(t, "to be", "or not to be"))
+	if got, want := c.strings("upper"), []string{"TO", "BE", "OR", "NOT", "TO", "BE"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if n := res.Counters[MetricKey{Transform: "split", Namespace: "words", Name: "words"}]; n != 6 {
+		t.Errorf("words counter %d, want 6 (%v)", n, res.Counters)
+	}
+}

@@ -38,29 +38,38 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var guestBuild struct {
-	once sync.Once
-	wasm []byte
-	err  error
+var builds struct {
+	mu   sync.Mutex
+	wasm map[string][]byte
 }
 
 // guestModule builds testdata/guest with GOOS=wasip1 once per test binary.
-func guestModule(tb testing.TB) []byte {
+func guestModule(tb testing.TB) []byte { return buildModule(tb, "./testdata/guest") }
+
+// buildModule builds the Go guest package pkg (relative to this directory)
+// as a WASI reactor, once per test binary.
+func buildModule(tb testing.TB, pkg string) []byte {
 	tb.Helper()
-	guestBuild.once.Do(func() {
-		out := filepath.Join(testDir, "guest.wasm")
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, "./testdata/guest")
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			guestBuild.err = fmt.Errorf("building the test guest: %v\n%s", err, msg)
-			return
-		}
-		guestBuild.wasm, guestBuild.err = os.ReadFile(out)
-	})
-	if guestBuild.err != nil {
-		tb.Fatal(guestBuild.err)
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if w, ok := builds.wasm[pkg]; ok {
+		return w
 	}
-	return guestBuild.wasm
+	out := filepath.Join(testDir, fmt.Sprintf("module%d.wasm", len(builds.wasm)))
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("building %s: %v\n%s", pkg, err, msg)
+	}
+	w, err := os.ReadFile(out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if builds.wasm == nil {
+		builds.wasm = map[string][]byte{}
+	}
+	builds.wasm[pkg] = w
+	return w
 }
 
 // compile compiles wasm with the shared cache; the module closes with tb.

@@ -163,7 +163,9 @@ func (e *Emitter) Output(elem []byte) { e.EmitTo(0, elem) }
 func (e *Emitter) EmitTo(out int, elem []byte) { e.emit(out, 0, false, elem) }
 
 // EmitAt is EmitTo with an explicit event timestamp (milliseconds since the
-// Unix epoch); windows and pane are the input element's.
+// Unix epoch); windows and pane are the input element's. In ABI v1 the
+// timestamp applies to what reaches the host: a transform fused after this
+// one in the same module sees the input element's timestamp.
 func (e *Emitter) EmitAt(out int, timestamp int64, elem []byte) { e.emit(out, timestamp, true, elem) }
 
 // Timestamp is the event time of the element being processed, in
