@@ -98,6 +98,13 @@ func (t *translator) buildDescriptor(s *Stage) error {
 	inWire := t.wireCoders[s.Input]
 	d.Pcollections[s.Input].CoderId = t.comps.GetCoders()[inWire].GetComponentCoderIds()[0]
 	addCoder(inWire)
+	// Side input values are served as the host stores them: in the wire
+	// element coder.
+	for _, si := range s.SideInputs {
+		w := t.wireCoders[si.PCollection]
+		d.Pcollections[si.PCollection].CoderId = t.comps.GetCoders()[w].GetComponentCoderIds()[0]
+		addCoder(w)
+	}
 
 	taken := func(id string) bool { return d.Transforms[id] != nil || t.comps.GetTransforms()[id] != nil }
 	port := func(coder string) ([]byte, error) {

@@ -9,8 +9,12 @@ import (
 
 // checkParDo rejects the ParDo features the runner does not support yet.
 func checkParDo(name string, pd *pipepb.ParDoPayload) error {
-	if len(pd.GetSideInputs()) > 0 {
-		return fmt.Errorf("transform %q: side inputs are not supported yet (side inputs %v)", name, sortedKeys(pd.GetSideInputs()))
+	for _, local := range sortedKeys(pd.GetSideInputs()) {
+		switch urn := pd.GetSideInputs()[local].GetAccessPattern().GetUrn(); urn {
+		case urnSideInputIterable, urnSideInputMultimap:
+		default:
+			return fmt.Errorf("transform %q: side input %q: unsupported access pattern %q", name, local, urn)
+		}
 	}
 	if len(pd.GetStateSpecs()) > 0 {
 		return fmt.Errorf("transform %q: user state is not supported yet (state %v)", name, sortedKeys(pd.GetStateSpecs()))
@@ -64,8 +68,13 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 	if err := checkParDo(name, pd); err != nil {
 		return err
 	}
-	if len(tr.GetInputs()) != 1 {
-		return fmt.Errorf("transform %q: a ParDo needs exactly one main input, has %d inputs", name, len(tr.GetInputs()))
+	if n := len(tr.GetInputs()) - len(pd.GetSideInputs()); n != 1 {
+		return fmt.Errorf("transform %q: a ParDo needs exactly one main input, has %d", name, n)
+	}
+	for local := range pd.GetSideInputs() {
+		if _, ok := tr.GetInputs()[local]; !ok {
+			return fmt.Errorf("transform %q: side input %q is not among its inputs", name, local)
+		}
 	}
 	if pd.GetRestrictionCoderId() == "" {
 		t.addLeaf(id, kindSDK)
@@ -84,6 +93,9 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 // The original transform becomes a composite of the three.
 func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParDoPayload) error {
 	name := tr.GetUniqueName()
+	if len(pd.GetSideInputs()) > 0 {
+		return fmt.Errorf("transform %q: a splittable DoFn with side inputs is not supported yet (side inputs %v)", name, sortedKeys(pd.GetSideInputs()))
+	}
 	inLocal, inID := mainInput(tr)
 	in := t.comps.GetPcollections()[inID]
 	if in == nil {

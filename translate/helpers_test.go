@@ -134,7 +134,13 @@ func checkPlan(t testing.TB, p *Plan) {
 			errorf("sub-topology %d reads unknown topic %q", st.ID, st.Input)
 		}
 	}
-	for name := range topics {
+	for name, tp := range topics {
+		if tp.Kind == TopicSideInput {
+			if readers[name] != 0 {
+				errorf("side input topic %q read by %d sub-topologies, want none", name, readers[name])
+			}
+			continue
+		}
 		if readers[name] != 1 {
 			errorf("topic %q read by %d sub-topologies", name, readers[name])
 		}
@@ -212,7 +218,9 @@ func checkPlan(t testing.TB, p *Plan) {
 			}
 			sinkFrom[sk.Topic][sk.PCollection] = st.ID
 			if subOfTopic[sk.Topic] <= st.ID {
-				errorf("topic %q: producer sub-topology %d is not listed before its consumer %d", sk.Topic, st.ID, subOfTopic[sk.Topic])
+				if topics[sk.Topic].Kind != TopicSideInput {
+					errorf("topic %q: producer sub-topology %d is not listed before its consumer %d", sk.Topic, st.ID, subOfTopic[sk.Topic])
+				}
 			}
 		}
 	}

@@ -44,6 +44,8 @@ type translator struct {
 	// forcedRoot marks SDK transforms that must head their own stage
 	// (SDF process transforms).
 	forcedRoot map[string]bool
+	// sideInputsOf lists the side inputs of each ParDo that has some.
+	sideInputsOf map[string][]SideInput
 	// topicName overrides the transform whose unique name names a topic and
 	// whose id is the Root.TransformID (lifted combines: the composite).
 	rootTransform map[string]string
@@ -93,6 +95,7 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		parent:        map[string]string{},
 		kind:          map[string]leafKind{},
 		forcedRoot:    map[string]bool{},
+		sideInputsOf:  map[string][]SideInput{},
 		rootTransform: map[string]string{},
 		producer:      map[string]string{},
 		consumers:     map[string][]string{},
@@ -250,12 +253,28 @@ func (t *translator) addLeaf(id string, k leafKind) {
 }
 
 // mainInput returns the local and global id of the parallel input of an SDK
-// transform (its only input: side inputs are rejected during validation).
+// transform: its only input that is not a side input.
 func mainInput(tr *pipepb.PTransform) (local, global string) {
+	sides := sideInputs(tr)
 	for _, l := range sortedKeys(tr.GetInputs()) {
-		return l, tr.GetInputs()[l]
+		if _, side := sides[l]; !side {
+			return l, tr.GetInputs()[l]
+		}
 	}
 	return "", ""
+}
+
+// sideInputs returns the side inputs of a ParDo (validated when it was added),
+// by local name; nil for other transforms.
+func sideInputs(tr *pipepb.PTransform) map[string]*pipepb.SideInput {
+	if tr.GetSpec().GetUrn() != urnParDo {
+		return nil
+	}
+	pd := &pipepb.ParDoPayload{}
+	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), pd); err != nil {
+		return nil
+	}
+	return pd.GetSideInputs()
 }
 
 func onlyValue(m map[string]string) string {

@@ -473,15 +473,6 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{`transform "translate.identity": unsupported URN beam:transform:teststream:v1`},
 	}, {
-		name: "side input",
-		build: func(t *testing.T) *pipepb.Pipeline {
-			p, s := beam.NewPipelineWithRoot()
-			side := beam.Create(s, "x")
-			beam.ParDo(s, withSide, beam.Create(s, "a"), beam.SideInput{Input: side})
-			return marshal(t, p)
-		},
-		want: []string{`"translate.withSide"`, "side inputs are not supported"},
-	}, {
 		name: "state",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
@@ -612,3 +603,50 @@ func TestWASMGlobAndComposite(t *testing.T) {
 }
 
 var _ = context.Background
+
+// A ParDo with a side input heads a sub-topology of its own fed by a
+// materialized main input, and its stage lists the side input, which is
+// written to a one-per-PCollection side topic.
+func TestSideInput(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	side := beam.Create(s, "x")
+	beam.ParDo(s, withSide, beam.Create(s, "a"), beam.SideInput{Input: side})
+	plan := mustTranslate(t, marshal(t, p), Options{})
+
+	var sideTopic, mainTopic *Topic
+	for _, tp := range plan.Topics {
+		switch tp.Kind {
+		case TopicSideInput:
+			sideTopic = tp
+		case TopicRedistribute:
+			mainTopic = tp
+		}
+	}
+	if sideTopic == nil || mainTopic == nil {
+		t.Fatalf("want a side input topic and a materialized main input, got topics %+v", plan.Topics)
+	}
+	var gated *Stage
+	for _, st := range plan.SubTopologies {
+		if st.Input == sideTopic.Name {
+			t.Errorf("sub-topology %d reads side topic %s: side topics are read by instances, not tasks", st.ID, sideTopic.Name)
+		}
+		for _, stg := range st.Stages {
+			if len(stg.SideInputs) > 0 {
+				if st.Input != mainTopic.Name {
+					t.Errorf("stage %s with side inputs is in sub-topology reading %s, want %s", stg.ID, st.Input, mainTopic.Name)
+				}
+				gated = stg
+			}
+		}
+	}
+	if gated == nil {
+		t.Fatal("no stage lists the side input")
+	}
+	si := gated.SideInputs[0]
+	if si.Topic != sideTopic.Name || si.PCollection != sideTopic.PCollection || si.Multimap {
+		t.Errorf("side input %+v, want topic %s of %s, iterable", si, sideTopic.Name, sideTopic.PCollection)
+	}
+	if got := gated.Descriptor.GetPcollections()[si.PCollection].GetCoderId(); got == "" {
+		t.Errorf("descriptor lacks side input PCollection %s", si.PCollection)
+	}
+}
