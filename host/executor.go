@@ -31,10 +31,17 @@ type bundleResult struct {
 	metrics   []*pipepb.MonitoringInfo
 }
 
-type harnessExecutor struct{ stage *harness.Stage }
+type harnessExecutor struct {
+	stage *harness.Stage
+	state harness.StateHandler // side inputs; nil for none
+}
 
 func (e harnessExecutor) startBundle(ctx context.Context, emit func(string, []byte) error) (stageBundle, error) {
-	b, err := e.stage.StartBundle(ctx, emit)
+	var opts []harness.BundleOption
+	if e.state != nil {
+		opts = append(opts, harness.WithStateHandler(e.state))
+	}
+	b, err := e.stage.StartBundle(ctx, emit, opts...)
 	if err != nil {
 		return nil, err
 	}

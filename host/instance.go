@@ -43,6 +43,8 @@ type instance struct {
 	codecs map[string]*shuffle.ElementCodec // by PCollection id
 
 	subByTopic map[string]*translate.SubTopology // by full topic name
+	execs      map[string]stageExecutor          // by stage id
+	side       *sideInputReader
 
 	mu    sync.Mutex // guards tasks against the rebalance callbacks
 	tasks map[taskID]*task
@@ -81,6 +83,18 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		return nil, fmt.Errorf("state store %s: %w", cfg.stateDir, err)
 	}
 	i.db = db
+	i.side = newSideInputReader(i)
+	i.execs = map[string]stageExecutor{}
+	for _, st := range cfg.plan.SubTopologies {
+		for _, s := range st.Stages {
+			exec := cfg.execs[s.ID]
+			if he, ok := exec.(harnessExecutor); ok && len(s.SideInputs) > 0 {
+				he.state = newSideState(db, s)
+				exec = he
+			}
+			i.execs[s.ID] = exec
+		}
+	}
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(strings.Split(cfg.opts.BootstrapServers, ",")...),
 		kgo.ConsumerGroup(cfg.opts.ApplicationID),
@@ -175,6 +189,16 @@ func (i *instance) failure() error {
 
 // run processes records until ctx ends (nil) or a task fails.
 func (i *instance) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sideDone := make(chan struct{})
+	go func() {
+		defer close(sideDone)
+		if err := i.side.run(ctx, i.cfg.opts.BootstrapServers); err != nil {
+			i.setProduceErr(err)
+		}
+	}()
+	defer func() { cancel(); <-sideDone }()
 	interval := i.cfg.opts.commitInterval()
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, interval)

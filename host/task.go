@@ -50,6 +50,7 @@ type task struct {
 	impulseSeen bool
 	reportedWM  int64
 	statusDirty bool
+	gateSeq     uint64 // next sequence number of held input
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
@@ -74,6 +75,8 @@ type stageRun struct {
 	pending [][]byte
 	count   int    // elements in the open bundle
 	carry   map[string][]byte
+	idx     byte // position in the sub-topology, for store keys
+	gated   bool // waits for side inputs (see gate.go)
 }
 
 // appendPending adds one whole element to the pending input.
@@ -110,11 +113,11 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 	t.prefix = binary.BigEndian.AppendUint32(nil, uint32(sub.ID))
 	t.prefix = binary.BigEndian.AppendUint32(t.prefix, uint32(partition))
 	for _, s := range sub.Stages {
-		exec := inst.cfg.execs[s.ID]
+		exec := inst.execs[s.ID]
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: exec}
+		sr := &stageRun{stage: s, exec: exec, idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0}
 		t.stages = append(t.stages, sr)
 		t.consumers[s.Input] = append(t.consumers[s.Input], consumer{stage: sr})
 	}
@@ -130,6 +133,9 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 	if err := t.loadWatermarks(); err != nil {
 		return nil, err
 	}
+	if err := t.loadGateSeq(); err != nil {
+		return nil, err
+	}
 	t.statusDirty = true
 	return t, nil
 }
@@ -140,11 +146,13 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 //	'I'                              → the impulse was processed
 //	'B' len key | key | len win | win | offset → a buffered GBK value
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
+//	'G' stage | max window ts | seq            → min timestamp | input held for side inputs
 const (
 	storeWatermark = 'W'
 	storeImpulse   = 'I'
 	storeBuffer    = 'B'
 	storeTimer     = 'T'
+	storeGate      = 'G'
 )
 
 func (t *task) key(store byte, parts ...[]byte) []byte {
@@ -284,6 +292,9 @@ func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 		n := t.inst.cfg.topics.partitions[s.Topic]
 		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
 	}
+	if debugSide {
+		fmt.Printf("sink %s partition %d key %x len %d\n", rec.Topic, rec.Partition, rec.Key, len(rec.Value))
+	}
 	t.inst.produce(rec)
 	return nil
 }
@@ -301,6 +312,12 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 				in, sr.pending = sr.pending, nil
 			}
 			t.mu.Unlock()
+			if sr.gated {
+				var err error
+				if in, err = t.gate(sr, in); err != nil {
+					return err
+				}
+			}
 			for _, chunk := range in {
 				idle = false
 				if err := t.process(ctx, sr, chunk); err != nil {
@@ -422,6 +439,15 @@ func (t *task) prepareCommit(ctx context.Context) error {
 }
 
 func (t *task) outputWatermark(in int64) (int64, error) {
+	out, err := t.rootWatermark(in)
+	if err != nil {
+		return 0, err
+	}
+	hold, err := t.gateHold()
+	return min(out, hold), err
+}
+
+func (t *task) rootWatermark(in int64) (int64, error) {
 	switch t.sub.Root.Kind {
 	case translate.RootImpulse:
 		if t.impulseSeen {

@@ -35,7 +35,7 @@ func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
 	}
 	for _, tp := range plan.Topics {
 		t.byName[tp.Name] = tp
-		if tp.Kind == translate.TopicImpulse {
+		if tp.Kind == translate.TopicImpulse || tp.Kind == translate.TopicSideInput {
 			t.partitions[tp.Name] = 1
 		} else {
 			t.partitions[tp.Name] = int32(opts.InternalParallelism)
