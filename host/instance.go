@@ -309,8 +309,12 @@ func (i *instance) produce(r *kgo.Record) {
 // pebbleLogger sends Pebble's chatter to debug level.
 type pebbleLogger struct{ l *slog.Logger }
 
-func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debug("pebble: " + fmt.Sprintf(format, args...)) }
-func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error("pebble: " + fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("pebble: "+format, args...))
 }

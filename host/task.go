@@ -66,14 +66,14 @@ type consumer struct {
 
 // stageRun is a stage's executor and the bundle open on it, for one task.
 type stageRun struct {
-	stage   *translate.Stage
-	exec    stageExecutor
-	bundle  stageBundle
+	stage  *translate.Stage
+	exec   stageExecutor
+	bundle stageBundle
 	// pending is input not yet handed to the bundle, under task.mu: whole
 	// elements in chunks of about processBatchBytes, because an SDK decodes
 	// every data message on its own and a message must not split an element.
 	pending [][]byte
-	count   int    // elements in the open bundle
+	count   int // elements in the open bundle
 	carry   map[string][]byte
 	idx     byte // position in the sub-topology, for store keys
 	gated   bool // waits for side inputs (see gate.go)
