@@ -126,14 +126,9 @@ func (t *translator) layout() (*Plan, error) {
 				continue
 			}
 			// Inputs from several sub-topologies: materialize the
-			// flatten as a redistribute topic all inputs write to.
-			seen := map[string]bool{}
-			for _, pc := range ins {
-				if seen[pc] {
-					return nil, fmt.Errorf("transform %q: a flatten listing PCollection %q twice across sub-topologies is not supported yet", tr.GetUniqueName(), pc)
-				}
-				seen[pc] = true
-			}
+			// flatten as a redistribute topic all inputs write to. A
+			// PCollection listed twice is written twice, as the model
+			// wants (every element appears once per listing).
 			if err := t.sameWire(tr.GetUniqueName(), out, ins...); err != nil {
 				return nil, err
 			}
