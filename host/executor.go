@@ -29,6 +29,9 @@ type bundleResult struct {
 	// again (splittable DoFn checkpoints).
 	residuals [][]byte
 	metrics   []*pipepb.MonitoringInfo
+	// finalize, when set, is called once the bundle's output and state are
+	// committed (Beam's bundle finalization).
+	finalize func(context.Context) error
 }
 
 type harnessExecutor struct {
@@ -58,6 +61,9 @@ func (b harnessBundle) finish() (bundleResult, error) {
 		return bundleResult{}, err
 	}
 	out := bundleResult{metrics: res.MonitoringInfos}
+	if res.RequiresFinalization {
+		out.finalize = b.b.Finalize
+	}
 	for _, r := range res.Residuals {
 		out.residuals = append(out.residuals, r.Element)
 	}

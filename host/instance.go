@@ -295,6 +295,14 @@ func (i *instance) commit(ctx context.Context) error {
 	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
 		return fmt.Errorf("committing offsets: %w", err)
 	}
+	for _, t := range i.tasks {
+		for _, f := range t.finalizers {
+			if err := f(ctx); err != nil {
+				i.cfg.logger.Warn("bundle finalization failed", "task", t.producer, "error", err)
+			}
+		}
+		t.finalizers = nil
+	}
 	return nil
 }
 

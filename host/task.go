@@ -51,6 +51,8 @@ type task struct {
 	reportedWM  int64
 	statusDirty bool
 	gateSeq     uint64 // next sequence number of held input
+	// finalizers of bundles whose output is not yet committed.
+	finalizers []func(context.Context) error
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
@@ -379,6 +381,9 @@ func (t *task) finish(sr *stageRun) error {
 		}
 	}
 	t.inst.cfg.metrics.add(res.metrics)
+	if res.finalize != nil {
+		t.finalizers = append(t.finalizers, res.finalize)
+	}
 	if len(res.residuals) > 0 {
 		t.mu.Lock()
 		for _, r := range res.residuals {

@@ -80,6 +80,23 @@ func (t *translator) buildDescriptor(s *Stage) error {
 			if rc := pd.GetRestrictionCoderId(); rc != "" {
 				addCoder(rc)
 			}
+			for _, sid := range sortedKeys(pd.GetStateSpecs()) {
+				sp := pd.GetStateSpecs()[sid]
+				for _, c := range []string{
+					sp.GetReadModifyWriteSpec().GetCoderId(), sp.GetBagSpec().GetElementCoderId(),
+					sp.GetCombiningSpec().GetAccumulatorCoderId(), sp.GetMapSpec().GetKeyCoderId(),
+					sp.GetMapSpec().GetValueCoderId(), sp.GetSetSpec().GetElementCoderId(),
+					sp.GetOrderedListSpec().GetElementCoderId(), sp.GetMultimapSpec().GetKeyCoderId(),
+					sp.GetMultimapSpec().GetValueCoderId(),
+				} {
+					if c != "" {
+						addCoder(c)
+					}
+				}
+			}
+			for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
+				addCoder(pd.GetTimerFamilySpecs()[fam].GetTimerFamilyCoderId())
+			}
 		case urnCombinePrecombine, urnCombineMergeAccumulators, urnCombineExtractOutputs:
 			cp := &pipepb.CombinePayload{}
 			if e := proto.Unmarshal(tr.GetSpec().GetPayload(), cp); e != nil {

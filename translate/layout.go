@@ -141,12 +141,15 @@ func (t *translator) layout() (*Plan, error) {
 		case kindSDK:
 			_, in := mainInput(tr)
 			sb := subOf[in]
-			if sides := sideInputs(tr); len(sides) > 0 {
+			sides := sideInputs(tr)
+			if len(sides) > 0 || t.statefulOf[id] {
 				// A stage waits for its side inputs to be complete; its
 				// task holds its output watermark meanwhile. So that the
 				// hold never feeds back into a side input, the main input
 				// is materialized and the ParDo heads a sub-topology of its
-				// own, downstream of everything it waits for.
+				// own, downstream of everything it waits for. A stateful
+				// ParDo needs the same, keyed: the topic partitions KVs by
+				// key, so each key's state lives in one task.
 				for _, l := range sortedKeys(sides) {
 					pc := tr.GetInputs()[l]
 					name := sanitizeTopicName(t.comps.GetPcollections()[pc].GetUniqueName()) + "-side"
@@ -230,6 +233,8 @@ func (sb *stageBuilder) compatible(wasm bool, env string) bool {
 func (sb *stageBuilder) add(t *translator, id string, env string) {
 	sb.s.Transforms = append(sb.s.Transforms, id)
 	sb.s.SideInputs = append(sb.s.SideInputs, t.sideInputsOf[id]...)
+	sb.s.TimerFamilies = append(sb.s.TimerFamilies, t.timersOf[id]...)
+	sb.s.Stateful = sb.s.Stateful || t.statefulOf[id]
 	sb.set[id] = true
 	if sb.env == "" {
 		sb.env = env

@@ -162,6 +162,14 @@ type Stage struct {
 	// the stage's input until every side input is complete for the
 	// windows of that input, and serves them over the Fn API state service.
 	SideInputs []SideInput
+	// Stateful is true when a transform of the stage has user state or
+	// timers: its input is partitioned by key (the sub-topology reads a
+	// keyed topic) and the host serves user state per key and window.
+	Stateful bool
+	// TimerFamilies are the timer families of the stage's stateful
+	// transforms: the host stores the timers the SDK sets and delivers them
+	// back when they fire.
+	TimerFamilies []TimerFamily
 
 	// InputTransform is the id of the data source transform in Descriptor.
 	InputTransform string
@@ -183,4 +191,10 @@ type SideInput struct {
 	// Multimap is true for beam:side_input:multimap:v1 (values served per
 	// key), false for beam:side_input:iterable:v1.
 	Multimap bool
+}
+
+// TimerFamily is one timer family of a stateful ParDo.
+type TimerFamily struct {
+	TransformID, FamilyID string
+	EventTime             bool // else processing time
 }

@@ -46,6 +46,10 @@ type translator struct {
 	forcedRoot map[string]bool
 	// sideInputsOf lists the side inputs of each ParDo that has some.
 	sideInputsOf map[string][]SideInput
+	// timersOf lists the timer families of each stateful ParDo; statefulOf
+	// marks every ParDo with user state or timers.
+	timersOf   map[string][]TimerFamily
+	statefulOf map[string]bool
 	// topicName overrides the transform whose unique name names a topic and
 	// whose id is the Root.TransformID (lifted combines: the composite).
 	rootTransform map[string]string
@@ -96,6 +100,8 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		kind:          map[string]leafKind{},
 		forcedRoot:    map[string]bool{},
 		sideInputsOf:  map[string][]SideInput{},
+		timersOf:      map[string][]TimerFamily{},
+		statefulOf:    map[string]bool{},
 		rootTransform: map[string]string{},
 		producer:      map[string]string{},
 		consumers:     map[string][]string{},
@@ -141,11 +147,9 @@ func (t *translator) checkRequirements() error {
 		switch r {
 		case urnReqSplittableDoFn:
 		case urnReqStatefulProcessing:
-			return fmt.Errorf("pipeline requirement %s: stateful processing (user state and timers) is not supported yet", r)
 		case urnReqTimeSortedInput:
 			return fmt.Errorf("pipeline requirement %s: time-sorted input is not supported yet", r)
 		case urnReqBundleFinalization:
-			return fmt.Errorf("pipeline requirement %s: bundle finalization is not supported yet", r)
 		case urnReqStableInput:
 			return fmt.Errorf("pipeline requirement %s: stable input is not supported yet", r)
 		case urnReqOnWindowExpiration:

@@ -473,16 +473,7 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{`transform "translate.identity": unsupported URN beam:transform:teststream:v1`},
 	}, {
-		name: "state",
-		build: func(t *testing.T) *pipepb.Pipeline {
-			p, s := beam.NewPipelineWithRoot()
-			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
-			beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
-			return marshal(t, p)
-		},
-		want: []string{"countStateFn", "user state is not supported"},
-	}, {
-		name: "sessions",
+name: "sessions",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
 			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
@@ -522,15 +513,15 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{"unknown pipeline requirement beam:requirement:pardo:teleportation:v1"},
 	}, {
-		name: "bundle finalization requirement",
+		name: "time-sorted input requirement",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
 			beam.ParDo(s, identity, beam.Create(s, "a"))
 			pp := marshal(t, p)
-			pp.Requirements = append(pp.Requirements, urnReqBundleFinalization)
+			pp.Requirements = append(pp.Requirements, "beam:requirement:pardo:time_sorted_input:v1")
 			return pp
 		},
-		want: []string{"bundle finalization is not supported"},
+		want: []string{"time-sorted input is not supported"},
 	}, {
 		name: "missing transform",
 		build: func(t *testing.T) *pipepb.Pipeline {
@@ -648,5 +639,34 @@ func TestSideInput(t *testing.T) {
 	}
 	if got := gated.Descriptor.GetPcollections()[si.PCollection].GetCoderId(); got == "" {
 		t.Errorf("descriptor lacks side input PCollection %s", si.PCollection)
+	}
+}
+
+// A stateful ParDo heads a sub-topology fed by a keyed topic, and its stage
+// is marked stateful with the state coders in its descriptor.
+func TestStatefulParDo(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+	beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
+	plan := mustTranslate(t, marshal(t, p), Options{})
+	var stateful *Stage
+	var sub *SubTopology
+	for _, st := range plan.SubTopologies {
+		for _, stg := range st.Stages {
+			if stg.Stateful {
+				stateful, sub = stg, st
+			}
+		}
+	}
+	if stateful == nil {
+		t.Fatal("no stage is marked stateful")
+	}
+	if sub.Root.Kind != RootPassthrough || sub.Root.Output != stateful.Input {
+		t.Errorf("stateful stage's sub-topology root %+v, want a passthrough of %s", sub.Root, stateful.Input)
+	}
+	for _, tp := range plan.Topics {
+		if tp.Name == sub.Input && tp.Kind != TopicRedistribute {
+			t.Errorf("stateful stage reads topic %s of kind %d, want a redistribute (keyed) topic", tp.Name, tp.Kind)
+		}
 	}
 }
