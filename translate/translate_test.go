@@ -473,7 +473,7 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{`transform "translate.identity": unsupported URN beam:transform:teststream:v1`},
 	}, {
-name: "sessions",
+		name: "sessions",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
 			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
