@@ -16,11 +16,21 @@ import (
 type stageExecutor interface {
 	// startBundle opens a bundle. emit must not block on the executor: the
 	// host only buffers or produces to Kafka in it.
-	startBundle(ctx context.Context, emit func(pcoll string, data []byte) error) (stageBundle, error)
+	startBundle(ctx context.Context, emit func(pcoll string, data []byte) error, io bundleIO) (stageBundle, error)
+}
+
+// bundleIO is what a bundle reads and writes besides its data: state (side
+// inputs, user state) and, for stateful stages, the timers it sets.
+type bundleIO struct {
+	state  harness.StateHandler // nil: none
+	timers func(transformID, familyID string, data []byte) error
 }
 
 type stageBundle interface {
 	process(data []byte) error
+	// processTimers delivers fired timers (encoded in the family's timer
+	// coder) to a stateful transform of the stage.
+	processTimers(transformID, familyID string, data []byte) error
 	finish() (bundleResult, error)
 }
 
@@ -36,13 +46,15 @@ type bundleResult struct {
 
 type harnessExecutor struct {
 	stage *harness.Stage
-	state harness.StateHandler // side inputs; nil for none
 }
 
-func (e harnessExecutor) startBundle(ctx context.Context, emit func(string, []byte) error) (stageBundle, error) {
+func (e harnessExecutor) startBundle(ctx context.Context, emit func(string, []byte) error, io bundleIO) (stageBundle, error) {
 	var opts []harness.BundleOption
-	if e.state != nil {
-		opts = append(opts, harness.WithStateHandler(e.state))
+	if io.state != nil {
+		opts = append(opts, harness.WithStateHandler(io.state))
+	}
+	if io.timers != nil {
+		opts = append(opts, harness.WithTimerOutput(io.timers))
 	}
 	b, err := e.stage.StartBundle(ctx, emit, opts...)
 	if err != nil {
@@ -54,6 +66,10 @@ func (e harnessExecutor) startBundle(ctx context.Context, emit func(string, []by
 type harnessBundle struct{ b *harness.Bundle }
 
 func (b harnessBundle) process(data []byte) error { return b.b.Process(data) }
+
+func (b harnessBundle) processTimers(transformID, familyID string, data []byte) error {
+	return b.b.ProcessTimers(transformID, familyID, data)
+}
 
 func (b harnessBundle) finish() (bundleResult, error) {
 	res, err := b.b.Finish()

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
@@ -45,6 +47,8 @@ type instance struct {
 	subByTopic map[string]*translate.SubTopology // by full topic name
 	execs      map[string]stageExecutor          // by stage id
 	side       *sideInputReader
+	// timerCodecs parse the timers of each (transform, family).
+	timerCodecs map[[2]string]*shuffle.TimerCodec
 
 	mu    sync.Mutex // guards tasks against the rebalance callbacks
 	tasks map[taskID]*task
@@ -84,15 +88,15 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 	}
 	i.db = db
 	i.side = newSideInputReader(i)
+	i.timerCodecs = map[[2]string]*shuffle.TimerCodec{}
+	if err := i.buildTimerCodecs(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	i.execs = map[string]stageExecutor{}
 	for _, st := range cfg.plan.SubTopologies {
 		for _, s := range st.Stages {
-			exec := cfg.execs[s.ID]
-			if he, ok := exec.(harnessExecutor); ok && len(s.SideInputs) > 0 {
-				he.state = newSideState(db, s)
-				exec = he
-			}
-			i.execs[s.ID] = exec
+			i.execs[s.ID] = cfg.execs[s.ID]
 		}
 	}
 	cl, err := kgo.NewClient(
@@ -325,4 +329,24 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("pebble: "+format, args...))
+}
+
+func (i *instance) buildTimerCodecs() error {
+	comps := i.cfg.plan.Pipeline.GetComponents()
+	for _, st := range i.cfg.plan.SubTopologies {
+		for _, s := range st.Stages {
+			for _, f := range s.TimerFamilies {
+				pd := &pipepb.ParDoPayload{}
+				if err := proto.Unmarshal(comps.GetTransforms()[f.TransformID].GetSpec().GetPayload(), pd); err != nil {
+					return fmt.Errorf("transform %s: %w", f.TransformID, err)
+				}
+				c, err := shuffle.NewTimerCodec(comps.GetCoders(), pd.GetTimerFamilySpecs()[f.FamilyID].GetTimerFamilyCoderId())
+				if err != nil {
+					return fmt.Errorf("transform %s timer family %s: %w", f.TransformID, f.FamilyID, err)
+				}
+				i.timerCodecs[[2]string{f.TransformID, f.FamilyID}] = c
+			}
+		}
+	}
+	return nil
 }

@@ -262,7 +262,11 @@ func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, fun
 				h.Close()
 				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)
 			}
-			hs, err := h.Stage(ctx, s.EnvironmentID, s.Descriptor, s.InputTransform, s.OutputTransforms)
+			var fams []harness.TimerFamily
+			for _, f := range s.TimerFamilies {
+				fams = append(fams, harness.TimerFamily{TransformID: f.TransformID, FamilyID: f.FamilyID})
+			}
+			hs, err := h.Stage(ctx, s.EnvironmentID, s.Descriptor, s.InputTransform, s.OutputTransforms, harness.WithTimerFamilies(fams))
 			if err != nil {
 				h.Close()
 				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -51,6 +52,8 @@ type task struct {
 	reportedWM  int64
 	statusDirty bool
 	gateSeq     uint64 // next sequence number of held input
+	// user holds the user state and timers of stateful stages; nil if none.
+	user *userStore
 	// finalizers of bundles whose output is not yet committed.
 	finalizers []func(context.Context) error
 
@@ -74,11 +77,14 @@ type stageRun struct {
 	// pending is input not yet handed to the bundle, under task.mu: whole
 	// elements in chunks of about processBatchBytes, because an SDK decodes
 	// every data message on its own and a message must not split an element.
-	pending [][]byte
-	count   int // elements in the open bundle
-	carry   map[string][]byte
-	idx     byte // position in the sub-topology, for store keys
-	gated   bool // waits for side inputs (see gate.go)
+	pending    [][]byte
+	count      int // elements in the open bundle
+	carry      map[string][]byte
+	idx        byte                             // position in the sub-topology, for store keys
+	gated      bool                             // waits for side inputs (see gate.go)
+	state      harness.StateHandler             // side inputs and user state; nil: none
+	families   map[string]translate.TimerFamily // by transform id + "/" + family id
+	timerCarry map[string][]byte                // partial timers of the open bundle, by family key
 }
 
 // appendPending adds one whole element to the pending input.
@@ -119,7 +125,27 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: exec, idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0}
+		sr := &stageRun{stage: s, exec: exec, idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, families: map[string]translate.TimerFamily{}}
+		for _, f := range s.TimerFamilies {
+			sr.families[f.TransformID+"/"+f.FamilyID] = f
+		}
+		if s.Stateful && t.user == nil {
+			u, err := newUserStore(t)
+			if err != nil {
+				return nil, err
+			}
+			t.user = u
+		}
+		var side harness.StateHandler
+		if len(s.SideInputs) > 0 {
+			side = newSideState(inst.db, s)
+		}
+		switch {
+		case s.Stateful:
+			sr.state = &stageState{user: t.user, side: side}
+		case side != nil:
+			sr.state = side
+		}
 		t.stages = append(t.stages, sr)
 		t.consumers[s.Input] = append(t.consumers[s.Input], consumer{stage: sr})
 	}
@@ -350,11 +376,29 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 func (t *task) process(ctx context.Context, sr *stageRun, in []byte) error {
 	if sr.bundle == nil {
 		sr.carry = map[string][]byte{}
-		b, err := sr.exec.startBundle(ctx, func(pcoll string, data []byte) error { return t.emit(sr, pcoll, data) })
+		sr.timerCarry = map[string][]byte{}
+		io := bundleIO{state: sr.state}
+		if len(sr.families) > 0 {
+			io.timers = func(transformID, familyID string, data []byte) error {
+				k := transformID + "/" + familyID
+				fam, ok := sr.families[k]
+				if !ok {
+					return fmt.Errorf("stage %s: timer for unknown family %s", sr.stage.ID, k)
+				}
+				c := sr.timerCarry[k]
+				err := t.user.setTimers(fam, t.inst.timerCodecs[[2]string{transformID, familyID}], data, &c)
+				sr.timerCarry[k] = c
+				return err
+			}
+		}
+		b, err := sr.exec.startBundle(ctx, func(pcoll string, data []byte) error { return t.emit(sr, pcoll, data) }, io)
 		if err != nil {
 			return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 		}
 		sr.bundle, sr.count = b, 0
+	}
+	if len(in) == 0 {
+		return nil
 	}
 	sr.count += countHint(in)
 	if err := sr.bundle.process(in); err != nil {
@@ -433,6 +477,9 @@ func (t *task) prepareCommit(ctx context.Context) error {
 	if err := t.flushStages(ctx, true); err != nil {
 		return err
 	}
+	if err := t.fireTimers(ctx, in); err != nil {
+		return err
+	}
 	out, err := t.outputWatermark(in)
 	if err != nil {
 		return err
@@ -449,7 +496,17 @@ func (t *task) outputWatermark(in int64) (int64, error) {
 		return 0, err
 	}
 	hold, err := t.gateHold()
-	return min(out, hold), err
+	if err != nil {
+		return 0, err
+	}
+	if t.user != nil {
+		th, err := t.user.timerHold()
+		if err != nil {
+			return 0, err
+		}
+		hold = min(hold, th)
+	}
+	return min(out, hold), nil
 }
 
 func (t *task) rootWatermark(in int64) (int64, error) {
@@ -494,6 +551,11 @@ func (t *task) reportWatermark(wm int64) {
 }
 
 func (t *task) commitState() error {
+	if t.user != nil {
+		if err := t.user.commit(); err != nil {
+			return fmt.Errorf("task %s: committing user state: %w", t.producer, err)
+		}
+	}
 	if err := t.batch.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("task %s: committing state: %w", t.producer, err)
 	}
@@ -505,6 +567,9 @@ func (t *task) commitState() error {
 // partition's next owner because its offsets were not committed.
 func (t *task) abort() {
 	t.batch.Close()
+	if t.user != nil {
+		t.user.abort()
+	}
 	for _, sr := range t.stages {
 		sr.bundle = nil
 	}
