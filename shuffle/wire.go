@@ -102,6 +102,12 @@ func (c *ElementCodec) Next(b []byte) (WindowedValue, error) {
 	if n < 0 {
 		return wv, fmt.Errorf("windowed value: negative window count %d", n)
 	}
+	// Every window is followed by at least the pane byte, so a count larger
+	// than the bytes left cannot be complete (and a zero-width window coder
+	// must not make a corrupt count loop for billions of rounds).
+	if int(n) > len(b)-12 {
+		return wv, ErrShort
+	}
 	wv.NWindows = int(n)
 	off := 12
 	start := off
@@ -300,6 +306,9 @@ func iterableLength(elem lengthFunc) lengthFunc {
 			return nil
 		}
 		if n >= 0 {
+			if int(n) > len(b)-off {
+				return 0, ErrShort // every element the host parses has at least one byte
+			}
 			return off, each(int(n))
 		}
 		if n != -1 {
@@ -316,6 +325,9 @@ func iterableLength(elem lengthFunc) lengthFunc {
 			off += l
 			if cnt == 0 {
 				return off, nil
+			}
+			if cnt > uint64(len(b)-off) {
+				return 0, ErrShort
 			}
 			if err := each(int(cnt)); err != nil {
 				return 0, err

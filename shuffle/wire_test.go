@@ -1,0 +1,183 @@
+package shuffle
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/exec"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/typex"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+)
+
+func spec(urn string, comps ...string) *pipepb.Coder {
+	return &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urn}, ComponentCoderIds: comps}
+}
+
+// testCoders: the wire coders of a few PCollections, as translate writes them.
+var testCoders = map[string]*pipepb.Coder{
+	"bytes":   spec(urnBytes),
+	"string":  spec(urnString),
+	"varint":  spec(urnVarInt),
+	"double":  spec(urnDouble),
+	"lp":      spec(urnLengthPrefix, "custom"),
+	"custom":  spec("beam:coder:custom:v1"),
+	"kv":      spec(urnKV, "string", "varint"),
+	"iter":    spec(urnIterable, "double"),
+	"kviter":  spec(urnKV, "bytes", "iter"),
+	"gw":      spec(urnGlobalWindow),
+	"iw":      spec(urnIntervalWindow),
+	"wv_kv":   spec(urnWindowedValue, "kv", "iw"),
+	"wv_kvit": spec(urnWindowedValue, "kviter", "gw"),
+	"wv_lp":   spec(urnWindowedValue, "lp", "gw"),
+	"wv_bad":  spec(urnWindowedValue, "custom", "gw"),
+}
+
+// encode writes a windowed value with the Go SDK's own encoders, so the
+// parser is checked against Beam's encoding, not against itself.
+func encode(t *testing.T, c *coder.Coder, wc *coder.WindowCoder, ts mtime.Time, ws []typex.Window, pane typex.PaneInfo, v *exec.FullValue) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := exec.EncodeWindowedValueHeader(exec.MakeWindowEncoder(wc), ws, ts, pane, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.MakeElementEncoder(c).Encode(v, &buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestElementCodec(t *testing.T) {
+	kvCoder := coder.NewKV([]*coder.Coder{coder.NewString(), coder.NewVarInt()})
+	iw := []typex.Window{window.IntervalWindow{Start: 1000, End: 2000}, window.IntervalWindow{Start: 1500, End: 2500}}
+	late := typex.PaneInfo{Timing: typex.PaneLate, Index: 3, NonSpeculativeIndex: 1}
+
+	tests := []struct {
+		name      string
+		wv        string
+		raw       []byte
+		ts        int64
+		nWindows  int
+		key, elem []byte
+	}{{
+		name:     "KV<string,varint> in two interval windows, late pane",
+		wv:       "wv_kv",
+		raw:      encode(t, kvCoder, coder.NewIntervalWindow(), 1234, iw, late, &exec.FullValue{Elm: "key", Elm2: int64(300)}),
+		ts:       1234,
+		nWindows: 2,
+		key:      []byte("\x03key"),
+		elem:     []byte("\x03key\xac\x02"),
+	}, {
+		name:     "KV<bytes, iterable<double>> in the global window",
+		wv:       "wv_kvit",
+		raw:      append(encode(t, coder.NewBytes(), coder.NewGlobalWindow(), mtime.MinTimestamp, window.SingleGlobalWindow, typex.NoFiringPane(), &exec.FullValue{Elm: []byte("k")}), 0, 0, 0, 2, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0, 0, 0, 0, 0),
+		ts:       int64(mtime.MinTimestamp),
+		nWindows: 1,
+		key:      []byte("\x01k"),
+		elem:     []byte("\x01k\x00\x00\x00\x02\x3f\xf0\x00\x00\x00\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00"),
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewElementCodec(testCoders, tc.wv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Two values back to back, as on the data channel.
+			stream := append(append([]byte(nil), tc.raw...), tc.raw...)
+			for i := 0; i < 2; i++ {
+				wv, err := c.Next(stream)
+				if err != nil {
+					t.Fatalf("value %d: %v", i, err)
+				}
+				if !bytes.Equal(wv.Raw, tc.raw) {
+					t.Fatalf("value %d: raw %x, want %x", i, wv.Raw, tc.raw)
+				}
+				if wv.Timestamp != tc.ts || wv.NWindows != tc.nWindows {
+					t.Errorf("timestamp %d windows %d, want %d %d", wv.Timestamp, wv.NWindows, tc.ts, tc.nWindows)
+				}
+				if !bytes.Equal(wv.Elem, tc.elem) {
+					t.Errorf("elem %x, want %x", wv.Elem, tc.elem)
+				}
+				k, _, err := c.SplitKV(wv.Elem)
+				if err != nil || !bytes.Equal(k, tc.key) {
+					t.Errorf("key %x (%v), want %x", k, err, tc.key)
+				}
+				ws, err := c.SplitWindows(wv)
+				if err != nil || len(ws) != tc.nWindows {
+					t.Errorf("windows %x (%v)", ws, err)
+				}
+				stream = stream[len(wv.Raw):]
+			}
+			// Every strict prefix is short, never a wrong value.
+			for n := 0; n < len(tc.raw); n++ {
+				if _, err := c.Next(tc.raw[:n]); !errors.Is(err, ErrShort) {
+					t.Fatalf("prefix of %d bytes: %v, want ErrShort", n, err)
+				}
+			}
+		})
+	}
+}
+
+func TestElementCodecRefusesUnknownCoders(t *testing.T) {
+	if _, err := NewElementCodec(testCoders, "wv_bad"); err == nil {
+		t.Fatal("a custom coder that is not length-prefixed must be refused")
+	}
+	if _, err := NewElementCodec(testCoders, "wv_lp"); err != nil {
+		t.Fatalf("a length-prefixed custom coder: %v", err)
+	}
+}
+
+// FuzzElementCodec: arbitrary bytes never panic, and a parsed value never
+// claims more bytes than it was given.
+func FuzzElementCodec(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(bytes.Repeat([]byte{0xff}, 40))
+	f.Add([]byte("\x7f\xdf\x3b\x64\x5a\x1c\xac\x09\x00\x00\x00\x01\x03\x03key\x05"))
+	codecs := []*ElementCodec{}
+	for _, id := range []string{"wv_kv", "wv_kvit", "wv_lp"} {
+		c, err := NewElementCodec(testCoders, id)
+		if err != nil {
+			f.Fatal(err)
+		}
+		codecs = append(codecs, c)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, c := range codecs {
+			wv, err := c.Next(b)
+			if err == nil && len(wv.Raw) > len(b) {
+				t.Fatalf("parsed %d bytes out of %d", len(wv.Raw), len(b))
+			}
+		}
+	})
+}
+
+func TestWatermarkEnvelope(t *testing.T) {
+	for _, tc := range []struct {
+		producer string
+		wm       int64
+	}{{"0/0", int64(mtime.MinTimestamp)}, {"12/3", 0}, {"1/1", int64(mtime.MaxTimestamp)}, {"", -5}} {
+		p, wm, err := DecodeWatermark(EncodeWatermark(tc.producer, tc.wm))
+		if err != nil || p != tc.producer || wm != tc.wm {
+			t.Errorf("round trip of (%q, %d): (%q, %d, %v)", tc.producer, tc.wm, p, wm, err)
+		}
+	}
+	if _, _, err := DecodeWatermark([]byte{KindWatermark, 5, 'a'}); err == nil {
+		t.Error("a truncated report must be an error")
+	}
+}
+
+func FuzzDecodeWatermark(f *testing.F) {
+	f.Add(EncodeWatermark("3/1", 42))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, wm, err := DecodeWatermark(b)
+		if err == nil {
+			p2, wm2, err := DecodeWatermark(EncodeWatermark(p, wm))
+			if err != nil || p2 != p || wm2 != wm {
+				t.Fatalf("decoded (%q,%d) from %x, which does not round trip: (%q,%d,%v)", p, wm, b, p2, wm2, err)
+			}
+		}
+	})
+}
