@@ -100,16 +100,19 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		wvMemo:        map[string]string{},
 		wireCoders:    map[string]string{},
 	}
-	if err := t.checkRequirements(); err != nil {
-		return nil, fmt.Errorf("translate: %w", err)
-	}
 	if len(p.GetRootTransformIds()) == 0 {
 		return nil, fmt.Errorf("translate: pipeline has no root transforms")
 	}
+	// Walk before checking requirements: the walk refuses an unsupported
+	// feature naming the transform that uses it, which the requirement
+	// (pipeline-wide) cannot.
 	for _, id := range p.GetRootTransformIds() {
 		if err := t.walk(id, ""); err != nil {
 			return nil, fmt.Errorf("translate: %w", err)
 		}
+	}
+	if err := t.checkRequirements(); err != nil {
+		return nil, fmt.Errorf("translate: %w", err)
 	}
 	t.gcPCollections()
 	if err := t.link(); err != nil {
