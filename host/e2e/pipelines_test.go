@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
@@ -91,9 +92,9 @@ func formatJoin(key string, evens, odds func(*int) bool) string {
 	return fmt.Sprintf("join %s evens=%v odds=%v", key, collect(evens), collect(odds))
 }
 
-func formatTotal(sum int) string          { return fmt.Sprintf("total of evens %d", sum) }
+func formatTotal(sum int) string           { return fmt.Sprintf("total of evens %d", sum) }
 func formatSum(key string, sum int) string { return fmt.Sprintf("sum of odds %s %d", key, sum) }
-func valueOf(_ string, v int) int         { return v }
+func valueOf(_ string, v int) int          { return v }
 
 // sideInputPipeline uses a side input, which ksrunner refuses at submission.
 func sideInputPipeline() *beam.Pipeline {
@@ -107,7 +108,7 @@ func sideInputPipeline() *beam.Pipeline {
 func withSide(string, []int) {}
 
 func withOne(w string) (string, int) { return w, 1 }
-func dropInt(int)                      {}
+func dropInt(int)                    {}
 
 // statefulPipeline uses user state, which ksrunner refuses at submission.
 func statefulPipeline() *beam.Pipeline {
