@@ -278,7 +278,10 @@ func TestDoFnPanicFailsJob(t *testing.T) {
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}
-	r := wait(ctx, t, ksrunner, id)
+	r, err := wait(ctx, ksrunner, id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if r.state != jobpb.JobState_FAILED {
 		t.Fatalf("job ended %v, want FAILED", r.state)
 	}
@@ -303,12 +306,16 @@ func TestCancelRunningJob(t *testing.T) {
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}
-	done := make(chan result, 1)
-	go func() { done <- wait(ctx, t, ksrunner, id) }()
+	type ended struct {
+		result
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() { r, err := wait(ctx, ksrunner, id); done <- ended{r, err} }()
 	select {
 	case <-b.started:
 	case r := <-done:
-		t.Fatalf("job ended %v (errors %q) before its DoFn started", r.state, r.errors)
+		t.Fatalf("job ended %v (errors %q, %v) before its DoFn started", r.state, r.errors, r.err)
 	case <-ctx.Done():
 		t.Fatal("the DoFn did not start")
 	}
@@ -320,8 +327,8 @@ func TestCancelRunningJob(t *testing.T) {
 	}
 	select {
 	case r := <-done:
-		if r.state != jobpb.JobState_CANCELLED {
-			t.Fatalf("job ended %v (errors %q), want CANCELLED", r.state, r.errors)
+		if r.err != nil || r.state != jobpb.JobState_CANCELLED {
+			t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errors, r.err)
 		}
 	case <-ctx.Done():
 		st, _ := ksrunner.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: id})

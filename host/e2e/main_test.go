@@ -161,14 +161,14 @@ func terminal(s jobpb.JobState_Enum) bool {
 }
 
 // wait follows the job's message stream until a terminal state, then keeps
-// reading briefly for the error message that may follow a FAILED state.
-func wait(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, jobID string) result {
-	t.Helper()
+// reading briefly for the error message that may follow a FAILED state. It
+// does not touch t, so it may run on any goroutine.
+func wait(ctx context.Context, client jobpb.JobServiceClient, jobID string) (result, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := client.GetMessageStream(sctx, &jobpb.JobMessagesRequest{JobId: jobID})
 	if err != nil {
-		t.Fatalf("job %s: message stream: %v", jobID, err)
+		return result{}, fmt.Errorf("job %s: message stream: %w", jobID, err)
 	}
 	var r result
 	var grace <-chan time.Time
@@ -194,7 +194,7 @@ func wait(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, jobI
 			if s := m.GetStateResponse(); s != nil {
 				r.state = s.GetState()
 				if terminal(r.state) && (r.state != jobpb.JobState_FAILED || len(r.errors) > 0) {
-					return r
+					return r, nil
 				}
 				if r.state == jobpb.JobState_FAILED && grace == nil {
 					grace = time.After(5 * time.Second)
@@ -203,19 +203,19 @@ func wait(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, jobI
 			if mr := m.GetMessageResponse(); mr != nil && mr.GetImportance() >= jobpb.JobMessage_JOB_MESSAGE_ERROR {
 				r.errors = append(r.errors, mr.GetMessageText())
 				if r.state == jobpb.JobState_FAILED {
-					return r
+					return r, nil
 				}
 			}
 		case err := <-errc:
 			if !terminal(r.state) {
-				t.Fatalf("job %s: message stream ended in state %v: %v", jobID, r.state, err)
+				return r, fmt.Errorf("job %s: message stream ended in state %v: %v", jobID, r.state, err)
 			}
-			return r
+			return r, nil
 		case <-grace:
-			return r
+			return r, nil
 		case <-ctx.Done():
 			st, _ := client.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: jobID})
-			t.Fatalf("job %s: %v waiting for a terminal state; GetState says %v", jobID, ctx.Err(), st.GetState())
+			return r, fmt.Errorf("job %s: %v waiting for a terminal state; GetState says %v", jobID, ctx.Err(), st.GetState())
 		}
 	}
 }
@@ -227,7 +227,11 @@ func runDone(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, p
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}
-	if r := wait(ctx, t, client, id); r.state != jobpb.JobState_DONE {
+	r, err := wait(ctx, client, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.state != jobpb.JobState_DONE {
 		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.state, r.errors)
 	}
 	return id
