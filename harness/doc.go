@@ -24,6 +24,14 @@
 //     bundles of many stages share one worker; the data stream is
 //     multiplexed by instruction id and transform id. SDKs decode every data
 //     message on its own, so input is only ever split between elements.
+//   - timers: a stage with stateful ParDos that use timers lists their timer
+//     families with [WithTimerFamilies]. Timers the SDK sets reach the host
+//     through [WithTimerOutput] as encoded timers per family; the host fires
+//     them later with [Bundle.ProcessTimers], which sends them as
+//     Elements.Timers in order with the input. Finish ends the input and
+//     the timer stream of every family in one message (SDKs wait for every
+//     family's end, even with no timers sent) and waits for the end of
+//     every family's timer output as well as of every data output.
 //   - state: every state request of a bundle goes to a [StateHandler]; the
 //     host implements it against its stores ([SideInputs] is an in-memory
 //     one for iterable side inputs). Without one, requests fail with an

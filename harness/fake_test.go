@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -44,6 +47,13 @@ type fakeWorker struct {
 // startFake starts a harness whose environment "fake" is a worker the
 // test plays, and registers a one-sink stage on it.
 func startFake(t *testing.T) (*harness.Harness, *harness.Stage, *fakeWorker) {
+	t.Helper()
+	return startFakeWithTimers(t, nil)
+}
+
+// startFakeWithTimers is startFake for a stage whose descriptor also has a
+// ParDo "pardo" declaring the given timer families.
+func startFakeWithTimers(t *testing.T, families []string) (*harness.Harness, *harness.Stage, *fakeWorker) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "localhost:0")
 	if err != nil {
@@ -94,9 +104,21 @@ func startFake(t *testing.T) (*harness.Harness, *harness.Stage, *fakeWorker) {
 		"in":  {Spec: &pipepb.FunctionSpec{Urn: harness.URNDataSource, Payload: port}, Outputs: map[string]string{"o": "p1"}},
 		"out": {Spec: &pipepb.FunctionSpec{Urn: harness.URNDataSink, Payload: port}, Inputs: map[string]string{"i": "p1"}},
 	}}
+	var opts []harness.StageOption
+	if len(families) > 0 {
+		payload := &pipepb.ParDoPayload{TimerFamilySpecs: map[string]*pipepb.TimerFamilySpec{}}
+		var tfs []harness.TimerFamily
+		for _, f := range families {
+			payload.TimerFamilySpecs[f] = &pipepb.TimerFamilySpec{TimeDomain: pipepb.TimeDomain_EVENT_TIME}
+			tfs = append(tfs, harness.TimerFamily{TransformID: "pardo", FamilyID: f})
+		}
+		b, _ := proto.Marshal(payload)
+		desc.Transforms["pardo"] = &pipepb.PTransform{Spec: &pipepb.FunctionSpec{Urn: harness.URNParDo, Payload: b}, Inputs: map[string]string{"i": "p1"}}
+		opts = append(opts, harness.WithTimerFamilies(tfs))
+	}
 	staged := make(chan *harness.Stage, 1)
 	go func() {
-		stage, err := h.Stage(context.Background(), "fake", desc, "in", map[string]string{"out": "p1"})
+		stage, err := h.Stage(context.Background(), "fake", desc, "in", map[string]string{"out": "p1"}, opts...)
 		if err != nil {
 			t.Error(err)
 		}
@@ -108,6 +130,9 @@ func startFake(t *testing.T) (*harness.Harness, *harness.Stage, *fakeWorker) {
 	proto.Unmarshal(got.GetTransforms()["in"].GetSpec().GetPayload(), &gotPort)
 	if gotPort.GetApiServiceDescriptor().GetUrl() != h.Endpoint() || got.GetStateApiServiceDescriptor().GetUrl() != h.Endpoint() {
 		t.Errorf("registered descriptor does not point at the harness: %v", got)
+	}
+	if hasTimerAPI := got.GetTimerApiServiceDescriptor().GetUrl() == h.Endpoint(); hasTimerAPI != (len(families) > 0) {
+		t.Errorf("registered descriptor's timer API descriptor is %v with timer families %q", got.GetTimerApiServiceDescriptor(), families)
 	}
 	fw.respond(&fnpb.InstructionResponse{InstructionId: reg.GetInstructionId(), Response: &fnpb.InstructionResponse_Register{Register: &fnpb.RegisterResponse{}}})
 	stage := <-staged
@@ -229,4 +254,143 @@ func TestControlStreamBreakFailsBundles(t *testing.T) {
 	if errors.Is(err, harness.ErrClosed) {
 		t.Errorf("reported as a closed harness: %v", err)
 	}
+}
+
+// readInputMessages reads the bundle's data stream messages up to the one
+// carrying the input's is_last.
+func (fw *fakeWorker) readInputMessages() []*fnpb.Elements {
+	fw.t.Helper()
+	var msgs []*fnpb.Elements
+	for {
+		msg, err := fw.data.Recv()
+		if err != nil {
+			fw.t.Fatalf("data.Recv: %v", err)
+		}
+		msgs = append(msgs, msg)
+		for _, d := range msg.GetData() {
+			if d.GetIsLast() {
+				return msgs
+			}
+		}
+	}
+}
+
+// checkEndOfInput checks that the last message ends the data input and
+// the timers of every family at once (the Go SDK needs them together).
+func checkEndOfInput(t *testing.T, last *fnpb.Elements, instID string, families ...string) {
+	t.Helper()
+	var ended []string
+	for _, tm := range last.GetTimers() {
+		if tm.GetIsLast() && tm.GetInstructionId() == instID && tm.GetTransformId() == "pardo" && len(tm.GetTimers()) == 0 {
+			ended = append(ended, tm.GetTimerFamilyId())
+		}
+	}
+	slices.Sort(ended)
+	if !slices.Equal(ended, families) {
+		t.Errorf("the message ending the input %v ends timer families %q, want %q", last, ended, families)
+	}
+}
+
+func (fw *fakeWorker) sendTimers(instID, family, data string, isLast bool) {
+	fw.t.Helper()
+	err := fw.data.Send(&fnpb.Elements{Timers: []*fnpb.Elements_Timers{{InstructionId: instID, TransformId: "pardo", TimerFamilyId: family, Timers: []byte(data), IsLast: isLast}}})
+	if err != nil {
+		fw.t.Fatalf("data.Send: %v", err)
+	}
+}
+
+// TestTimersEndInAnyOrder checks that ProcessTimers reaches the SDK as
+// Elements.Timers in order with the input, that Finish ends the input and
+// every timer family in one message, and that a bundle completes only once
+// its response, data is_last and the is_last of every timer family have
+// all arrived, whichever comes last, with the timers the SDK set emitted.
+func TestTimersEndInAnyOrder(t *testing.T) {
+	_, stage, fw := startFakeWithTimers(t, []string{"f1", "f2"})
+	for _, last := range []string{"response", "data", "f1", "f2"} {
+		var mu sync.Mutex
+		var timersOut []string
+		b, err := stage.StartBundle(context.Background(), newCollector(t).emit, harness.WithTimerOutput(func(transformID, familyID string, data []byte) error {
+			mu.Lock()
+			defer mu.Unlock()
+			timersOut = append(timersOut, transformID+"/"+familyID+":"+string(data))
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := fw.recvInstruction()
+		inst := req.GetInstructionId()
+		if err := b.Process([]byte("in1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ProcessTimers("pardo", "f2", []byte("fired")); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Process([]byte("in2")); err != nil {
+			t.Fatal(err)
+		}
+		finished := make(chan error, 1)
+		go func() {
+			_, err := b.Finish()
+			finished <- err
+		}()
+		msgs := fw.readInputMessages()
+		if len(msgs) != 4 || string(msgs[0].GetData()[0].GetData()) != "in1" ||
+			len(msgs[1].GetTimers()) != 1 || msgs[1].GetTimers()[0].GetTimerFamilyId() != "f2" || string(msgs[1].GetTimers()[0].GetTimers()) != "fired" ||
+			string(msgs[2].GetData()[0].GetData()) != "in2" {
+			t.Fatalf("SDK got input messages %v", msgs)
+		}
+		checkEndOfInput(t, msgs[3], inst, "f1", "f2")
+
+		fw.sendTimers(inst, "f1", "set1", false)
+		steps := map[string]func(){
+			"response": func() {
+				fw.respond(&fnpb.InstructionResponse{InstructionId: inst, Response: &fnpb.InstructionResponse_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleResponse{}}})
+			},
+			"data": func() { fw.sendOutput(inst, "", true) },
+			"f1":   func() { fw.sendTimers(inst, "f1", "set2", true) },
+			"f2":   func() { fw.sendTimers(inst, "f2", "", true) },
+		}
+		for _, name := range []string{"response", "data", "f1", "f2"} {
+			if name != last {
+				steps[name]()
+			}
+		}
+		select {
+		case err := <-finished:
+			t.Fatalf("last=%s: Finish returned (%v) before the last end arrived", last, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		steps[last]()
+		if err := <-finished; err != nil {
+			t.Fatalf("last=%s: Finish: %v", last, err)
+		}
+		mu.Lock()
+		if got := strings.Join(timersOut, ","); got != "pardo/f1:set1,pardo/f1:set2" {
+			t.Errorf("last=%s: timers emitted %q", last, got)
+		}
+		mu.Unlock()
+	}
+}
+
+// TestAbortEndsTimerFamilies cancels a bundle of a stage with timer
+// families: the SDK is told the input and every timer family ended, so its
+// side of the bundle terminates.
+func TestAbortEndsTimerFamilies(t *testing.T) {
+	_, stage, fw := startFakeWithTimers(t, []string{"f1", "f2"})
+	ctx, cancel := context.WithCancel(context.Background())
+	b, err := stage.StartBundle(ctx, newCollector(t).emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := fw.recvInstruction().GetInstructionId()
+	if err := b.Process([]byte("in")); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := b.Finish(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Finish of a cancelled bundle: %v", err)
+	}
+	msgs := fw.readInputMessages()
+	checkEndOfInput(t, msgs[len(msgs)-1], inst, "f1", "f2")
 }

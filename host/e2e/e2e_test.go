@@ -1,0 +1,348 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// pipelines are the pipelines compared with Prism; each writes its output
+// to the file it is given.
+var pipelines = []struct {
+	name  string
+	build func(out string) *beam.Pipeline
+}{
+	{"wordcount", wordcountPipeline},
+	{"multi", multiPipeline},
+}
+
+// runToLines runs build's pipeline on client and returns the sorted lines
+// it wrote.
+func runToLines(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, build func(string) *beam.Pipeline, opts map[string]string) []string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out.txt")
+	runDone(ctx, t, client, marshal(t, build(out)), opts)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("reading the output: %v", err)
+	}
+	return sortedLines(string(b))
+}
+
+func diffLines(t *testing.T, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") == strings.Join(want, "\n") {
+		return
+	}
+	inWant := map[string]int{}
+	for _, l := range want {
+		inWant[l]++
+	}
+	var extra []string
+	for _, l := range got {
+		if inWant[l] > 0 {
+			inWant[l]--
+		} else {
+			extra = append(extra, l)
+		}
+	}
+	var missing []string
+	for _, l := range want {
+		if inWant[l] > 0 {
+			inWant[l]--
+			missing = append(missing, l)
+		}
+	}
+	t.Errorf("output differs from Prism's: %d lines, want %d; missing %d %q; unexpected %d %q",
+		len(got), len(want), len(missing), head(missing), len(extra), head(extra))
+}
+
+func head(s []string) []string {
+	if len(s) > 10 {
+		return s[:10]
+	}
+	return s
+}
+
+// broker is a Kafka broker a job runs on. bootstrap "" means the job
+// server's embedded broker.
+type broker struct {
+	name      string
+	bootstrap string
+}
+
+// brokers are the embedded broker, a `ksrunner broker` process and the
+// kafkatest broker (the real one when KSRUNNER_TEST_BOOTSTRAP is set).
+func brokers(t *testing.T) []broker {
+	kt := "kfake"
+	if kafkatest.IsReal() {
+		kt = "real"
+	}
+	return []broker{
+		{"embedded", ""},
+		{"process", brokerProcess(t)},
+		{kt, kafkatest.Broker(t)},
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// brokerProcess builds cmd/ksrunner once per test run, starts `ksrunner
+// broker --port 0` and returns its address; the process is killed by
+// t.Cleanup.
+func brokerProcess(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "e2e-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "ksrunner")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/ksrunner/ksrunner/cmd/ksrunner").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/ksrunner: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	cmd := exec.Command(binPath, "broker", "--port", "0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := regexp.MustCompile(`^broker: (\S+)`).FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatal("ksrunner broker did not print its address in 30s")
+	}
+	return ""
+}
+
+// TestMatchesPrism runs each pipeline on Prism, then on ksrunner on every
+// broker with internal_parallelism 1 and 4, and requires the same output.
+// On brokers the test can reach it also checks that the job used its
+// application_id and internal_parallelism: the kept repartition topics
+// have internal_parallelism partitions.
+func TestMatchesPrism(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	bs := brokers(t)
+	for _, pl := range pipelines {
+		t.Run(pl.name, func(t *testing.T) {
+			want := runToLines(ctx, t, reference, pl.build, nil)
+			if len(want) == 0 {
+				t.Fatal("Prism wrote no output")
+			}
+			for _, b := range bs {
+				for _, par := range []int{1, 4} {
+					t.Run(fmt.Sprintf("%s/parallelism=%d", b.name, par), func(t *testing.T) {
+						appID := kafkatest.UniqueName(t, "e2e")
+						opts := map[string]string{
+							"application_id":       appID,
+							"internal_parallelism": strconv.Itoa(par),
+						}
+						if b.bootstrap != "" {
+							opts["bootstrap_servers"] = b.bootstrap
+							opts["keep_internal_topics"] = "true"
+						}
+						got := runToLines(ctx, t, ksrunner, pl.build, opts)
+						diffLines(t, got, want)
+						if b.bootstrap != "" {
+							checkRepartitionTopics(ctx, t, b.bootstrap, appID, par)
+						}
+					})
+				}
+			}
+		})
+	}
+}
+
+// checkRepartitionTopics requires that the job of appID left repartition
+// topics with par partitions each, then deletes its topics.
+func checkRepartitionTopics(ctx context.Context, t *testing.T, bootstrap, appID string, par int) {
+	t.Helper()
+	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+	topics, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatalf("listing topics: %v", err)
+	}
+	prefix := "__beam_" + appID + "_"
+	var mine, repartition []string
+	for name, d := range topics {
+		if !strings.HasPrefix(name, prefix) {
+			continue
+		}
+		mine = append(mine, name)
+		if strings.HasSuffix(name, "-repartition") {
+			repartition = append(repartition, name)
+			if len(d.Partitions) != par {
+				t.Errorf("topic %s has %d partitions, want internal_parallelism=%d", name, len(d.Partitions), par)
+			}
+		}
+	}
+	if len(repartition) == 0 {
+		t.Errorf("no repartition topics %s*-repartition kept (topics of the job: %q): were application_id, internal_parallelism and keep_internal_topics applied?", prefix, mine)
+	}
+	if len(mine) > 0 {
+		if _, err := adm.DeleteTopics(ctx, mine...); err != nil {
+			t.Logf("deleting topics of %s: %v", appID, err)
+		}
+	}
+}
+
+// TestUnsupportedFailsAtSubmission: a side input and user state are refused
+// by Run, naming the transform.
+func TestUnsupportedFailsAtSubmission(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	for _, tc := range []struct {
+		name  string
+		p     *beam.Pipeline
+		has   func(*pipepb.ParDoPayload) bool
+		issue string
+	}{
+		{"side input", sideInputPipeline(), func(pd *pipepb.ParDoPayload) bool { return len(pd.GetSideInputs()) > 0 }, "side input"},
+		{"user state", statefulPipeline(), func(pd *pipepb.ParDoPayload) bool { return len(pd.GetStateSpecs()) > 0 }, "state"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pipe := marshal(t, tc.p)
+			var names []string
+			for _, tr := range pipe.GetComponents().GetTransforms() {
+				if tr.GetSpec().GetUrn() != "beam:transform:pardo:v1" {
+					continue
+				}
+				var pd pipepb.ParDoPayload
+				if err := proto.Unmarshal(tr.GetSpec().GetPayload(), &pd); err != nil {
+					t.Fatal(err)
+				}
+				if tc.has(&pd) {
+					names = append(names, tr.GetUniqueName())
+				}
+			}
+			if len(names) != 1 {
+				t.Fatalf("want one offending transform in the pipeline, found %q", names)
+			}
+			id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")})
+			if err == nil {
+				t.Fatalf("Run accepted the pipeline (job %s); want it refused", id)
+			}
+			if !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), tc.issue) {
+				t.Fatalf("Run error %q does not name transform %q and %q", err, names[0], tc.issue)
+			}
+		})
+	}
+}
+
+// TestDoFnPanicFailsJob: a panicking DoFn fails the job, with the panic's
+// text in the message stream.
+func TestDoFnPanicFailsJob(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	msg := "e2e deliberate panic " + kafkatest.UniqueName(t, "")
+	id, err := submit(ctx, t, ksrunner, marshal(t, panicPipeline(msg)), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	r, err := wait(ctx, ksrunner, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.state != jobpb.JobState_FAILED {
+		t.Fatalf("job ended %v, want FAILED", r.state)
+	}
+	if !strings.Contains(strings.Join(r.errors, "\n"), msg) {
+		t.Errorf("no error message contains the panic text %q; errors: %q", msg, r.errors)
+	}
+	st, err := ksrunner.GetState(ctx, &jobpb.GetJobStateRequest{JobId: id})
+	if err != nil || st.GetState() != jobpb.JobState_FAILED {
+		t.Errorf("GetState = %v, %v; want FAILED", st.GetState(), err)
+	}
+}
+
+// TestCancelRunningJob: Cancel on a job whose DoFn is busy reaches CANCELLED
+// and stops its SDK worker, so the DoFn's context ends and it stops
+// processing. The worker pool lives as long as the test binary, so only
+// ksrunner stopping the worker can end that context.
+func TestCancelRunningJob(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	token := kafkatest.UniqueName(t, "block")
+	b := newBlocker(token)
+	id, err := submit(ctx, t, ksrunner, marshal(t, blockPipeline(token)), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	type ended struct {
+		result
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() { r, err := wait(ctx, ksrunner, id); done <- ended{r, err} }()
+	select {
+	case <-b.started:
+	case r := <-done:
+		t.Fatalf("job ended %v (errors %q, %v) before its DoFn started", r.state, r.errors, r.err)
+	case <-ctx.Done():
+		t.Fatal("the DoFn did not start")
+	}
+	if st, err := ksrunner.GetState(ctx, &jobpb.GetJobStateRequest{JobId: id}); err != nil || st.GetState() != jobpb.JobState_RUNNING {
+		t.Errorf("GetState while the DoFn runs = %v, %v; want RUNNING", st.GetState(), err)
+	}
+	if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.state != jobpb.JobState_CANCELLED {
+			t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errors, r.err)
+		}
+	case <-ctx.Done():
+		st, _ := ksrunner.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: id})
+		t.Fatalf("job did not end after Cancel; GetState = %v; DoFn ticks %d", st.GetState(), b.ticks.get())
+	}
+	if st, err := ksrunner.GetState(ctx, &jobpb.GetJobStateRequest{JobId: id}); err != nil || st.GetState() != jobpb.JobState_CANCELLED {
+		t.Errorf("GetState after Cancel = %v, %v; want CANCELLED", st.GetState(), err)
+	}
+	select {
+	case err := <-b.returned:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the DoFn is still processing 20s after the job was CANCELLED (ticks %d): its SDK worker was not stopped", b.ticks.get())
+	}
+}

@@ -1,0 +1,212 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
+
+	"github.com/ksrunner/ksrunner/examples/wordcount/wc"
+)
+
+func init() {
+	register.Function4x0(splitNumber)
+	register.Emitter2[string, int]()
+	register.Function3x1(formatJoin)
+	register.Iter1[int]()
+	register.Function1x1(formatTotal)
+	register.Function2x1(formatSum)
+	register.Function2x1(valueOf)
+	register.Function2x0(withSide)
+	register.Function1x2(withOne)
+	register.Function1x0(dropInt)
+	register.DoFn3x0[state.Provider, string, int](&statefulFn{})
+	register.DoFn2x0[[]byte, func(int)](&panicFn{})
+	register.Emitter1[int]()
+	register.DoFn2x0[context.Context, []byte](&blockFn{})
+}
+
+// wordcountPipeline is examples/wordcount on its built-in text plus
+// generated lines (enough words to spread over every partition), written
+// with textio to out.
+func wordcountPipeline(out string) *beam.Pipeline {
+	lines := append([]string(nil), wc.Text...)
+	for i := 0; i < 400; i++ {
+		lines = append(lines, fmt.Sprintf("w%d w%d x%d %s", i%37, i%101, i, wc.Text[i%len(wc.Text)]))
+	}
+	p, s := beam.NewPipelineWithRoot()
+	textio.Write(s, out, wc.CountWords(s, beam.CreateList(s, lines)))
+	return p
+}
+
+// multiPipeline: a three-output ParDo whose outputs go through a
+// CoGroupByKey, a global Combine (stats.Sum), a per-key Combine
+// (stats.SumPerKey) and a Flatten of lines from all three shuffles plus the
+// unshuffled third output, written with textio to out.
+func multiPipeline(out string) *beam.Pipeline {
+	nums := make([]int, 300)
+	for i := range nums {
+		nums[i] = i + 1
+	}
+	p, s := beam.NewPipelineWithRoot()
+	evens, odds, fives := beam.ParDo3(s, splitNumber, beam.CreateList(s, nums))
+	joined := beam.ParDo(s, formatJoin, beam.CoGroupByKey(s, evens, odds))
+	total := beam.ParDo(s, formatTotal, stats.Sum(s, beam.ParDo(s, valueOf, evens)))
+	sums := beam.ParDo(s, formatSum, stats.SumPerKey(s, odds))
+	textio.Write(s, out, beam.Flatten(s, joined, total, sums, fives))
+	return p
+}
+
+func splitNumber(n int, even, odd func(string, int), fives func(string)) {
+	key := fmt.Sprintf("k%d", n%7)
+	if n%2 == 0 {
+		even(key, n)
+	} else {
+		odd(key, n)
+	}
+	if n%5 == 0 {
+		fives(fmt.Sprintf("five %d", n))
+	}
+}
+
+func collect(iter func(*int) bool) []int {
+	var vs []int
+	var v int
+	for iter(&v) {
+		vs = append(vs, v)
+	}
+	sort.Ints(vs)
+	return vs
+}
+
+func formatJoin(key string, evens, odds func(*int) bool) string {
+	return fmt.Sprintf("join %s evens=%v odds=%v", key, collect(evens), collect(odds))
+}
+
+func formatTotal(sum int) string           { return fmt.Sprintf("total of evens %d", sum) }
+func formatSum(key string, sum int) string { return fmt.Sprintf("sum of odds %s %d", key, sum) }
+func valueOf(_ string, v int) int          { return v }
+
+// sideInputPipeline uses a side input, which ksrunner refuses at submission.
+func sideInputPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	main := beam.CreateList(s, []string{"a", "b"})
+	side := beam.CreateList(s, []int{1, 2})
+	beam.ParDo0(s.Scope("UsesSideInput"), withSide, main, beam.SideInput{Input: side})
+	return p
+}
+
+func withSide(string, []int) {}
+
+func withOne(w string) (string, int) { return w, 1 }
+func dropInt(int)                    {}
+
+// statefulPipeline uses user state, which ksrunner refuses at submission.
+func statefulPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, withOne, beam.CreateList(s, []string{"a", "b"}))
+	beam.ParDo0(s.Scope("UsesState"), &statefulFn{}, kvs)
+	return p
+}
+
+type statefulFn struct {
+	Count state.Value[int]
+}
+
+func (f *statefulFn) ProcessElement(sp state.Provider, _ string, _ int) {
+	n, _, _ := f.Count.Read(sp)
+	f.Count.Write(sp, n+1)
+}
+
+// panicFn panics with its Message.
+type panicFn struct{ Message string }
+
+func (f *panicFn) ProcessElement(_ []byte, emit func(int)) { panic(f.Message) }
+
+func panicPipeline(msg string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	out := beam.ParDo(s, &panicFn{Message: msg}, beam.Impulse(s))
+	beam.ParDo0(s, dropInt, out)
+	return p
+}
+
+// blockers lets a blockFn running in this process's LOOPBACK worker tell the
+// test what it does, by token.
+var blockers sync.Map // token -> *blockState
+
+type blockState struct {
+	started  chan struct{} // closed when the first element is being processed
+	returned chan error    // the process call's end: nil when its context ended
+	ticks    atomicCount
+}
+
+type atomicCount struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *atomicCount) inc() { c.mu.Lock(); c.n++; c.mu.Unlock() }
+func (c *atomicCount) get() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+func newBlocker(token string) *blockState {
+	b := &blockState{started: make(chan struct{}), returned: make(chan error, 1)}
+	blockers.Store(token, b)
+	return b
+}
+
+// blockFn processes its element until its context is done (at most a
+// minute), ticking every 10ms.
+type blockFn struct{ Token string }
+
+func (f *blockFn) ProcessElement(ctx context.Context, _ []byte) {
+	v, ok := blockers.Load(f.Token)
+	if !ok {
+		panic("blockFn: unknown token " + f.Token)
+	}
+	b := v.(*blockState)
+	close(b.started)
+	limit := time.After(time.Minute)
+	for {
+		select {
+		case <-ctx.Done():
+			b.returned <- nil
+			return
+		case <-limit:
+			b.returned <- fmt.Errorf("blockFn: context still live after a minute")
+			return
+		case <-time.After(10 * time.Millisecond):
+			b.ticks.inc()
+		}
+	}
+}
+
+func blockPipeline(token string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	beam.ParDo0(s, &blockFn{Token: token}, beam.Impulse(s))
+	return p
+}
+
+// sortedLines splits text into its sorted non-empty lines.
+func sortedLines(text string) []string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if l != "" {
+			out = append(out, l)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
