@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -233,40 +234,57 @@ func TestUnsupportedFailsAtSubmission(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	for _, tc := range []struct {
 		name  string
-		p     *beam.Pipeline
-		has   func(*pipepb.ParDoPayload) bool
+		edit  func(tr *pipepb.PTransform) // applied to the first ParDo
 		issue string
 	}{
-		{"side input", sideInputPipeline(), func(pd *pipepb.ParDoPayload) bool { return len(pd.GetSideInputs()) > 0 }, "side input"},
-		{"user state", statefulPipeline(), func(pd *pipepb.ParDoPayload) bool { return len(pd.GetStateSpecs()) > 0 }, "state"},
+		{"unknown URN", func(tr *pipepb.PTransform) {
+			tr.Spec.Urn = "beam:transform:ksrunner_e2e_unknown:v1"
+		}, "unsupported URN beam:transform:ksrunner_e2e_unknown:v1"},
+		{"time-sorted input", func(tr *pipepb.PTransform) {
+			var pd pipepb.ParDoPayload
+			if err := proto.Unmarshal(tr.GetSpec().GetPayload(), &pd); err != nil {
+				t.Fatal(err)
+			}
+			pd.RequiresTimeSortedInput = true
+			b, err := proto.Marshal(&pd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr.Spec.Payload = b
+		}, "time-sorted input"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pipe := marshal(t, tc.p)
-			var names []string
-			for _, tr := range pipe.GetComponents().GetTransforms() {
-				if tr.GetSpec().GetUrn() != "beam:transform:pardo:v1" {
-					continue
-				}
-				var pd pipepb.ParDoPayload
-				if err := proto.Unmarshal(tr.GetSpec().GetPayload(), &pd); err != nil {
-					t.Fatal(err)
-				}
-				if tc.has(&pd) {
-					names = append(names, tr.GetUniqueName())
+			pipe := marshal(t, statefulPipeline())
+			var target *pipepb.PTransform
+			for _, id := range sortedTransformIDs(pipe) {
+				tr := pipe.GetComponents().GetTransforms()[id]
+				if tr.GetSpec().GetUrn() == "beam:transform:pardo:v1" {
+					target = tr
+					break
 				}
 			}
-			if len(names) != 1 {
-				t.Fatalf("want one offending transform in the pipeline, found %q", names)
+			if target == nil {
+				t.Fatal("no ParDo in the pipeline")
 			}
+			tc.edit(target)
 			id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")})
 			if err == nil {
 				t.Fatalf("Run accepted the pipeline (job %s); want it refused", id)
 			}
-			if !strings.Contains(err.Error(), names[0]) || !strings.Contains(err.Error(), tc.issue) {
-				t.Fatalf("Run error %q does not name transform %q and %q", err, names[0], tc.issue)
+			if !strings.Contains(err.Error(), target.GetUniqueName()) || !strings.Contains(err.Error(), tc.issue) {
+				t.Fatalf("Run error %q does not name transform %q and %q", err, target.GetUniqueName(), tc.issue)
 			}
 		})
 	}
+}
+
+func sortedTransformIDs(p *pipepb.Pipeline) []string {
+	var ids []string
+	for id := range p.GetComponents().GetTransforms() {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
 }
 
 // TestDoFnPanicFailsJob: a panicking DoFn fails the job, with the panic's

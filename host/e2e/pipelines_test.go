@@ -26,7 +26,6 @@ func init() {
 	register.Function1x1(formatTotal)
 	register.Function2x1(formatSum)
 	register.Function2x1(valueOf)
-	register.Function2x0(withSide)
 	register.Function1x2(withOne)
 	register.Function1x0(dropInt)
 	register.DoFn3x0[state.Provider, string, int](&statefulFn{})
@@ -96,21 +95,10 @@ func formatTotal(sum int) string           { return fmt.Sprintf("total of evens 
 func formatSum(key string, sum int) string { return fmt.Sprintf("sum of odds %s %d", key, sum) }
 func valueOf(_ string, v int) int          { return v }
 
-// sideInputPipeline uses a side input, which ksrunner refuses at submission.
-func sideInputPipeline() *beam.Pipeline {
-	p, s := beam.NewPipelineWithRoot()
-	main := beam.CreateList(s, []string{"a", "b"})
-	side := beam.CreateList(s, []int{1, 2})
-	beam.ParDo0(s.Scope("UsesSideInput"), withSide, main, beam.SideInput{Input: side})
-	return p
-}
-
-func withSide(string, []int) {}
-
 func withOne(w string) (string, int) { return w, 1 }
 func dropInt(int)                    {}
 
-// statefulPipeline uses user state, which ksrunner refuses at submission.
+// statefulPipeline uses user state; tests edit it into unsupported shapes.
 func statefulPipeline() *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
 	kvs := beam.ParDo(s, withOne, beam.CreateList(s, []string{"a", "b"}))
