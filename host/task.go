@@ -142,7 +142,15 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		}
 		switch {
 		case s.Stateful:
-			sr.state = &stageState{user: t.user, side: side}
+			ss := &stageState{user: t.user, side: side, ordered: map[[2]string]func([]byte) (int, error){}}
+			for _, ol := range s.OrderedLists {
+				f, err := shuffle.ValueLength(inst.cfg.plan.Pipeline.GetComponents().GetCoders(), ol.ElementCoderID)
+				if err != nil {
+					return nil, fmt.Errorf("stage %s: ordered list state %s: %w", s.ID, ol.StateID, err)
+				}
+				ss.ordered[[2]string{ol.TransformID, ol.StateID}] = f
+			}
+			sr.state = ss
 		case side != nil:
 			sr.state = side
 		}

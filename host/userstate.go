@@ -98,6 +98,24 @@ func lp(parts ...[]byte) []byte {
 type stageState struct {
 	user *userStore
 	side harness.StateHandler
+	// ordered splits the values of each ordered list state (by transform,
+	// state id) into elements.
+	ordered map[[2]string]func([]byte) (int, error)
+}
+
+const storeOrdered = 'O'
+
+// orderedPrefix is the store prefix of one ordered list state; entries
+// continue with the sortable timestamp and a sequence number.
+func (s *stageState) orderedPrefix(k *fnpb.StateKey_OrderedListUserState) []byte {
+	return s.user.t.key(storeOrdered, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey()))
+}
+
+func (s *stageState) orderedRange(k *fnpb.StateKey_OrderedListUserState) (lower, upper []byte) {
+	p := s.orderedPrefix(k)
+	lower = binary.BigEndian.AppendUint64(append([]byte(nil), p...), eventTimeBits(k.GetRange().GetStart()))
+	upper = binary.BigEndian.AppendUint64(append([]byte(nil), p...), eventTimeBits(k.GetRange().GetEnd()))
+	return lower, upper
 }
 
 func (s *stageState) prefix(key *fnpb.StateKey) (store byte, prefix []byte, keysOnly bool, ok bool) {
@@ -119,6 +137,21 @@ func (s *stageState) prefix(key *fnpb.StateKey) (store byte, prefix []byte, keys
 // Get implements harness.StateHandler. User state is served whole (bundles
 // see their own writes), side inputs in pages.
 func (s *stageState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
+	if k := key.GetOrderedListUserState(); k != nil {
+		lower, upper := s.orderedRange(k)
+		s.user.mu.Lock()
+		defer s.user.mu.Unlock()
+		it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			return nil, nil, err
+		}
+		defer it.Close()
+		var out []byte
+		for it.First(); it.Valid(); it.Next() {
+			out = append(out, it.Value()...)
+		}
+		return out, nil, it.Error()
+	}
 	_, prefix, keysOnly, ok := s.prefix(key)
 	if !ok {
 		if s.side == nil {
@@ -155,6 +188,34 @@ func (s *stageState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) 
 // Append implements harness.StateHandler: data is one or more encoded values
 // appended after the existing ones.
 func (s *stageState) Append(ctx context.Context, key *fnpb.StateKey, data []byte) error {
+	if k := key.GetOrderedListUserState(); k != nil {
+		// Values are a varint timestamp then the element: split them, and
+		// store each under its timestamp so reads come back sorted.
+		elemLen := s.ordered[[2]string{k.GetTransformId(), k.GetUserStateId()}]
+		if elemLen == nil {
+			return fmt.Errorf("transform %s: unknown ordered list state %s", k.GetTransformId(), k.GetUserStateId())
+		}
+		p := s.orderedPrefix(k)
+		s.user.mu.Lock()
+		defer s.user.mu.Unlock()
+		for len(data) > 0 {
+			ts, n := binary.Uvarint(data)
+			if n <= 0 {
+				return fmt.Errorf("ordered list state %s: bad timestamp", k.GetUserStateId())
+			}
+			el, err := elemLen(data[n:])
+			if err != nil {
+				return fmt.Errorf("ordered list state %s: %w", k.GetUserStateId(), err)
+			}
+			key := binary.BigEndian.AppendUint64(append([]byte(nil), p...), eventTimeBits(int64(ts)))
+			key = append(key, s.user.nextSeq()...)
+			if err := s.user.batch.Set(key, data[:n+el], nil); err != nil {
+				return err
+			}
+			data = data[n+el:]
+		}
+		return nil
+	}
 	_, prefix, keysOnly, ok := s.prefix(key)
 	if !ok || keysOnly {
 		return harness.UnsupportedState{}.Append(ctx, key, data)
@@ -166,6 +227,12 @@ func (s *stageState) Append(ctx context.Context, key *fnpb.StateKey, data []byte
 
 // Clear implements harness.StateHandler.
 func (s *stageState) Clear(ctx context.Context, key *fnpb.StateKey) error {
+	if k := key.GetOrderedListUserState(); k != nil {
+		lower, upper := s.orderedRange(k)
+		s.user.mu.Lock()
+		defer s.user.mu.Unlock()
+		return s.user.batch.DeleteRange(lower, upper, nil)
+	}
 	_, prefix, _, ok := s.prefix(key)
 	if !ok {
 		return harness.UnsupportedState{}.Clear(ctx, key)

@@ -426,3 +426,14 @@ func (c *TimerCodec) Next(b []byte) (Timer, error) {
 	t.Raw = b[:off]
 	return t, nil
 }
+
+// ValueLength returns a function giving the encoded length of a value of
+// coder id at the start of a buffer (ErrShort when it ends inside it), for
+// state values the host must split (ordered list state).
+func ValueLength(coders map[string]*pipepb.Coder, id string) (func([]byte) (int, error), error) {
+	f, err := compileLength(coders, id)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}

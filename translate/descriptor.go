@@ -80,8 +80,20 @@ func (t *translator) buildDescriptor(s *Stage) error {
 			if rc := pd.GetRestrictionCoderId(); rc != "" {
 				addCoder(rc)
 			}
+			rewritten := false
 			for _, sid := range sortedKeys(pd.GetStateSpecs()) {
 				sp := pd.GetStateSpecs()[sid]
+				if ol := sp.GetOrderedListSpec(); ol != nil {
+					// The host splits and sorts ordered list values, so
+					// their elements must be in a coder it can parse.
+					safe, e := t.safeCoder(ol.GetElementCoderId())
+					if e != nil {
+						return fmt.Errorf("transform %q: ordered list state %q: %w", tr.GetUniqueName(), sid, e)
+					}
+					ol.ElementCoderId = safe
+					rewritten = true
+					s.OrderedLists = append(s.OrderedLists, OrderedListState{TransformID: id, StateID: sid, ElementCoderID: safe})
+				}
 				for _, c := range []string{
 					sp.GetReadModifyWriteSpec().GetCoderId(), sp.GetBagSpec().GetElementCoderId(),
 					sp.GetCombiningSpec().GetAccumulatorCoderId(), sp.GetMapSpec().GetKeyCoderId(),
@@ -96,6 +108,13 @@ func (t *translator) buildDescriptor(s *Stage) error {
 			}
 			for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
 				addCoder(pd.GetTimerFamilySpecs()[fam].GetTimerFamilyCoderId())
+			}
+			if rewritten {
+				b, e := proto.Marshal(pd)
+				if e != nil {
+					return fmt.Errorf("transform %q: %w", tr.GetUniqueName(), e)
+				}
+				d.Transforms[id].Spec.Payload = b
 			}
 		case urnCombinePrecombine, urnCombineMergeAccumulators, urnCombineExtractOutputs:
 			cp := &pipepb.CombinePayload{}

@@ -16,11 +16,6 @@ func checkParDo(name string, pd *pipepb.ParDoPayload) error {
 			return fmt.Errorf("transform %q: side input %q: unsupported access pattern %q", name, local, urn)
 		}
 	}
-	for _, id := range sortedKeys(pd.GetStateSpecs()) {
-		if pd.GetStateSpecs()[id].GetOrderedListSpec() != nil {
-			return fmt.Errorf("transform %q: ordered list state %q is not supported yet", name, id)
-		}
-	}
 	for _, id := range sortedKeys(pd.GetTimerFamilySpecs()) {
 		switch d := pd.GetTimerFamilySpecs()[id].GetTimeDomain(); d {
 		case pipepb.TimeDomain_EVENT_TIME, pipepb.TimeDomain_PROCESSING_TIME:

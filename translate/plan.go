@@ -170,6 +170,9 @@ type Stage struct {
 	// transforms: the host stores the timers the SDK sets and delivers them
 	// back when they fire.
 	TimerFamilies []TimerFamily
+	// OrderedLists are the ordered list states of the stage's transforms,
+	// whose values the host sorts by timestamp.
+	OrderedLists []OrderedListState
 
 	// InputTransform is the id of the data source transform in Descriptor.
 	InputTransform string
@@ -197,4 +200,13 @@ type SideInput struct {
 type TimerFamily struct {
 	TransformID, FamilyID string
 	EventTime             bool // else processing time
+}
+
+// OrderedListState is one ordered list state of a stateful ParDo. Its values
+// are encoded as a varint timestamp followed by the element in
+// ElementCoderID, which the host can parse (translate rewrites the
+// descriptor's state spec to a length-prefixed coder where needed).
+type OrderedListState struct {
+	TransformID, StateID string
+	ElementCoderID       string
 }
