@@ -192,8 +192,22 @@ func (h *Harness) Close() error {
 				errs = append(errs, err)
 			}
 		}
+		// Let the stopped workers close their own streams: cutting them
+		// from this side sends the SDK down its reconnection path (which
+		// logs spurious warnings, and in the Go SDK races). Workers that
+		// do not go within StopTimeout are cut off.
+		stopped := make(chan struct{})
+		go func() {
+			h.server.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(h.cfg.StopTimeout):
+			h.server.Stop()
+			<-stopped
+		}
 		h.cancel()
-		h.server.Stop()
 		h.wg.Wait()
 		h.closeErr = errors.Join(errs...)
 	})
