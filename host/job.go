@@ -54,6 +54,9 @@ func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (*Job, err
 	if err != nil {
 		return nil, err
 	}
+	if err := checkEnvironments(plan); err != nil {
+		return nil, err
+	}
 	if spec.Options.ApplicationID == "" {
 		if !plan.Bounded {
 			return nil, fmt.Errorf("option application_id: required for an unbounded pipeline (it names the consumer group and internal topics, and must stay the same across restarts)")
@@ -385,4 +388,25 @@ func rootKindName(k translate.RootKind) string {
 		return "passthrough"
 	}
 	return fmt.Sprintf("kind %d", k)
+}
+
+// checkEnvironments refuses, at submission, stages whose SDK environment
+// this runner cannot start.
+func checkEnvironments(plan *translate.Plan) error {
+	envs := plan.Pipeline.GetComponents().GetEnvironments()
+	for _, st := range plan.SubTopologies {
+		for _, s := range st.Stages {
+			if s.Executor != translate.ExecutorHarness {
+				continue
+			}
+			switch urn := envs[s.EnvironmentID].GetUrn(); urn {
+			case harness.URNEnvExternal, harness.URNEnvProcess, harness.URNEnvAnyOf:
+			case harness.URNEnvDocker:
+				return fmt.Errorf("stage %s: environment %q is DOCKER, which this runner cannot start (no Docker here); submit with --environment_type=LOOPBACK, EXTERNAL or PROCESS", s.ID, s.EnvironmentID)
+			default:
+				return fmt.Errorf("stage %s: environment %q has unsupported type %q", s.ID, s.EnvironmentID, urn)
+			}
+		}
+	}
+	return nil
 }

@@ -364,3 +364,23 @@ func TestCancelRunningJob(t *testing.T) {
 		t.Fatalf("the DoFn is still processing 20s after the job was CANCELLED (ticks %d): its SDK worker was not stopped", b.ticks.get())
 	}
 }
+
+// TestDockerRefusedAtRun: a DOCKER environment cannot start here, so Run
+// refuses the job, naming the environment, before anything runs.
+func TestDockerRefusedAtRun(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	pipe := marshal(t, statefulPipeline())
+	var envID string
+	for id, env := range pipe.GetComponents().GetEnvironments() {
+		env.Urn = "beam:env:docker:v1"
+		env.Payload = nil
+		envID = id
+	}
+	id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")})
+	if err == nil {
+		t.Fatalf("Run accepted a DOCKER pipeline (job %s)", id)
+	}
+	if !strings.Contains(err.Error(), "DOCKER") || !strings.Contains(err.Error(), envID) {
+		t.Fatalf("Run error %q does not name the DOCKER environment %q", err, envID)
+	}
+}
