@@ -114,7 +114,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: exec}
+		sr := &stageRun{stage: s, exec: executorForTask(exec)}
 		t.stages = append(t.stages, sr)
 		t.consumers[s.Input] = append(t.consumers[s.Input], consumer{stage: sr})
 	}
@@ -476,6 +476,7 @@ func (t *task) abort() {
 	t.batch.Close()
 	for _, sr := range t.stages {
 		sr.bundle = nil
+		releaseTaskExecutor(sr.exec)
 	}
 }
 
