@@ -131,7 +131,8 @@ func pipelineOption(opts *structpb.Struct, name string) (string, bool) {
 // flag whose String joins its values with commas).
 func pipelineOptionList(opts *structpb.Struct, name string) ([]string, bool) {
 	f := opts.GetFields()
-	for _, v := range []*structpb.Value{f["options"].GetStructValue().GetFields()[name], f["beam:option:"+name+":v1"], f[name]} {
+	goOpts := f["beam:option:go_options:v1"].GetStructValue().GetFields()["options"].GetStructValue().GetFields()
+	for _, v := range []*structpb.Value{goOpts[name], f["options"].GetStructValue().GetFields()[name], f["beam:option:"+name+":v1"], f[name]} {
 		if l := v.GetListValue(); l != nil {
 			var out []string
 			for _, e := range l.GetValues() {
