@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -224,7 +226,7 @@ func (e *Env) Run(ctx context.Context, t testing.TB, pipe *pipepb.Pipeline, opts
 // relative to the test's directory) as a WASI reactor into dir.
 func BuildWASM(t testing.TB, dir, pkg string) string {
 	t.Helper()
-	out := dir + "/" + strings.NewReplacer("/", "_", ".", "_").Replace(pkg) + ".wasm"
+	out := filepath.Join(dir, path.Base(pkg)+".wasm")
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
