@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/internal/jobtest"
@@ -221,5 +223,41 @@ func TestWASMWatchdog(t *testing.T) {
 	// Here the process did not exit, and the bundle returned late: it fails.
 	if r.State != jobpb.JobState_FAILED || !strings.Contains(strings.Join(r.Errors, "\n"), "bundle deadline exceeded") {
 		t.Errorf("job %s ended %v with %q, want FAILED with a deadline error", id, r.State, r.Errors)
+	}
+}
+
+// TestWASMPipelineOptions: how pipelines set stage_wasm and the WASM
+// options: a Go SDK pipeline sends its flags (and beam.PipelineOptions.Set
+// values) as strings under beam:option:go_options:v1; Python and Java send
+// list values under beam:option:<name>:v1.
+func TestWASMPipelineOptions(t *testing.T) {
+	def := host.DefaultOptions()
+	def.StageWASM = []string{"Server=/s.wasm"}
+	goOpts, err := structpb.NewStruct(map[string]any{"beam:option:go_options:v1": map[string]any{"options": map[string]any{
+		"stage_wasm": "A*=/a.wasm#F,B=/b.wasm", "wasm_interruptible": "true", "wasm_bundle_deadline": "45s",
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := def.WithPipelineOptions(goOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.StageWASM, []string{"A*=/a.wasm#F", "B=/b.wasm"}) || !o.WASMInterruptible || o.WASMBundleDeadline != 45*time.Second {
+		t.Errorf("Go options: %q %v %v", o.StageWASM, o.WASMInterruptible, o.WASMBundleDeadline)
+	}
+	pyOpts, _ := structpb.NewStruct(map[string]any{"beam:option:stage_wasm:v1": []any{"P=/p.wasm", "Q=/q.wasm"}})
+	if o, err = def.WithPipelineOptions(pyOpts); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.StageWASM, []string{"P=/p.wasm", "Q=/q.wasm"}) {
+		t.Errorf("list option: %q", o.StageWASM)
+	}
+	if o, _ = def.WithPipelineOptions(nil); !slices.Equal(o.StageWASM, def.StageWASM) {
+		t.Errorf("server default: %q", o.StageWASM)
+	}
+	bad, _ := structpb.NewStruct(map[string]any{"beam:option:go_options:v1": map[string]any{"options": map[string]any{"wasm_bundle_deadline": "soon"}}})
+	if _, err := def.WithPipelineOptions(bad); err == nil || !strings.Contains(err.Error(), "wasm_bundle_deadline") {
+		t.Errorf("bad deadline: %v", err)
 	}
 }

@@ -69,7 +69,11 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	if err := k.Load(env.Provider(".", env.Opt{
 		Prefix: "KSRUNNER_",
 		TransformFunc: func(k, v string) (string, any) {
-			return strings.ToLower(strings.TrimPrefix(k, "KSRUNNER_")), v
+			k = strings.ToLower(strings.TrimPrefix(k, "KSRUNNER_"))
+			if k == "stage_wasm" { // a list: comma-separated entries
+				return k, strings.Split(v, ",")
+			}
+			return k, v
 		},
 	}), nil); err != nil {
 		return serverConfig{}, err

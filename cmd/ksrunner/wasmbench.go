@@ -292,14 +292,12 @@ func benchWASM(ctx context.Context, path, cache string, interruptible bool, chun
 			return 0, 0, err
 		}
 	}
-	var outputs int64
-	wasmStats := func() {}
-	_ = wasmStats
 	res, err := b.Finish()
 	if err != nil {
 		return 0, 0, err
 	}
 	d := time.Since(start)
+	var outputs int64 // the modules count their words
 	for k, v := range res.Counters {
 		if k.Name == "words" {
 			outputs = v
