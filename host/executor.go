@@ -26,6 +26,36 @@ type bundleIO struct {
 	timers func(transformID, familyID string, data []byte) error
 }
 
+// perTaskExecutor is a stageExecutor that keeps state per task (a WASM
+// instance, which must not be shared across goroutines): each task runs
+// the stage through its own taskExecutor.
+type perTaskExecutor interface {
+	stageExecutor
+	newTaskExecutor() taskExecutor
+}
+
+// taskExecutor is one task's executor of a stage; the task closes it when
+// it ends.
+type taskExecutor interface {
+	stageExecutor
+	close()
+}
+
+// executorForTask returns the executor a new task uses for a stage.
+func executorForTask(e stageExecutor) stageExecutor {
+	if p, ok := e.(perTaskExecutor); ok {
+		return p.newTaskExecutor()
+	}
+	return e
+}
+
+// releaseTaskExecutor releases what executorForTask made, when the task ends.
+func releaseTaskExecutor(e stageExecutor) {
+	if t, ok := e.(taskExecutor); ok {
+		t.close()
+	}
+}
+
 type stageBundle interface {
 	process(data []byte) error
 	// processTimers delivers fired timers (encoded in the family's timer

@@ -54,6 +54,7 @@ type instance struct {
 	tasks map[taskID]*task
 
 	produceErr atomic.Pointer[error]
+	failed     atomic.Bool // run returned an error: revocation must not commit
 }
 
 type taskID struct {
@@ -158,6 +159,12 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 // onRevoked commits the revoked tasks' work before giving them up, so the
 // next owner starts where this one stopped.
 func (i *instance) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+	if i.failed.Load() {
+		// A task failed (its failed input is no longer pending): committing
+		// now would commit the offsets of input that was never processed.
+		i.dropTasks(revoked)
+		return
+	}
 	if err := i.commit(ctx); err != nil {
 		i.setProduceErr(fmt.Errorf("commit before revocation: %w", err))
 	}
@@ -192,7 +199,13 @@ func (i *instance) failure() error {
 }
 
 // run processes records until ctx ends (nil) or a task fails.
-func (i *instance) run(ctx context.Context) error {
+func (i *instance) run(ctx context.Context) (err error) {
+	defer func() {
+		if err != nil {
+			// The tasks' current work failed: closing must not commit it.
+			i.failed.Store(true)
+		}
+	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sideDone := make(chan struct{})

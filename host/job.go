@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
@@ -21,6 +22,7 @@ import (
 	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
+	"github.com/ksrunner/ksrunner/wasmabi"
 )
 
 // JobSpec is a job as submitted.
@@ -39,6 +41,7 @@ type Job struct {
 	logger  *slog.Logger
 	events  *eventLog
 	metrics *metricStore
+	wasm    *wasmJob // nil without WASM stages
 
 	cancelOnce sync.Once
 	cancel     context.CancelCauseFunc
@@ -48,9 +51,14 @@ type Job struct {
 var errCancelled = errors.New("job cancelled")
 
 // StartJob validates and translates the pipeline (every unsupported construct
-// fails here, before anything runs) and starts running it.
-func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (*Job, error) {
-	plan, err := translate.Translate(spec.Pipeline, translate.Options{})
+// fails here, before anything runs), compiles and checks the WASM modules of
+// option stage_wasm, and starts running it.
+func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (_ *Job, err error) {
+	stageWASM, err := spec.Options.stageWASM()
+	if err != nil {
+		return nil, err
+	}
+	plan, err := translate.Translate(spec.Pipeline, translate.Options{StageWASM: stageWASM})
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +79,15 @@ func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (*Job, err
 		metrics: newMetricStore(),
 		done:    make(chan struct{}),
 	}
+	if j.wasm, err = prepareWASM(ctx, plan, spec.Options, j.logger, j.onWASMStuck); err != nil {
+		return nil, err
+	}
+	msgs, annotated := describeStages(spec.Pipeline, plan, j.wasm)
+	j.spec.Pipeline = annotated
+	for _, m := range msgs {
+		j.logger.Info(m)
+		j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, m)
+	}
 	for _, line := range describePlan(plan) {
 		j.logger.Debug("plan: " + line)
 		j.events.message(jobpb.JobMessage_JOB_MESSAGE_DETAILED, line)
@@ -79,6 +96,17 @@ func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (*Job, err
 	j.cancel = cancel
 	go j.run(runCtx)
 	return j, nil
+}
+
+// onWASMStuck is called by a WASM module's watchdog when a bundle of a
+// non-interruptible guest is still running at wasm_bundle_deadline.
+func (j *Job) onWASMStuck(s wasmabi.StuckBundle) {
+	msg := fmt.Sprintf("job %s: stage %s: WASM module %s: a bundle has been running for %v, past wasm_bundle_deadline (%v); "+
+		"the guest cannot be stopped in-process (wasm_interruptible is off), so the process exits: Kafka moves its partitions to another instance and their uncommitted input is processed again",
+		j.spec.ID, s.Stage, s.Module, time.Since(s.Started).Round(time.Millisecond), s.Deadline)
+	j.logger.Error(msg)
+	j.events.message(jobpb.JobMessage_JOB_MESSAGE_ERROR, msg)
+	wasmStuckExit(msg)
 }
 
 func randomSuffix() string {
@@ -104,6 +132,7 @@ func (j *Job) Wait() { <-j.done }
 
 func (j *Job) run(ctx context.Context) {
 	defer close(j.done)
+	defer j.wasm.close()
 	j.events.setState(jobpb.JobState_STARTING)
 	err := j.execute(ctx)
 	switch {
@@ -226,14 +255,24 @@ func (j *Job) execute(ctx context.Context) (err error) {
 }
 
 // startExecutors starts the SDK harness environments and registers every
-// harness stage. The returned func stops them.
+// harness stage; WASM stages get the executors StartJob prepared. The
+// returned func stops them.
 func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, func(), error) {
 	execs := map[string]stageExecutor{}
 	needHarness := false
 	for _, st := range j.plan.SubTopologies {
 		for _, s := range st.Stages {
-			if s.Executor == translate.ExecutorHarness {
+			switch s.Executor {
+			case translate.ExecutorHarness:
 				needHarness = true
+			case translate.ExecutorWASM:
+				e := j.wasm.execs[s.ID]
+				if e == nil {
+					return nil, nil, fmt.Errorf("stage %s: WASM module was not prepared", s.ID)
+				}
+				execs[s.ID] = e
+			default:
+				return nil, nil, fmt.Errorf("stage %s: unknown executor %d", s.ID, s.Executor)
 			}
 		}
 	}
@@ -254,7 +293,7 @@ func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, fun
 	for _, st := range j.plan.SubTopologies {
 		for _, s := range st.Stages {
 			if s.Executor != translate.ExecutorHarness {
-				return nil, nil, fmt.Errorf("stage %s: executor %d is not available yet", s.ID, s.Executor)
+				continue
 			}
 			env, ok := envs[s.EnvironmentID]
 			if !ok {

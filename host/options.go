@@ -2,6 +2,7 @@ package host
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,23 @@ type Options struct {
 	StateDir string `koanf:"state_dir"`
 	// KeepInternalTopics keeps internal topics after a bounded job is DONE.
 	KeepInternalTopics bool `koanf:"keep_internal_topics"`
+
+	// StageWASM maps transforms to WASM modules, one "PATTERN=MODULE[#DOFN]"
+	// per entry: PATTERN is a transform's unique name or a path.Match glob
+	// over unique names (a composite's name maps all of its leaves), MODULE
+	// a file path, a file: URL or "artifact:NAME" (a file staged with the
+	// job under NAME), DOFN the name the DoFn is registered under in the
+	// module (default: the last "/" segment of the transform's unique name).
+	// A job's pipeline option replaces the server's list.
+	StageWASM []string `koanf:"stage_wasm"`
+	// WASMInterruptible compiles WASM modules so that a bundle past
+	// WASMBundleDeadline is stopped inside guest code (costs throughput).
+	WASMInterruptible bool `koanf:"wasm_interruptible"`
+	// WASMBundleDeadline bounds a WASM bundle. Past it an interruptible
+	// guest is stopped and the bundle fails; a non-interruptible guest
+	// cannot be stopped, so the process logs the stage and module and exits
+	// (Kafka moves its partitions elsewhere). Zero: no deadline.
+	WASMBundleDeadline time.Duration `koanf:"wasm_bundle_deadline"`
 }
 
 // DefaultOptions are the built-in defaults.
@@ -42,6 +60,7 @@ func DefaultOptions() Options {
 		TopicReplicationFactor: -1,
 		MaxBundleSize:          100000,
 		CommitIntervalMs:       100,
+		WASMBundleDeadline:     5 * time.Minute,
 	}
 }
 
@@ -58,6 +77,11 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option max_bundle_size: %d, must be at least 1", o.MaxBundleSize)
 	case o.CommitIntervalMs < 1:
 		return fmt.Errorf("option commit_interval_ms: %d, must be at least 1", o.CommitIntervalMs)
+	case o.WASMBundleDeadline < 0:
+		return fmt.Errorf("option wasm_bundle_deadline: %v, must not be negative", o.WASMBundleDeadline)
+	}
+	if _, err := o.stageWASM(); err != nil {
+		return err
 	}
 	if o.ApplicationID != "" && sanitizeID(o.ApplicationID) != o.ApplicationID {
 		return fmt.Errorf("option application_id: %q has characters Kafka topic names do not allow (use [a-zA-Z0-9._-])", o.ApplicationID)
@@ -101,6 +125,71 @@ func pipelineOption(opts *structpb.Struct, name string) (string, bool) {
 	return "", false
 }
 
+// pipelineOptionList finds a list-valued pipeline option: a list value, or
+// a string of entries separated by commas or newlines (how a Go SDK pipeline
+// sends a flag, e.g. one set with beam.PipelineOptions.Set or a repeatable
+// flag whose String joins its values with commas).
+func pipelineOptionList(opts *structpb.Struct, name string) ([]string, bool) {
+	f := opts.GetFields()
+	goOpts := f["beam:option:go_options:v1"].GetStructValue().GetFields()["options"].GetStructValue().GetFields()
+	for _, v := range []*structpb.Value{goOpts[name], f["options"].GetStructValue().GetFields()[name], f["beam:option:"+name+":v1"], f[name]} {
+		if l := v.GetListValue(); l != nil {
+			var out []string
+			for _, e := range l.GetValues() {
+				if s := strings.TrimSpace(e.GetStringValue()); s != "" {
+					out = append(out, s)
+				}
+			}
+			return out, true
+		}
+	}
+	s, ok := pipelineOption(opts, name)
+	if !ok {
+		return nil, false
+	}
+	return splitList(s), true
+}
+
+// splitList splits a list given as one string: entries separated by commas
+// or newlines, surrounding brackets (a printed Go slice) dropped.
+func splitList(s string) []string {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		s = s[1 : len(s)-1]
+	}
+	var out []string
+	for _, e := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' }) {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// stageWASM parses StageWASM into translate's pattern -> module reference
+// map, checking each entry's form and glob syntax.
+func (o Options) stageWASM() (map[string]string, error) {
+	if len(o.StageWASM) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, e := range o.StageWASM {
+		pat, ref, ok := strings.Cut(strings.TrimSpace(e), "=")
+		pat, ref = strings.TrimSpace(pat), strings.TrimSpace(ref)
+		if !ok || pat == "" || ref == "" {
+			return nil, fmt.Errorf("option stage_wasm: %q: want PATTERN=MODULE[#DOFN] (e.g. 'Split*=file:///path/split.wasm')", e)
+		}
+		if _, err := path.Match(pat, ""); err != nil {
+			return nil, fmt.Errorf("option stage_wasm: %q: bad pattern %q: %w", e, pat, err)
+		}
+		if old, dup := m[pat]; dup && old != ref {
+			return nil, fmt.Errorf("option stage_wasm: pattern %q is mapped twice (%s and %s)", pat, old, ref)
+		}
+		m[pat] = ref
+	}
+	return m, nil
+}
+
 // WithPipelineOptions returns o overridden by a job's pipeline options.
 func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	str := func(name string, dst *string) {
@@ -131,12 +220,27 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 			return o, err
 		}
 	}
-	if v, ok := pipelineOption(opts, "keep_internal_topics"); ok {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return o, fmt.Errorf("pipeline option keep_internal_topics: %q is not a boolean", v)
+	for name, dst := range map[string]*bool{
+		"keep_internal_topics": &o.KeepInternalTopics,
+		"wasm_interruptible":   &o.WASMInterruptible,
+	} {
+		if v, ok := pipelineOption(opts, name); ok {
+			b, err := strconv.ParseBool(strings.TrimSpace(v))
+			if err != nil {
+				return o, fmt.Errorf("pipeline option %s: %q is not a boolean", name, v)
+			}
+			*dst = b
 		}
-		o.KeepInternalTopics = b
+	}
+	if v, ok := pipelineOption(opts, "wasm_bundle_deadline"); ok {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if err != nil {
+			return o, fmt.Errorf("pipeline option wasm_bundle_deadline: %q is not a duration (e.g. 30s, 5m)", v)
+		}
+		o.WASMBundleDeadline = d
+	}
+	if l, ok := pipelineOptionList(opts, "stage_wasm"); ok {
+		o.StageWASM = l
 	}
 	return o, o.Validate()
 }
@@ -155,5 +259,8 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
 		d("state_dir", "directory of the Pebble state stores", jobpb.PipelineOptionType_STRING, ""),
 		d("keep_internal_topics", "keep internal topics after a bounded job is done", jobpb.PipelineOptionType_BOOLEAN, "false"),
+		d("stage_wasm", "PATTERN=MODULE[#DOFN] entries: run the transforms whose unique name matches PATTERN as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME)", jobpb.PipelineOptionType_ARRAY, ""),
+		d("wasm_interruptible", "stop WASM guest code past wasm_bundle_deadline (slower guests)", jobpb.PipelineOptionType_BOOLEAN, "false"),
+		d("wasm_bundle_deadline", "longest a WASM bundle may run (e.g. 30s; 0: no limit)", jobpb.PipelineOptionType_STRING, def.WASMBundleDeadline.String()),
 	}
 }

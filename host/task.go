@@ -125,7 +125,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: exec, idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, families: map[string]translate.TimerFamily{}}
+		sr := &stageRun{stage: s, exec: executorForTask(exec), idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, families: map[string]translate.TimerFamily{}}
 		for _, f := range s.TimerFamilies {
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}
@@ -580,6 +580,7 @@ func (t *task) abort() {
 	}
 	for _, sr := range t.stages {
 		sr.bundle = nil
+		releaseTaskExecutor(sr.exec)
 	}
 }
 

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"strings"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 )
@@ -221,9 +222,14 @@ func (t *translator) layout() (*Plan, error) {
 }
 
 // fusionKey is what must agree for two transforms to share a stage.
+// WASM transforms fuse only with transforms of the same module (the
+// reference up to a '#', which may name a DoFn in it).
 func (t *translator) fusionKey(id string) (wasm bool, env string) {
-	_, wasm = t.wasmModule(id)
-	return wasm, t.comps.GetTransforms()[id].GetEnvironmentId()
+	if m, ok := t.wasmModule(id); ok {
+		mod, _, _ := strings.Cut(m, "#")
+		return true, "wasm:" + mod
+	}
+	return false, t.comps.GetTransforms()[id].GetEnvironmentId()
 }
 
 func (sb *stageBuilder) compatible(wasm bool, env string) bool {

@@ -16,7 +16,9 @@ type Options struct {
 	// unique name or that of one of its enclosing composites matches (exact
 	// names win over globs; globs are tried in sorted order). A stage gets
 	// ExecutorWASM only if every transform in it is mapped: fusion never puts
-	// mapped and unmapped transforms in one stage.
+	// mapped and unmapped transforms in one stage, nor transforms mapped to
+	// different modules (references that differ only after a "#", which may
+	// name a DoFn, are one module).
 	StageWASM map[string]string
 }
 

@@ -670,3 +670,30 @@ func TestStatefulParDo(t *testing.T) {
 		}
 	}
 }
+
+func TestWASMFusionPerModule(t *testing.T) {
+	// Create -> splitWords -> pairWithOne: both mapped to WASM. One module
+	// (whatever the DoFn after '#'): one stage; two modules: two stages.
+	p, s := beam.NewPipelineWithRoot()
+	beam.ParDo(s, pairWithOne, beam.ParDo(s, splitWords, beam.Create(s, "a b")))
+	pipe := marshal(t, p)
+	wasmStages := func(opts Options) [][]string {
+		var out [][]string
+		for _, st := range mustTranslate(t, pipe, opts).SubTopologies {
+			for _, s := range st.Stages {
+				if s.Executor == ExecutorWASM {
+					out = append(out, s.Transforms)
+				}
+			}
+		}
+		return out
+	}
+	same := wasmStages(Options{StageWASM: map[string]string{"translate.splitWords": "m.wasm#Split", "translate.pairWithOne": "m.wasm#Pair"}})
+	if len(same) != 1 || len(same[0]) != 2 {
+		t.Errorf("one module: WASM stages %v, want one of two transforms", same)
+	}
+	two := wasmStages(Options{StageWASM: map[string]string{"translate.splitWords": "a.wasm", "translate.pairWithOne": "b.wasm"}})
+	if len(two) != 2 {
+		t.Errorf("two modules: WASM stages %v, want two", two)
+	}
+}

@@ -47,6 +47,9 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.Int("commit_interval_ms", def.CommitIntervalMs, "how often tasks commit")
 	fs.String("state_dir", def.StateDir, "directory of the Pebble state stores (default: a temporary directory per job)")
 	fs.Bool("keep_internal_topics", def.KeepInternalTopics, "keep internal topics after a bounded job is done")
+	fs.StringSlice("stage_wasm", nil, "PATTERN=MODULE[#DOFN]: run the transforms whose unique name matches PATTERN (a name or glob) as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME); repeatable, or comma-separated")
+	fs.Bool("wasm_interruptible", def.WASMInterruptible, "stop WASM guest code past wasm_bundle_deadline (costs guest throughput)")
+	fs.Duration("wasm_bundle_deadline", def.WASMBundleDeadline, "longest a WASM bundle may run; a stuck non-interruptible guest makes the process exit (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return serverConfig{}, err
 	}
@@ -66,7 +69,11 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	if err := k.Load(env.Provider(".", env.Opt{
 		Prefix: "KSRUNNER_",
 		TransformFunc: func(k, v string) (string, any) {
-			return strings.ToLower(strings.TrimPrefix(k, "KSRUNNER_")), v
+			k = strings.ToLower(strings.TrimPrefix(k, "KSRUNNER_"))
+			if k == "stage_wasm" { // a list: comma-separated entries
+				return k, strings.Split(v, ",")
+			}
+			return k, v
 		},
 	}), nil); err != nil {
 		return serverConfig{}, err
@@ -92,7 +99,8 @@ func loadServerConfig(args []string) (serverConfig, error) {
 func knownKey(key string) bool {
 	switch key {
 	case "config", "job_host", "job_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
-		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "state_dir", "keep_internal_topics":
+		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "state_dir", "keep_internal_topics",
+		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline":
 		return true
 	}
 	return false

@@ -3,6 +3,7 @@
 //	ksrunner jobserver [flags]   serve the Beam Job API (the default)
 //	ksrunner broker --port N     run an in-memory development broker
 //	ksrunner bench gbk           compare a GroupByKey pipeline with Prism
+//	ksrunner bench wasm          compare the WASM executor with the harness and plain Go
 package main
 
 import (

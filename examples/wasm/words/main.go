@@ -15,14 +15,14 @@ import (
 var wordsSeen = guest.NewCounter("words", "words")
 
 func init() {
-	guest.Register(guest.FlatMap("Split", guest.String, guest.String, func(line string, emit func(string)) error {
+	guest.Register(guest.FlatMap("Split", guest.StringRef, guest.String, func(line string, emit func(string)) error {
 		wordfns.Split(line, func(w string) {
 			wordsSeen.Inc(1)
 			emit(w)
 		})
 		return nil
 	}))
-	guest.Register(guest.Map("Upper", guest.String, guest.String, func(s string) (string, error) {
+	guest.Register(guest.Map("Upper", guest.StringRef, guest.String, func(s string) (string, error) {
 		return wordfns.Upper(s), nil
 	}))
 }

@@ -1,0 +1,153 @@
+// Command wordcount is the wordcount of examples/wordcount with its split
+// and format steps run as WASM DoFns (module ./guest) by ksrunner's WASM
+// executor. The pipeline is the same Go SDK pipeline (package wc); only the
+// stage_wasm pipeline option differs. Build the module, then run:
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o /tmp/wordcount.wasm ./examples/wasm/wordcount/guest
+//	go run ./examples/wasm/wordcount --module=/tmp/wordcount.wasm
+//
+// which is short for
+//
+//	go run ./examples/wasm/wordcount \
+//	  --stage_wasm='CountWords/wc.extractWords=/tmp/wordcount.wasm#ExtractWords' \
+//	  --stage_wasm='CountWords/wc.formatCount=/tmp/wordcount.wasm#FormatCount'
+//
+// With no --endpoint it starts a ksrunner job server and an embedded broker
+// in this process; with --endpoint=HOST:PORT it submits to a running
+// `ksrunner jobserver` (which must be able to read the module file).
+//
+// A Go SDK pipeline sends only the flags it defines as pipeline options, so
+// a pipeline that selects WASM stages defines a stage_wasm flag (as here), or
+// sets the option in code before running:
+//
+//	beam.PipelineOptions.Set("stage_wasm", "Split*=/path/split.wasm,Format*=/path/format.wasm")
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+
+	"github.com/ksrunner/ksrunner/examples/wordcount/wc"
+	"github.com/ksrunner/ksrunner/host"
+)
+
+// stageWASM is the repeatable --stage_wasm flag. The Go SDK sends a flag's
+// String() as the option's value: the entries joined by commas, which
+// ksrunner splits again.
+type stageWASM []string
+
+func (s *stageWASM) String() string     { return strings.Join(*s, ",") }
+func (s *stageWASM) Set(v string) error { *s = append(*s, v); return nil }
+
+var (
+	stages stageWASM
+	module = flag.String("module", "", "the wordcount WASM module (./guest built for wasip1): maps the split and format steps to it unless --stage_wasm is given")
+	input  = flag.String("input", "", "text file to count (default: a built-in text)")
+	output = flag.String("output", "", "where to write the counts (default: a temporary file, printed)")
+)
+
+func init() {
+	flag.Var(&stages, "stage_wasm", "PATTERN=MODULE[#DOFN]: run the transforms matching PATTERN as WASM DoFns (repeatable)")
+}
+
+// StageWASM returns the stage_wasm entries mapping the wordcount's split
+// and format steps to the DoFns of the module at path.
+func StageWASM(path string) []string {
+	return []string{
+		"CountWords/wc.extractWords=" + path + "#ExtractWords",
+		"CountWords/wc.formatCount=" + path + "#FormatCount",
+	}
+}
+
+func main() {
+	flag.Parse()
+	if len(stages) == 0 && *module != "" {
+		abs, err := filepath.Abs(*module)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, s := range StageWASM(abs) {
+			flag.Set("stage_wasm", s)
+		}
+	}
+	if len(stages) == 0 {
+		log.Fatal("no WASM stages: give --module=wordcount.wasm or --stage_wasm entries")
+	}
+	beam.Init()
+	if err := run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) error {
+	if *jobopts.Endpoint == "" {
+		level := slog.LevelWarn
+		if os.Getenv("KSRUNNER_DEBUG") != "" {
+			level = slog.LevelDebug
+		}
+		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		srv, err := host.NewJobServer("localhost:0", host.DefaultOptions(), logger)
+		if err != nil {
+			return err
+		}
+		go srv.Serve()
+		defer srv.Stop()
+		flag.Set("endpoint", srv.Endpoint())
+		flag.Set("runner", "universal")
+		flag.Set("environment_type", "LOOPBACK")
+	}
+	out := *output
+	if out == "" {
+		dir, err := os.MkdirTemp("", "wordcount-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		out = filepath.Join(dir, "counts.txt")
+	}
+	lines := wc.Text
+	if *input != "" {
+		b, err := os.ReadFile(*input)
+		if err != nil {
+			return err
+		}
+		lines = strings.Split(string(b), "\n")
+	}
+	p, s := beam.NewPipelineWithRoot()
+	textio.Write(s, out, wc.CountWords(s, beam.CreateList(s, lines)))
+	if _, err := beamx.RunWithMetrics(ctx, p); err != nil {
+		return fmt.Errorf("pipeline failed: %w", err)
+	}
+	if *output != "" {
+		return nil
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var rows []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		rows = append(rows, sc.Text())
+	}
+	sort.Strings(rows)
+	for _, r := range rows {
+		fmt.Println(r)
+	}
+	return sc.Err()
+}

@@ -1,0 +1,239 @@
+// Package jobtest runs Beam Go SDK pipelines on an in-process ksrunner job
+// server for tests: LOOPBACK workers in the test process, an embedded
+// broker, and a Job API client that submits with explicit pipeline options
+// (as the Go SDK sends its flags) without touching the SDK's global flags.
+package jobtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/container/tools"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/runnerlib"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ksrunner/ksrunner/host"
+)
+
+// Env is a job server with LOOPBACK workers in this process.
+type Env struct {
+	Client    jobpb.JobServiceClient
+	loopback  *extworker.Loopback
+	workerBin string
+	stop      []func()
+}
+
+// Start starts a job server with the given defaults. Call it from TestMain
+// after flag.Parse and beam.Init; Close it before exiting.
+func Start(opts host.Options) (*Env, error) {
+	e := &Env{}
+	var err error
+	if e.loopback, err = extworker.StartLoopback(context.Background(), 0); err != nil {
+		return nil, err
+	}
+	e.stop = append(e.stop, func() { e.loopback.Stop(context.Background()) })
+	f, err := os.CreateTemp("", "jobtest-worker-")
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	f.Close()
+	e.workerBin = f.Name()
+	e.stop = append(e.stop, func() { os.Remove(e.workerBin) })
+	var out io.Writer = io.Discard
+	if os.Getenv("KSRUNNER_DEBUG") != "" {
+		out = os.Stderr
+	}
+	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(out, nil)))
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	go srv.Serve()
+	e.stop = append(e.stop, srv.Stop)
+	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.stop = append(e.stop, func() { cc.Close() })
+	e.Client = jobpb.NewJobServiceClient(cc)
+	return e, nil
+}
+
+// Close stops everything Start started.
+func (e *Env) Close() {
+	for i := len(e.stop) - 1; i >= 0; i-- {
+		e.stop[i]()
+	}
+}
+
+// Marshal turns p into the pipeline proto the SDK would submit with
+// --environment_type=LOOPBACK.
+func (e *Env) Marshal(t testing.TB, p *beam.Pipeline) *pipepb.Pipeline {
+	t.Helper()
+	edges, _, err := p.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := graphx.CreateEnvironment(context.Background(), "beam:env:external:v1", e.loopback.EnvironmentConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe, err := graphx.Marshal(edges, &graphx.Options{Environment: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runnerlib.UpdateGoEnvironmentWorker(e.workerBin, pipe); err != nil {
+		t.Fatal(err)
+	}
+	return pipe
+}
+
+// Submit prepares, stages and runs pipe with the given Go SDK pipeline
+// options. It returns the job id, or the error of Prepare, staging or Run.
+func (e *Env) Submit(ctx context.Context, t testing.TB, pipe *pipepb.Pipeline, opts map[string]string) (string, error) {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	st, err := tools.OptionsToProto(runtime.RawOptionsWrapper{
+		Options:     runtime.RawOptions{Options: opts},
+		AppName:     name,
+		Experiments: []string{"beam_fn_api"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep, err := e.Client.Prepare(ctx, &jobpb.PrepareJobRequest{Pipeline: pipe, PipelineOptions: st, JobName: name})
+	if err != nil {
+		return "", fmt.Errorf("prepare: %w", err)
+	}
+	token, err := runnerlib.Stage(ctx, prep.GetPreparationId(), prep.GetArtifactStagingEndpoint().GetUrl(), e.workerBin, prep.GetStagingSessionToken())
+	if err != nil {
+		return "", fmt.Errorf("stage: %w", err)
+	}
+	resp, err := e.Client.Run(ctx, &jobpb.RunJobRequest{PreparationId: prep.GetPreparationId(), RetrievalToken: token})
+	if err != nil {
+		return "", err
+	}
+	return resp.GetJobId(), nil
+}
+
+// Result is how a job ended, as its message stream told it.
+type Result struct {
+	State    jobpb.JobState_Enum
+	Messages []string // every message
+	Errors   []string // messages of importance ERROR
+}
+
+func terminal(s jobpb.JobState_Enum) bool {
+	switch s {
+	case jobpb.JobState_DONE, jobpb.JobState_FAILED, jobpb.JobState_CANCELLED, jobpb.JobState_DRAINED, jobpb.JobState_UPDATED:
+		return true
+	}
+	return false
+}
+
+// Wait follows the job's message stream until a terminal state (and, after
+// FAILED, the error message that follows it).
+func (e *Env) Wait(ctx context.Context, t testing.TB, jobID string) Result {
+	t.Helper()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := e.Client.GetMessageStream(sctx, &jobpb.JobMessagesRequest{JobId: jobID})
+	if err != nil {
+		t.Fatalf("job %s: message stream: %v", jobID, err)
+	}
+	var r Result
+	var grace <-chan time.Time
+	msgs := make(chan *jobpb.JobMessagesResponse)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-sctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case m := <-msgs:
+			if s := m.GetStateResponse(); s != nil {
+				r.State = s.GetState()
+				if terminal(r.State) && (r.State != jobpb.JobState_FAILED || len(r.Errors) > 0) {
+					return r
+				}
+				if r.State == jobpb.JobState_FAILED && grace == nil {
+					grace = time.After(5 * time.Second)
+				}
+			}
+			if mr := m.GetMessageResponse(); mr != nil {
+				r.Messages = append(r.Messages, mr.GetMessageText())
+				if mr.GetImportance() >= jobpb.JobMessage_JOB_MESSAGE_ERROR {
+					r.Errors = append(r.Errors, mr.GetMessageText())
+					if r.State == jobpb.JobState_FAILED {
+						return r
+					}
+				}
+			}
+		case err := <-errc:
+			if !terminal(r.State) {
+				t.Fatalf("job %s: message stream ended in state %v: %v", jobID, r.State, err)
+			}
+			return r
+		case <-grace:
+			return r
+		case <-ctx.Done():
+			st, _ := e.Client.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: jobID})
+			t.Fatalf("job %s: %v waiting for a terminal state; GetState says %v", jobID, ctx.Err(), st.GetState())
+		}
+	}
+}
+
+// Run submits pipe and waits for the job to end.
+func (e *Env) Run(ctx context.Context, t testing.TB, pipe *pipepb.Pipeline, opts map[string]string) (string, Result) {
+	t.Helper()
+	id, err := e.Submit(ctx, t, pipe, opts)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	return id, e.Wait(ctx, t, id)
+}
+
+// BuildWASM builds the Go guest package pkg (an import path or a path
+// relative to the test's directory) as a WASI reactor into dir.
+func BuildWASM(t testing.TB, dir, pkg string) string {
+	t.Helper()
+	out := filepath.Join(dir, path.Base(pkg)+".wasm")
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building %s: %v\n%s", pkg, err, msg)
+	}
+	return out
+}
