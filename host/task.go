@@ -53,6 +53,8 @@ type task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
+	ev *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
+
 	mu sync.Mutex
 }
 
@@ -130,6 +132,11 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 	if err := t.loadWatermarks(); err != nil {
 		return nil, err
 	}
+	ev, err := newEventTime(t)
+	if err != nil {
+		return nil, err
+	}
+	t.ev = ev
 	t.statusDirty = true
 	return t, nil
 }
@@ -200,6 +207,17 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 				t.inputWM[p] = wm
 				t.batch.Set(t.key(storeWatermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil)
 			}
+			if t.ev != nil {
+				if err := t.ev.afterWatermark(ctx); err != nil {
+					return err
+				}
+			}
+		case shuffle.KindProcessingTime:
+			if t.ev != nil {
+				if err := t.ev.onProcessingTime(ctx, r); err != nil {
+					return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+				}
+			}
 		case shuffle.KindData:
 			if err := t.handleData(r); err != nil {
 				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
@@ -213,6 +231,11 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 
 func (t *task) handleData(r *kgo.Record) error {
 	root := t.sub.Root
+	if t.ev != nil {
+		if handled, err := t.ev.handleData(r); handled {
+			return err
+		}
+	}
 	switch root.Kind {
 	case translate.RootImpulse:
 		if t.impulseSeen {
@@ -403,7 +426,11 @@ func (t *task) emit(sr *stageRun, pcoll string, data []byte) error {
 // and reports the output watermark if it moved.
 func (t *task) prepareCommit(ctx context.Context) error {
 	in := t.inputWatermark()
-	if t.sub.Root.Kind == translate.RootGroupByKey {
+	if t.ev != nil {
+		if err := t.ev.prepare(ctx, in); err != nil {
+			return err
+		}
+	} else if t.sub.Root.Kind == translate.RootGroupByKey {
 		if err := t.fire(in); err != nil {
 			return err
 		}
@@ -418,10 +445,18 @@ func (t *task) prepareCommit(ctx context.Context) error {
 	if out > t.reportedWM || t.statusDirty {
 		t.reportWatermark(out)
 	}
+	if t.ev != nil {
+		t.ev.afterPrepare()
+	}
 	return nil
 }
 
 func (t *task) outputWatermark(in int64) (int64, error) {
+	if t.ev != nil {
+		if wm, ok, err := t.ev.outputWatermark(in); ok {
+			return wm, err
+		}
+	}
 	switch t.sub.Root.Kind {
 	case translate.RootImpulse:
 		if t.impulseSeen {
