@@ -158,6 +158,13 @@ func buildStage(t testing.TB, fn any, outputs int) stageSpec {
 // state API.
 func buildStageFrom(t testing.TB, apply func(s beam.Scope, imp beam.PCollection)) stageSpec {
 	t.Helper()
+	return buildStageWhere(t, apply, func(*pipepb.PTransform) bool { return true })
+}
+
+// buildStageWhere is buildStageFrom for a pipeline with several ParDos:
+// the stage keeps the one pick accepts.
+func buildStageWhere(t testing.TB, apply func(s beam.Scope, imp beam.PCollection), pick func(*pipepb.PTransform) bool) stageSpec {
+	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
 	apply(s, beam.Impulse(s))
 	edges, _, err := p.Build()
@@ -171,7 +178,10 @@ func buildStageFrom(t testing.TB, apply func(s beam.Scope, imp beam.PCollection)
 	comps := pipe.GetComponents()
 	var pardoID string
 	for id, tr := range comps.GetTransforms() {
-		if tr.GetSpec().GetUrn() == "beam:transform:pardo:v1" {
+		if tr.GetSpec().GetUrn() == "beam:transform:pardo:v1" && pick(tr) {
+			if pardoID != "" {
+				t.Fatalf("several ParDos in marshalled pipeline: %q and %q", pardoID, id)
+			}
 			pardoID = id
 		}
 	}

@@ -33,6 +33,29 @@ type Stage struct {
 	id             string // the registered descriptor's id
 	inputTransform string
 	outputs        map[string]string // data sink transform id -> PCollection id
+	timerFamilies  []TimerFamily     // in the order given to WithTimerFamilies
+}
+
+// TimerFamily names one timer family of a stateful ParDo: the transform id
+// in the stage's descriptor and the timer family id (a key of the ParDo's
+// timer_family_specs).
+type TimerFamily struct{ TransformID, FamilyID string }
+
+// StageOption configures a stage.
+type StageOption func(*stageConfig)
+
+type stageConfig struct {
+	timerFamilies []TimerFamily
+}
+
+// WithTimerFamilies lists every timer family of the stage: every
+// (stateful ParDo transform id, timer family id) of the descriptor. SDKs
+// wait for the end (is_last) of the timer stream of each of them in every
+// bundle, so Stage refuses a descriptor whose ParDos declare timer families
+// that are not all listed here, or a list naming families the descriptor
+// does not declare.
+func WithTimerFamilies(families []TimerFamily) StageOption {
+	return func(c *stageConfig) { c.timerFamilies = slices.Clone(families) }
 }
 
 // Stage prepares desc for the worker of environment envID (which must have
@@ -44,13 +67,19 @@ type Stage struct {
 // the descriptor an id unique within the harness; desc itself is not
 // modified. inputTransform is the data source the bundles' input goes to;
 // outputs maps every data sink transform id to the PCollection id its
-// output is reported under.
-func (h *Harness) Stage(ctx context.Context, envID string, desc *fnpb.ProcessBundleDescriptor, inputTransform string, outputs map[string]string) (*Stage, error) {
+// output is reported under. A stage with stateful ParDos that use timers
+// must list their timer families with WithTimerFamilies; the harness then
+// also points the descriptor's timer API descriptor at itself.
+func (h *Harness) Stage(ctx context.Context, envID string, desc *fnpb.ProcessBundleDescriptor, inputTransform string, outputs map[string]string, opts ...StageOption) (*Stage, error) {
+	var cfg stageConfig
+	for _, opt := range opts {
+		opt(&cfg)
+	}
 	w, err := h.workerFor(envID)
 	if err != nil {
 		return nil, fmt.Errorf("staging descriptor %q: %w", desc.GetId(), err)
 	}
-	prepared, err := h.prepareDescriptor(desc, inputTransform, outputs)
+	prepared, err := h.prepareDescriptor(desc, inputTransform, outputs, cfg.timerFamilies)
 	if err != nil {
 		return nil, fmt.Errorf("staging descriptor %q for environment %q: %w", desc.GetId(), envID, err)
 	}
@@ -65,12 +94,19 @@ func (h *Harness) Stage(ctx context.Context, envID string, desc *fnpb.ProcessBun
 	if err != nil {
 		return nil, fmt.Errorf("registering descriptor %s (from %q) with worker %s of environment %q: %w", prepared.GetId(), desc.GetId(), w.id, envID, err)
 	}
-	return &Stage{h: h, w: w, id: prepared.GetId(), inputTransform: inputTransform, outputs: maps.Clone(outputs)}, nil
+	return &Stage{
+		h:              h,
+		w:              w,
+		id:             prepared.GetId(),
+		inputTransform: inputTransform,
+		outputs:        maps.Clone(outputs),
+		timerFamilies:  cfg.timerFamilies,
+	}, nil
 }
 
 // prepareDescriptor validates desc against the stage's input and outputs
 // and returns a copy pointing at this harness.
-func (h *Harness) prepareDescriptor(desc *fnpb.ProcessBundleDescriptor, inputTransform string, outputs map[string]string) (*fnpb.ProcessBundleDescriptor, error) {
+func (h *Harness) prepareDescriptor(desc *fnpb.ProcessBundleDescriptor, inputTransform string, outputs map[string]string, timerFamilies []TimerFamily) (*fnpb.ProcessBundleDescriptor, error) {
 	if desc == nil {
 		return nil, errors.New("nil descriptor")
 	}
@@ -82,7 +118,10 @@ func (h *Harness) prepareDescriptor(desc *fnpb.ProcessBundleDescriptor, inputTra
 	prepared.Id = h.newID(sanitizeID(base))
 	endpoint := h.apiDescriptor()
 	prepared.StateApiServiceDescriptor = endpoint
-	prepared.TimerApiServiceDescriptor = endpoint
+	prepared.TimerApiServiceDescriptor = nil
+	if len(timerFamilies) > 0 {
+		prepared.TimerApiServiceDescriptor = endpoint
+	}
 
 	var sources, sinks []string
 	for _, id := range slices.Sorted(maps.Keys(prepared.GetTransforms())) {
@@ -124,7 +163,55 @@ func (h *Harness) prepareDescriptor(desc *fnpb.ProcessBundleDescriptor, inputTra
 			return nil, fmt.Errorf("output %q is not a %s transform of the descriptor (data sinks: %q)", sink, URNDataSink, sinks)
 		}
 	}
+	if err := checkTimerFamilies(prepared, timerFamilies); err != nil {
+		return nil, err
+	}
 	return prepared, nil
+}
+
+// URNParDo is the transform URN of a ParDo, whose payload declares its
+// timer families.
+const URNParDo = "beam:transform:pardo:v1"
+
+// checkTimerFamilies checks that families are exactly the timer families
+// the descriptor's ParDos declare: a family the SDK expects but the runner
+// does not know would leave every bundle waiting for its end forever.
+func checkTimerFamilies(desc *fnpb.ProcessBundleDescriptor, families []TimerFamily) error {
+	declared := map[TimerFamily]bool{}
+	for _, id := range slices.Sorted(maps.Keys(desc.GetTransforms())) {
+		t := desc.GetTransforms()[id]
+		if t.GetSpec().GetUrn() != URNParDo {
+			continue
+		}
+		var payload pipepb.ParDoPayload
+		if err := proto.Unmarshal(t.GetSpec().GetPayload(), &payload); err != nil {
+			return fmt.Errorf("transform %q: decoding ParDoPayload: %w", id, err)
+		}
+		for family := range payload.GetTimerFamilySpecs() {
+			declared[TimerFamily{TransformID: id, FamilyID: family}] = true
+		}
+	}
+	listed := make(map[TimerFamily]bool, len(families))
+	for _, f := range families {
+		if listed[f] {
+			return fmt.Errorf("timer family %q of transform %q listed twice", f.FamilyID, f.TransformID)
+		}
+		listed[f] = true
+		if !declared[f] {
+			return fmt.Errorf("timer family %q of transform %q is not declared by a ParDo of the descriptor", f.FamilyID, f.TransformID)
+		}
+	}
+	var missing []string
+	for f := range declared {
+		if !listed[f] {
+			missing = append(missing, fmt.Sprintf("%s/%s", f.TransformID, f.FamilyID))
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("the descriptor's ParDos declare timer families %q (transform/family) that WithTimerFamilies does not list", missing)
+	}
+	return nil
 }
 
 // ID is the id the stage's descriptor is registered under.
@@ -140,6 +227,18 @@ func WithStateHandler(h StateHandler) BundleOption {
 	return func(b *Bundle) { b.state = h }
 }
 
+// WithTimerOutput makes the timers the SDK sets in the bundle go to emit:
+// the raw timer data of each timer family (concatenated timers encoded
+// with the family's timer coder, in chunks as the SDK sent them), in order
+// per family, never concurrently with each other or with the bundle's data
+// emit, and never after Finish returns. The rules of StartBundle's emit
+// apply: emit runs on the worker's data stream, must be quick and must not
+// wait for the SDK; it may keep data; an error fails the bundle. A bundle
+// whose SDK sets timers without a timer output fails.
+func WithTimerOutput(emit func(transformID, familyID string, data []byte) error) BundleOption {
+	return func(b *Bundle) { b.timerEmit = emit }
+}
+
 // Bundle is one ProcessBundle instruction in flight. One goroutine drives
 // it: Process any number of times, then Finish once.
 type Bundle struct {
@@ -150,11 +249,13 @@ type Bundle struct {
 	emit  func(pcoll string, data []byte) error
 	state StateHandler
 
+	timerEmit func(transformID, familyID string, data []byte) error
+
 	stopWatchingCtx func() bool
 
 	done chan struct{} // closed by complete
 
-	// emitMu is held while emit runs. Finish takes it after done closes,
+	// emitMu is held while emit or timerEmit runs. Finish takes it after done closes,
 	// so emit is never running or called once Finish has returned.
 	emitMu sync.Mutex
 
@@ -162,8 +263,9 @@ type Bundle struct {
 	completed   bool
 	err         error
 	resp        *fnpb.ProcessBundleResponse
-	awaiting    map[string]bool // data sinks whose is_last has not arrived
-	inputClosed bool            // is_last sent (or owed via abort) for the input
+	awaiting    map[string]bool      // data sinks whose is_last has not arrived
+	awaitingTF  map[TimerFamily]bool // timer families whose is_last has not arrived
+	inputClosed bool                 // is_last sent (or owed via abort) for the input
 	finishing   bool
 }
 
@@ -191,9 +293,16 @@ func (s *Stage) StartBundle(ctx context.Context, emit func(pcoll string, data []
 		state:    s.h.cfg.StateHandler,
 		done:     make(chan struct{}),
 		awaiting: make(map[string]bool, len(s.outputs)),
+
+		awaitingTF: make(map[TimerFamily]bool, len(s.timerFamilies)),
 	}
 	for sink := range s.outputs {
 		b.awaiting[sink] = true
+	}
+	// Every SDK ends the timer stream of each family it was sent the end
+	// of (the Go SDK only of those).
+	for _, f := range s.timerFamilies {
+		b.awaitingTF[f] = true
 	}
 	for _, opt := range opts {
 		opt(b)
@@ -242,7 +351,32 @@ func (b *Bundle) Process(data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
-	return b.sendInput(slices.Clone(data), false)
+	return b.sendInput(slices.Clone(data))
+}
+
+// ProcessTimers sends fired timers for the timer family familyID of the
+// stateful ParDo transformID (one of the stage's timer families) on the
+// data channel as one message: data is concatenated timers encoded with
+// the family's timer coder, and must hold whole timers, for the same
+// reason Process needs whole elements. Timers and elements reach the SDK
+// in the order they are sent. data is copied.
+func (b *Bundle) ProcessTimers(transformID, familyID string, data []byte) error {
+	if !slices.Contains(b.stage.timerFamilies, TimerFamily{TransformID: transformID, FamilyID: familyID}) {
+		return fmt.Errorf("stage %s bundle %s: ProcessTimers: timer family %q of transform %q is not a timer family of the stage (WithTimerFamilies)",
+			b.stage.id, b.id, familyID, transformID)
+	}
+	if err := b.beforeInput(); err != nil {
+		return err
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	return b.send(&fnpb.Elements{Timers: []*fnpb.Elements_Timers{{
+		InstructionId: b.id,
+		TransformId:   transformID,
+		TimerFamilyId: familyID,
+		Timers:        slices.Clone(data),
+	}}})
 }
 
 // ProcessElements sends encoded windowed values for the stage's input
@@ -256,7 +390,7 @@ func (b *Bundle) ProcessElements(elements [][]byte) error {
 	var batch []byte
 	for _, e := range elements {
 		if len(batch) > 0 && len(batch)+len(e) > MaxDataChunk {
-			if err := b.sendInput(batch, false); err != nil {
+			if err := b.sendInput(batch); err != nil {
 				return err
 			}
 			batch = nil
@@ -267,7 +401,7 @@ func (b *Bundle) ProcessElements(elements [][]byte) error {
 		batch = append(batch, e...)
 	}
 	if len(batch) > 0 {
-		return b.sendInput(batch, false)
+		return b.sendInput(batch)
 	}
 	return nil
 }
@@ -294,13 +428,38 @@ func (b *Bundle) beforeInput() error {
 	}
 }
 
-func (b *Bundle) sendInput(data []byte, isLast bool) error {
-	msg := &fnpb.Elements{Data: []*fnpb.Elements_Data{{
+func (b *Bundle) sendInput(data []byte) error {
+	return b.send(&fnpb.Elements{Data: []*fnpb.Elements_Data{{
 		InstructionId: b.id,
 		TransformId:   b.stage.inputTransform,
 		Data:          data,
-		IsLast:        isLast,
+	}}})
+}
+
+// endOfInput is the message that ends the bundle's input: is_last for the
+// data input and for every timer family of the stage, in one message. The
+// Go SDK counts is_last markers per instruction (one for the data input,
+// one per ParDo with timers) and only answers the timer families it saw
+// before it stopped reading, so they must all arrive together.
+func (b *Bundle) endOfInput() *fnpb.Elements {
+	msg := &fnpb.Elements{Data: []*fnpb.Elements_Data{{
+		InstructionId: b.id,
+		TransformId:   b.stage.inputTransform,
+		IsLast:        true,
 	}}}
+	for _, f := range b.stage.timerFamilies {
+		msg.Timers = append(msg.Timers, &fnpb.Elements_Timers{
+			InstructionId: b.id,
+			TransformId:   f.TransformID,
+			TimerFamilyId: f.FamilyID,
+			IsLast:        true,
+		})
+	}
+	return msg
+}
+
+// send queues one data stream message of the bundle.
+func (b *Bundle) send(msg *fnpb.Elements) error {
 	if isClosed(b.done) { // select below picks at random among ready cases
 		return b.failure()
 	}
@@ -331,8 +490,10 @@ func (b *Bundle) failure() error {
 	return fmt.Errorf("stage %s bundle %s: the SDK finished the bundle before its input ended", b.stage.id, b.id)
 }
 
-// Finish tells the SDK the input ended, then waits for the
-// ProcessBundleResponse and the end (is_last) of every output. An SDK
+// Finish tells the SDK the input ended (the data input and the timers of
+// every timer family of the stage, even if none were sent), then waits for
+// the ProcessBundleResponse and the end (is_last) of every output: every
+// data sink and the timers of every timer family. An SDK
 // failure is returned with the SDK's error text verbatim, wrapped with the
 // stage and bundle ids.
 func (b *Bundle) Finish() (*Result, error) {
@@ -354,7 +515,7 @@ func (b *Bundle) Finish() (*Result, error) {
 	if sendLast {
 		select {
 		case <-b.w.dataReady:
-			if b.sendInput(nil, true) == nil {
+			if b.send(b.endOfInput()) == nil {
 				b.mu.Lock()
 				b.inputClosed = true
 				b.mu.Unlock()
@@ -394,7 +555,7 @@ func (b *Bundle) complete(err error) {
 
 	b.w.removeBundle(b.id)
 	if abort && !b.w.isLost() {
-		b.w.abortInput(b.id, b.stage.inputTransform)
+		b.w.abortInput(b.endOfInput())
 	}
 }
 
@@ -409,7 +570,7 @@ func (b *Bundle) onResponse(resp *fnpb.InstructionResponse) {
 	if b.resp == nil {
 		b.resp = &fnpb.ProcessBundleResponse{}
 	}
-	ready := len(b.awaiting) == 0
+	ready := len(b.awaiting) == 0 && len(b.awaitingTF) == 0
 	b.mu.Unlock()
 	if ready {
 		b.complete(nil)
@@ -442,7 +603,45 @@ func (b *Bundle) onData(transformID string, data []byte, isLast bool) {
 	}
 	b.mu.Lock()
 	delete(b.awaiting, transformID)
-	ready := b.resp != nil && len(b.awaiting) == 0
+	ready := b.resp != nil && len(b.awaiting) == 0 && len(b.awaitingTF) == 0
+	b.mu.Unlock()
+	if ready {
+		b.complete(nil)
+	}
+}
+
+// onTimers handles timers the SDK set in the bundle; it runs on the data
+// stream's receiving goroutine.
+func (b *Bundle) onTimers(transformID, familyID string, data []byte, isLast bool) {
+	f := TimerFamily{TransformID: transformID, FamilyID: familyID}
+	if !slices.Contains(b.stage.timerFamilies, f) {
+		b.complete(fmt.Errorf("stage %s bundle %s: the SDK sent timers of family %q of transform %q, which is not a timer family of the stage",
+			b.stage.id, b.id, familyID, transformID))
+		return
+	}
+	if len(data) > 0 {
+		if b.timerEmit == nil {
+			b.complete(fmt.Errorf("stage %s bundle %s: transform %s set timers of family %q, but the bundle has no timer output (WithTimerOutput)",
+				b.stage.id, b.id, transformID, familyID))
+			return
+		}
+		b.emitMu.Lock()
+		var err error
+		if !isClosed(b.done) {
+			err = b.timerEmit(transformID, familyID, data)
+		}
+		b.emitMu.Unlock()
+		if err != nil {
+			b.complete(fmt.Errorf("stage %s bundle %s: emitting timers of family %q of transform %s: %w", b.stage.id, b.id, familyID, transformID, err))
+			return
+		}
+	}
+	if !isLast {
+		return
+	}
+	b.mu.Lock()
+	delete(b.awaitingTF, f)
+	ready := b.resp != nil && len(b.awaiting) == 0 && len(b.awaitingTF) == 0
 	b.mu.Unlock()
 	if ready {
 		b.complete(nil)

@@ -49,8 +49,8 @@ type worker struct {
 	pending         map[string]chan *fnpb.InstructionResponse // non-bundle instructions awaiting a response
 	bundles         map[string]*Bundle                        // in-flight bundles by instruction id
 	descriptors     map[string]*fnpb.ProcessBundleDescriptor
-	aborted         map[string]bool       // bundles whose queued input must not be sent any more
-	aborts          []*fnpb.Elements_Data // is_last markers the data sender owes aborted bundles
+	aborted         map[string]bool // bundles whose queued input must not be sent any more
+	aborts          *fnpb.Elements  // is_last markers the data sender owes aborted bundles
 }
 
 func (h *Harness) newWorker(envID string, env *pipepb.Environment) *worker {
@@ -302,9 +302,12 @@ func (w *worker) serveData(stream fnpb.BeamFnData_DataServer) error {
 			}
 		case <-aborts:
 			w.mu.Lock()
-			msg := &fnpb.Elements{Data: w.aborts}
+			msg := w.aborts
 			w.aborts = nil
 			w.mu.Unlock()
+			if msg == nil {
+				continue // sent with an earlier wake-up
+			}
 			if err := stream.Send(msg); err != nil {
 				w.fail(fmt.Errorf("sending on the data stream: %w", err))
 				return err
@@ -326,22 +329,35 @@ func (w *worker) serveData(stream fnpb.BeamFnData_DataServer) error {
 
 // isAborted reports whether msg is input for a bundle that was aborted:
 // the SDK has been (or will be) told the input ended, so it is dropped.
+// Every queued message belongs to one bundle.
 func (w *worker) isAborted(msg *fnpb.Elements) bool {
-	if len(msg.GetData()) != 1 {
+	var id string
+	switch {
+	case len(msg.GetData()) > 0:
+		id = msg.GetData()[0].GetInstructionId()
+	case len(msg.GetTimers()) > 0:
+		id = msg.GetTimers()[0].GetInstructionId()
+	default:
 		return false
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.aborted[msg.GetData()[0].GetInstructionId()]
+	return w.aborted[id]
 }
 
-// abortInput makes the data sender tell the SDK that the input of an
-// aborted bundle ended, without blocking the caller, so the SDK's side of
-// the bundle terminates instead of waiting for input forever.
-func (w *worker) abortInput(instructionID, transformID string) {
+// abortInput makes the data sender send end, the end of the input of an
+// aborted bundle, without blocking the caller, so the SDK's side of the
+// bundle terminates instead of waiting for input forever.
+func (w *worker) abortInput(end *fnpb.Elements) {
 	w.mu.Lock()
-	w.aborted[instructionID] = true
-	w.aborts = append(w.aborts, &fnpb.Elements_Data{InstructionId: instructionID, TransformId: transformID, IsLast: true})
+	for _, d := range end.GetData() {
+		w.aborted[d.GetInstructionId()] = true
+	}
+	if w.aborts == nil {
+		w.aborts = &fnpb.Elements{}
+	}
+	w.aborts.Data = append(w.aborts.Data, end.GetData()...)
+	w.aborts.Timers = append(w.aborts.Timers, end.GetTimers()...)
 	w.mu.Unlock()
 	select {
 	case w.abortSignal <- struct{}{}:
@@ -356,12 +372,8 @@ func (w *worker) routeOutput(msg *fnpb.Elements) {
 		}
 	}
 	for _, t := range msg.GetTimers() {
-		if len(t.GetTimers()) == 0 {
-			continue // an empty is_last for a timer family: nothing to do
-		}
 		if b := w.bundle(t.GetInstructionId()); b != nil {
-			b.complete(fmt.Errorf("stage %s bundle %s: transform %s set timers of family %q: timers are not supported yet",
-				b.stage.id, b.id, t.GetTransformId(), t.GetTimerFamilyId()))
+			b.onTimers(t.GetTransformId(), t.GetTimerFamilyId(), t.GetTimers(), t.GetIsLast())
 		}
 	}
 }

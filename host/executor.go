@@ -16,11 +16,21 @@ import (
 type stageExecutor interface {
 	// startBundle opens a bundle. emit must not block on the executor: the
 	// host only buffers or produces to Kafka in it.
-	startBundle(ctx context.Context, emit func(pcoll string, data []byte) error) (stageBundle, error)
+	startBundle(ctx context.Context, emit func(pcoll string, data []byte) error, io bundleIO) (stageBundle, error)
+}
+
+// bundleIO is what a bundle reads and writes besides its data: state (side
+// inputs, user state) and, for stateful stages, the timers it sets.
+type bundleIO struct {
+	state  harness.StateHandler // nil: none
+	timers func(transformID, familyID string, data []byte) error
 }
 
 type stageBundle interface {
 	process(data []byte) error
+	// processTimers delivers fired timers (encoded in the family's timer
+	// coder) to a stateful transform of the stage.
+	processTimers(transformID, familyID string, data []byte) error
 	finish() (bundleResult, error)
 }
 
@@ -29,12 +39,24 @@ type bundleResult struct {
 	// again (splittable DoFn checkpoints).
 	residuals [][]byte
 	metrics   []*pipepb.MonitoringInfo
+	// finalize, when set, is called once the bundle's output and state are
+	// committed (Beam's bundle finalization).
+	finalize func(context.Context) error
 }
 
-type harnessExecutor struct{ stage *harness.Stage }
+type harnessExecutor struct {
+	stage *harness.Stage
+}
 
-func (e harnessExecutor) startBundle(ctx context.Context, emit func(string, []byte) error) (stageBundle, error) {
-	b, err := e.stage.StartBundle(ctx, emit)
+func (e harnessExecutor) startBundle(ctx context.Context, emit func(string, []byte) error, io bundleIO) (stageBundle, error) {
+	var opts []harness.BundleOption
+	if io.state != nil {
+		opts = append(opts, harness.WithStateHandler(io.state))
+	}
+	if io.timers != nil {
+		opts = append(opts, harness.WithTimerOutput(io.timers))
+	}
+	b, err := e.stage.StartBundle(ctx, emit, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -45,12 +67,19 @@ type harnessBundle struct{ b *harness.Bundle }
 
 func (b harnessBundle) process(data []byte) error { return b.b.Process(data) }
 
+func (b harnessBundle) processTimers(transformID, familyID string, data []byte) error {
+	return b.b.ProcessTimers(transformID, familyID, data)
+}
+
 func (b harnessBundle) finish() (bundleResult, error) {
 	res, err := b.b.Finish()
 	if err != nil {
 		return bundleResult{}, err
 	}
 	out := bundleResult{metrics: res.MonitoringInfos}
+	if res.RequiresFinalization {
+		out.finalize = b.b.Finalize
+	}
 	for _, r := range res.Residuals {
 		out.residuals = append(out.residuals, r.Element)
 	}

@@ -207,18 +207,6 @@ func (g *windowedGBK) clearValues(key, win []byte) error {
 	return g.t.batch.DeleteRange(lower, prefixEnd(lower), nil)
 }
 
-// prefixEnd is the smallest key after every key starting with p.
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}
-
 func (g *windowedGBK) ctx(w windowing.Window, now int64, sync int64) windowing.Context {
 	return windowing.Context{
 		Window:                     w,

@@ -9,8 +9,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
@@ -43,6 +45,10 @@ type instance struct {
 	codecs map[string]*shuffle.ElementCodec // by PCollection id
 
 	subByTopic map[string]*translate.SubTopology // by full topic name
+	execs      map[string]stageExecutor          // by stage id
+	side       *sideInputReader
+	// timerCodecs parse the timers of each (transform, family).
+	timerCodecs map[[2]string]*shuffle.TimerCodec
 
 	mu    sync.Mutex // guards tasks against the rebalance callbacks
 	tasks map[taskID]*task
@@ -81,6 +87,18 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		return nil, fmt.Errorf("state store %s: %w", cfg.stateDir, err)
 	}
 	i.db = db
+	i.side = newSideInputReader(i)
+	i.timerCodecs = map[[2]string]*shuffle.TimerCodec{}
+	if err := i.buildTimerCodecs(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	i.execs = map[string]stageExecutor{}
+	for _, st := range cfg.plan.SubTopologies {
+		for _, s := range st.Stages {
+			i.execs[s.ID] = cfg.execs[s.ID]
+		}
+	}
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(strings.Split(cfg.opts.BootstrapServers, ",")...),
 		kgo.ConsumerGroup(cfg.opts.ApplicationID),
@@ -175,6 +193,16 @@ func (i *instance) failure() error {
 
 // run processes records until ctx ends (nil) or a task fails.
 func (i *instance) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sideDone := make(chan struct{})
+	go func() {
+		defer close(sideDone)
+		if err := i.side.run(ctx, i.cfg.opts.BootstrapServers); err != nil {
+			i.setProduceErr(err)
+		}
+	}()
+	defer func() { cancel(); <-sideDone }()
 	interval := i.cfg.opts.commitInterval()
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, interval)
@@ -271,6 +299,14 @@ func (i *instance) commit(ctx context.Context) error {
 	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
 		return fmt.Errorf("committing offsets: %w", err)
 	}
+	for _, t := range i.tasks {
+		for _, f := range t.finalizers {
+			if err := f(ctx); err != nil {
+				i.cfg.logger.Warn("bundle finalization failed", "task", t.producer, "error", err)
+			}
+		}
+		t.finalizers = nil
+	}
 	return nil
 }
 
@@ -285,8 +321,32 @@ func (i *instance) produce(r *kgo.Record) {
 // pebbleLogger sends Pebble's chatter to debug level.
 type pebbleLogger struct{ l *slog.Logger }
 
-func (p pebbleLogger) Infof(format string, args ...any)  { p.l.Debug("pebble: " + fmt.Sprintf(format, args...)) }
-func (p pebbleLogger) Errorf(format string, args ...any) { p.l.Error("pebble: " + fmt.Sprintf(format, args...)) }
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+}
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf("pebble: "+format, args...))
+}
+
+func (i *instance) buildTimerCodecs() error {
+	comps := i.cfg.plan.Pipeline.GetComponents()
+	for _, st := range i.cfg.plan.SubTopologies {
+		for _, s := range st.Stages {
+			for _, f := range s.TimerFamilies {
+				pd := &pipepb.ParDoPayload{}
+				if err := proto.Unmarshal(comps.GetTransforms()[f.TransformID].GetSpec().GetPayload(), pd); err != nil {
+					return fmt.Errorf("transform %s: %w", f.TransformID, err)
+				}
+				c, err := shuffle.NewTimerCodec(comps.GetCoders(), pd.GetTimerFamilySpecs()[f.FamilyID].GetTimerFamilyCoderId())
+				if err != nil {
+					return fmt.Errorf("transform %s timer family %s: %w", f.TransformID, f.FamilyID, err)
+				}
+				i.timerCodecs[[2]string{f.TransformID, f.FamilyID}] = c
+			}
+		}
+	}
+	return nil
 }

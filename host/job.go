@@ -68,6 +68,10 @@ func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (*Job, err
 		metrics: newMetricStore(),
 		done:    make(chan struct{}),
 	}
+	for _, line := range describePlan(plan) {
+		j.logger.Debug("plan: " + line)
+		j.events.message(jobpb.JobMessage_JOB_MESSAGE_DETAILED, line)
+	}
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	j.cancel = cancel
 	go j.run(runCtx)
@@ -258,7 +262,11 @@ func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, fun
 				h.Close()
 				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)
 			}
-			hs, err := h.Stage(ctx, s.EnvironmentID, s.Descriptor, s.InputTransform, s.OutputTransforms)
+			var fams []harness.TimerFamily
+			for _, f := range s.TimerFamilies {
+				fams = append(fams, harness.TimerFamily{TransformID: f.TransformID, FamilyID: f.FamilyID})
+			}
+			hs, err := h.Stage(ctx, s.EnvironmentID, s.Descriptor, s.InputTransform, s.OutputTransforms, harness.WithTimerFamilies(fams))
 			if err != nil {
 				h.Close()
 				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)
@@ -330,4 +338,51 @@ func waitDone(ctx context.Context, opts Options, topics *topicSet, logger *slog.
 		})
 	}
 	return nil
+}
+
+// describePlan says, a line per sub-topology and stage, how the job runs:
+// topics, roots, stages with their executor and transforms, sinks.
+func describePlan(plan *translate.Plan) []string {
+	trs := plan.Pipeline.GetComponents().GetTransforms()
+	names := func(ids []string) string {
+		out := make([]string, len(ids))
+		for i, id := range ids {
+			out[i] = trs[id].GetUniqueName()
+		}
+		return strings.Join(out, ", ")
+	}
+	var lines []string
+	for _, st := range plan.SubTopologies {
+		lines = append(lines, fmt.Sprintf("sub-topology %d reads topic %s; root %s (%s) emits %s", st.ID, st.Input, rootKindName(st.Root.Kind), trs[st.Root.TransformID].GetUniqueName(), st.Root.Output))
+		for _, s := range st.Stages {
+			exec := "Fn API harness (environment " + s.EnvironmentID + ")"
+			if s.Executor == translate.ExecutorWASM {
+				exec = "WASM"
+			}
+			line := fmt.Sprintf("  stage %s on %s: %s; input %s, outputs %v", s.ID, exec, names(s.Transforms), s.Input, s.Outputs)
+			for _, si := range s.SideInputs {
+				line += fmt.Sprintf("; side input %s from topic %s", si.PCollection, si.Topic)
+			}
+			lines = append(lines, line)
+		}
+		for _, f := range st.Flattens {
+			lines = append(lines, fmt.Sprintf("  flatten %s: %v -> %s", trs[f.TransformID].GetUniqueName(), f.Inputs, f.Output))
+		}
+		for _, sk := range st.Sinks {
+			lines = append(lines, fmt.Sprintf("  sink %s -> topic %s", sk.PCollection, sk.Topic))
+		}
+	}
+	return lines
+}
+
+func rootKindName(k translate.RootKind) string {
+	switch k {
+	case translate.RootImpulse:
+		return "impulse"
+	case translate.RootGroupByKey:
+		return "group-by-key"
+	case translate.RootPassthrough:
+		return "passthrough"
+	}
+	return fmt.Sprintf("kind %d", k)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -50,6 +51,11 @@ type task struct {
 	impulseSeen bool
 	reportedWM  int64
 	statusDirty bool
+	gateSeq     uint64 // next sequence number of held input
+	// user holds the user state and timers of stateful stages; nil if none.
+	user *userStore
+	// finalizers of bundles whose output is not yet committed.
+	finalizers []func(context.Context) error
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
@@ -67,15 +73,20 @@ type consumer struct {
 
 // stageRun is a stage's executor and the bundle open on it, for one task.
 type stageRun struct {
-	stage   *translate.Stage
-	exec    stageExecutor
-	bundle  stageBundle
+	stage  *translate.Stage
+	exec   stageExecutor
+	bundle stageBundle
 	// pending is input not yet handed to the bundle, under task.mu: whole
 	// elements in chunks of about processBatchBytes, because an SDK decodes
 	// every data message on its own and a message must not split an element.
-	pending [][]byte
-	count   int    // elements in the open bundle
-	carry   map[string][]byte
+	pending    [][]byte
+	count      int // elements in the open bundle
+	carry      map[string][]byte
+	idx        byte                             // position in the sub-topology, for store keys
+	gated      bool                             // waits for side inputs (see gate.go)
+	state      harness.StateHandler             // side inputs and user state; nil: none
+	families   map[string]translate.TimerFamily // by transform id + "/" + family id
+	timerCarry map[string][]byte                // partial timers of the open bundle, by family key
 }
 
 // appendPending adds one whole element to the pending input.
@@ -112,11 +123,31 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 	t.prefix = binary.BigEndian.AppendUint32(nil, uint32(sub.ID))
 	t.prefix = binary.BigEndian.AppendUint32(t.prefix, uint32(partition))
 	for _, s := range sub.Stages {
-		exec := inst.cfg.execs[s.ID]
+		exec := inst.execs[s.ID]
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: exec}
+		sr := &stageRun{stage: s, exec: exec, idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, families: map[string]translate.TimerFamily{}}
+		for _, f := range s.TimerFamilies {
+			sr.families[f.TransformID+"/"+f.FamilyID] = f
+		}
+		if s.Stateful && t.user == nil {
+			u, err := newUserStore(t)
+			if err != nil {
+				return nil, err
+			}
+			t.user = u
+		}
+		var side harness.StateHandler
+		if len(s.SideInputs) > 0 {
+			side = newSideState(inst.db, s)
+		}
+		switch {
+		case s.Stateful:
+			sr.state = &stageState{user: t.user, side: side}
+		case side != nil:
+			sr.state = side
+		}
 		t.stages = append(t.stages, sr)
 		t.consumers[s.Input] = append(t.consumers[s.Input], consumer{stage: sr})
 	}
@@ -130,6 +161,9 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		t.consumers[s.PCollection] = append(t.consumers[s.PCollection], consumer{sink: s})
 	}
 	if err := t.loadWatermarks(); err != nil {
+		return nil, err
+	}
+	if err := t.loadGateSeq(); err != nil {
 		return nil, err
 	}
 	ev, err := newEventTime(t)
@@ -147,11 +181,13 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 //	'I'                              → the impulse was processed
 //	'B' len key | key | len win | win | offset → a buffered GBK value
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
+//	'G' stage | max window ts | seq            → min timestamp | input held for side inputs
 const (
 	storeWatermark = 'W'
 	storeImpulse   = 'I'
 	storeBuffer    = 'B'
 	storeTimer     = 'T'
+	storeGate      = 'G'
 )
 
 func (t *task) key(store byte, parts ...[]byte) []byte {
@@ -307,6 +343,9 @@ func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 		n := t.inst.cfg.topics.partitions[s.Topic]
 		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
 	}
+	if debugSide {
+		fmt.Printf("sink %s partition %d key %x len %d\n", rec.Topic, rec.Partition, rec.Key, len(rec.Value))
+	}
 	t.inst.produce(rec)
 	return nil
 }
@@ -324,6 +363,12 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 				in, sr.pending = sr.pending, nil
 			}
 			t.mu.Unlock()
+			if sr.gated {
+				var err error
+				if in, err = t.gate(sr, in); err != nil {
+					return err
+				}
+			}
 			for _, chunk := range in {
 				idle = false
 				if err := t.process(ctx, sr, chunk); err != nil {
@@ -354,11 +399,29 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 func (t *task) process(ctx context.Context, sr *stageRun, in []byte) error {
 	if sr.bundle == nil {
 		sr.carry = map[string][]byte{}
-		b, err := sr.exec.startBundle(ctx, func(pcoll string, data []byte) error { return t.emit(sr, pcoll, data) })
+		sr.timerCarry = map[string][]byte{}
+		io := bundleIO{state: sr.state}
+		if len(sr.families) > 0 {
+			io.timers = func(transformID, familyID string, data []byte) error {
+				k := transformID + "/" + familyID
+				fam, ok := sr.families[k]
+				if !ok {
+					return fmt.Errorf("stage %s: timer for unknown family %s", sr.stage.ID, k)
+				}
+				c := sr.timerCarry[k]
+				err := t.user.setTimers(fam, t.inst.timerCodecs[[2]string{transformID, familyID}], data, &c)
+				sr.timerCarry[k] = c
+				return err
+			}
+		}
+		b, err := sr.exec.startBundle(ctx, func(pcoll string, data []byte) error { return t.emit(sr, pcoll, data) }, io)
 		if err != nil {
 			return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 		}
 		sr.bundle, sr.count = b, 0
+	}
+	if len(in) == 0 {
+		return nil
 	}
 	sr.count += countHint(in)
 	if err := sr.bundle.process(in); err != nil {
@@ -385,6 +448,9 @@ func (t *task) finish(sr *stageRun) error {
 		}
 	}
 	t.inst.cfg.metrics.add(res.metrics)
+	if res.finalize != nil {
+		t.finalizers = append(t.finalizers, res.finalize)
+	}
 	if len(res.residuals) > 0 {
 		t.mu.Lock()
 		for _, r := range res.residuals {
@@ -438,6 +504,9 @@ func (t *task) prepareCommit(ctx context.Context) error {
 	if err := t.flushStages(ctx, true); err != nil {
 		return err
 	}
+	if err := t.fireTimers(ctx, in); err != nil {
+		return err
+	}
 	out, err := t.outputWatermark(in)
 	if err != nil {
 		return err
@@ -452,6 +521,25 @@ func (t *task) prepareCommit(ctx context.Context) error {
 }
 
 func (t *task) outputWatermark(in int64) (int64, error) {
+	out, err := t.rootWatermark(in)
+	if err != nil {
+		return 0, err
+	}
+	hold, err := t.gateHold()
+	if err != nil {
+		return 0, err
+	}
+	if t.user != nil {
+		th, err := t.user.timerHold()
+		if err != nil {
+			return 0, err
+		}
+		hold = min(hold, th)
+	}
+	return min(out, hold), nil
+}
+
+func (t *task) rootWatermark(in int64) (int64, error) {
 	if t.ev != nil {
 		if wm, ok, err := t.ev.outputWatermark(in); ok {
 			return wm, err
@@ -498,6 +586,11 @@ func (t *task) reportWatermark(wm int64) {
 }
 
 func (t *task) commitState() error {
+	if t.user != nil {
+		if err := t.user.commit(); err != nil {
+			return fmt.Errorf("task %s: committing user state: %w", t.producer, err)
+		}
+	}
 	if err := t.batch.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("task %s: committing state: %w", t.producer, err)
 	}
@@ -509,6 +602,9 @@ func (t *task) commitState() error {
 // partition's next owner because its offsets were not committed.
 func (t *task) abort() {
 	t.batch.Close()
+	if t.user != nil {
+		t.user.abort()
+	}
 	for _, sr := range t.stages {
 		sr.bundle = nil
 	}

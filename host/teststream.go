@@ -89,7 +89,15 @@ func (e *eventTime) runTestStream(ctx context.Context) error {
 				return err
 			}
 			r.wm = wm
-			t.reportWatermark(wm)
+			// Through outputWatermark: holds of the sub-topology's stages
+			// (side input gates, user timers) still apply.
+			out, err := t.outputWatermark(t.inputWatermark())
+			if err != nil {
+				return err
+			}
+			if out > t.reportedWM {
+				t.reportWatermark(out)
+			}
 		case *pipepb.TestStreamPayload_Event_ProcessingTimeEvent:
 			d := x.ProcessingTimeEvent.GetAdvanceDuration()
 			if d <= 0 {

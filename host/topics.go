@@ -18,10 +18,10 @@ import (
 type topicSet struct {
 	appID       string
 	replication int
-	partitions  map[string]int32          // by Topic.Name
+	partitions  map[string]int32 // by Topic.Name
 	byName      map[string]*translate.Topic
 	consumer    map[string]*translate.SubTopology // topic name → sub-topology reading it
-	producers   map[string]int                     // topic name → number of producing tasks
+	producers   map[string]int                    // topic name → number of producing tasks
 }
 
 func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
@@ -35,7 +35,7 @@ func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
 	}
 	for _, tp := range plan.Topics {
 		t.byName[tp.Name] = tp
-		if tp.Kind == translate.TopicImpulse {
+		if tp.Kind == translate.TopicImpulse || tp.Kind == translate.TopicSideInput {
 			t.partitions[tp.Name] = 1
 		} else {
 			t.partitions[tp.Name] = int32(opts.InternalParallelism)

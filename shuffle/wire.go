@@ -323,3 +323,94 @@ func iterableLength(elem lengthFunc) lengthFunc {
 		}
 	}
 }
+
+// TimerCodec parses timers in Beam's timer coder (beam:coder:timer:v1) of one
+// timer family: key, dynamic timer tag, windows, clear bit and, unless
+// cleared, fire timestamp, hold timestamp and pane.
+type TimerCodec struct {
+	key, window lengthFunc
+}
+
+// NewTimerCodec builds the codec of the timer coder timerCoderID.
+func NewTimerCodec(coders map[string]*pipepb.Coder, timerCoderID string) (*TimerCodec, error) {
+	c, ok := coders[timerCoderID]
+	if !ok {
+		return nil, fmt.Errorf("coder %q: not in the pipeline's components", timerCoderID)
+	}
+	if urn := c.GetSpec().GetUrn(); urn != "beam:coder:timer:v1" || len(c.GetComponentCoderIds()) != 2 {
+		return nil, fmt.Errorf("coder %q: want a timer coder with 2 components, got %s", timerCoderID, urn)
+	}
+	key, err := compileLength(coders, c.GetComponentCoderIds()[0])
+	if err != nil {
+		return nil, fmt.Errorf("coder %q: key: %w", timerCoderID, err)
+	}
+	win, err := compileLength(coders, c.GetComponentCoderIds()[1])
+	if err != nil {
+		return nil, fmt.Errorf("coder %q: window: %w", timerCoderID, err)
+	}
+	return &TimerCodec{key: key, window: win}, nil
+}
+
+// Timer is a view into an encoded timer; its slices alias the buffer.
+type Timer struct {
+	Key, Tag []byte
+	Windows  [][]byte // each encoded window
+	Clear    bool
+	Fire     int64 // event or processing time in milliseconds, unless Clear
+	Hold     int64 // output timestamp, unless Clear
+	Raw      []byte
+}
+
+// Next parses the timer at the start of b; ErrShort when b ends inside it.
+func (c *TimerCodec) Next(b []byte) (Timer, error) {
+	var t Timer
+	off := 0
+	kl, err := c.key(b)
+	if err != nil {
+		return t, err
+	}
+	t.Key = b[:kl]
+	off = kl
+	tl, err := lengthPrefixed(b[off:])
+	if err != nil {
+		return t, err
+	}
+	t.Tag = b[off : off+tl]
+	off += tl
+	if len(b)-off < 4 {
+		return t, ErrShort
+	}
+	n := int32(binary.BigEndian.Uint32(b[off:]))
+	if n < 0 {
+		return t, fmt.Errorf("timer: negative window count %d", n)
+	}
+	off += 4
+	for i := 0; i < int(n); i++ {
+		wl, err := c.window(b[off:])
+		if err != nil {
+			return t, err
+		}
+		t.Windows = append(t.Windows, b[off:off+wl])
+		off += wl
+	}
+	if len(b)-off < 1 {
+		return t, ErrShort
+	}
+	t.Clear = b[off] != 0
+	off++
+	if !t.Clear {
+		if len(b)-off < 16 {
+			return t, ErrShort
+		}
+		t.Fire = int64(binary.BigEndian.Uint64(b[off:]) ^ (1 << 63))
+		t.Hold = int64(binary.BigEndian.Uint64(b[off+8:]) ^ (1 << 63))
+		off += 16
+		pl, err := paneLength(b[off:])
+		if err != nil {
+			return t, err
+		}
+		off += pl
+	}
+	t.Raw = b[:off]
+	return t, nil
+}

@@ -80,6 +80,23 @@ func (t *translator) buildDescriptor(s *Stage) error {
 			if rc := pd.GetRestrictionCoderId(); rc != "" {
 				addCoder(rc)
 			}
+			for _, sid := range sortedKeys(pd.GetStateSpecs()) {
+				sp := pd.GetStateSpecs()[sid]
+				for _, c := range []string{
+					sp.GetReadModifyWriteSpec().GetCoderId(), sp.GetBagSpec().GetElementCoderId(),
+					sp.GetCombiningSpec().GetAccumulatorCoderId(), sp.GetMapSpec().GetKeyCoderId(),
+					sp.GetMapSpec().GetValueCoderId(), sp.GetSetSpec().GetElementCoderId(),
+					sp.GetOrderedListSpec().GetElementCoderId(), sp.GetMultimapSpec().GetKeyCoderId(),
+					sp.GetMultimapSpec().GetValueCoderId(),
+				} {
+					if c != "" {
+						addCoder(c)
+					}
+				}
+			}
+			for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
+				addCoder(pd.GetTimerFamilySpecs()[fam].GetTimerFamilyCoderId())
+			}
 		case urnCombinePrecombine, urnCombineMergeAccumulators, urnCombineExtractOutputs:
 			cp := &pipepb.CombinePayload{}
 			if e := proto.Unmarshal(tr.GetSpec().GetPayload(), cp); e != nil {
@@ -98,6 +115,13 @@ func (t *translator) buildDescriptor(s *Stage) error {
 	inWire := t.wireCoders[s.Input]
 	d.Pcollections[s.Input].CoderId = t.comps.GetCoders()[inWire].GetComponentCoderIds()[0]
 	addCoder(inWire)
+	// Side input values are served as the host stores them: in the wire
+	// element coder.
+	for _, si := range s.SideInputs {
+		w := t.wireCoders[si.PCollection]
+		d.Pcollections[si.PCollection].CoderId = t.comps.GetCoders()[w].GetComponentCoderIds()[0]
+		addCoder(w)
+	}
 
 	taken := func(id string) bool { return d.Transforms[id] != nil || t.comps.GetTransforms()[id] != nil }
 	port := func(coder string) ([]byte, error) {

@@ -9,14 +9,24 @@ import (
 
 // checkParDo rejects the ParDo features the runner does not support yet.
 func checkParDo(name string, pd *pipepb.ParDoPayload) error {
-	if len(pd.GetSideInputs()) > 0 {
-		return fmt.Errorf("transform %q: side inputs are not supported yet (side inputs %v)", name, sortedKeys(pd.GetSideInputs()))
+	for _, local := range sortedKeys(pd.GetSideInputs()) {
+		switch urn := pd.GetSideInputs()[local].GetAccessPattern().GetUrn(); urn {
+		case urnSideInputIterable, urnSideInputMultimap:
+		default:
+			return fmt.Errorf("transform %q: side input %q: unsupported access pattern %q", name, local, urn)
+		}
 	}
-	if len(pd.GetStateSpecs()) > 0 {
-		return fmt.Errorf("transform %q: user state is not supported yet (state %v)", name, sortedKeys(pd.GetStateSpecs()))
+	for _, id := range sortedKeys(pd.GetStateSpecs()) {
+		if pd.GetStateSpecs()[id].GetOrderedListSpec() != nil {
+			return fmt.Errorf("transform %q: ordered list state %q is not supported yet", name, id)
+		}
 	}
-	if len(pd.GetTimerFamilySpecs()) > 0 {
-		return fmt.Errorf("transform %q: timers are not supported yet (timer families %v)", name, sortedKeys(pd.GetTimerFamilySpecs()))
+	for _, id := range sortedKeys(pd.GetTimerFamilySpecs()) {
+		switch d := pd.GetTimerFamilySpecs()[id].GetTimeDomain(); d {
+		case pipepb.TimeDomain_EVENT_TIME, pipepb.TimeDomain_PROCESSING_TIME:
+		default:
+			return fmt.Errorf("transform %q: timer family %q: time domain %v is not supported", name, id, d)
+		}
 	}
 	if pd.GetOnWindowExpirationTimerFamilySpec() != "" {
 		return fmt.Errorf("transform %q: on-window-expiration is not supported yet", name)
@@ -26,9 +36,6 @@ func checkParDo(name string, pd *pipepb.ParDoPayload) error {
 	}
 	if pd.GetRequiresStableInput() {
 		return fmt.Errorf("transform %q: stable input is not supported yet", name)
-	}
-	if pd.GetRequestsFinalization() {
-		return fmt.Errorf("transform %q: bundle finalization is not supported yet", name)
 	}
 	return nil
 }
@@ -64,8 +71,29 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 	if err := checkParDo(name, pd); err != nil {
 		return err
 	}
-	if len(tr.GetInputs()) != 1 {
-		return fmt.Errorf("transform %q: a ParDo needs exactly one main input, has %d inputs", name, len(tr.GetInputs()))
+	if n := len(tr.GetInputs()) - len(pd.GetSideInputs()); n != 1 {
+		return fmt.Errorf("transform %q: a ParDo needs exactly one main input, has %d", name, n)
+	}
+	for local := range pd.GetSideInputs() {
+		if _, ok := tr.GetInputs()[local]; !ok {
+			return fmt.Errorf("transform %q: side input %q is not among its inputs", name, local)
+		}
+	}
+	if len(pd.GetStateSpecs()) > 0 || len(pd.GetTimerFamilySpecs()) > 0 {
+		if pd.GetRestrictionCoderId() != "" {
+			return fmt.Errorf("transform %q: a splittable DoFn with user state or timers is not supported", name)
+		}
+		_, in := mainInput(tr)
+		if c := t.comps.GetCoders()[t.comps.GetPcollections()[in].GetCoderId()]; c.GetSpec().GetUrn() != urnCoderKV {
+			return fmt.Errorf("transform %q: a DoFn with user state or timers needs a KV input, has coder %s", name, c.GetSpec().GetUrn())
+		}
+		t.statefulOf[id] = true
+		for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
+			t.timersOf[id] = append(t.timersOf[id], TimerFamily{
+				TransformID: id, FamilyID: fam,
+				EventTime: pd.GetTimerFamilySpecs()[fam].GetTimeDomain() == pipepb.TimeDomain_EVENT_TIME,
+			})
+		}
 	}
 	if pd.GetRestrictionCoderId() == "" {
 		t.addLeaf(id, kindSDK)
@@ -84,6 +112,9 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 // The original transform becomes a composite of the three.
 func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParDoPayload) error {
 	name := tr.GetUniqueName()
+	if len(pd.GetSideInputs()) > 0 {
+		return fmt.Errorf("transform %q: a splittable DoFn with side inputs is not supported yet (side inputs %v)", name, sortedKeys(pd.GetSideInputs()))
+	}
 	inLocal, inID := mainInput(tr)
 	in := t.comps.GetPcollections()[inID]
 	if in == nil {

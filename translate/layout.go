@@ -149,14 +149,9 @@ func (t *translator) layout() (*Plan, error) {
 				continue
 			}
 			// Inputs from several sub-topologies: materialize the
-			// flatten as a redistribute topic all inputs write to.
-			seen := map[string]bool{}
-			for _, pc := range ins {
-				if seen[pc] {
-					return nil, fmt.Errorf("transform %q: a flatten listing PCollection %q twice across sub-topologies is not supported yet", tr.GetUniqueName(), pc)
-				}
-				seen[pc] = true
-			}
+			// flatten as a redistribute topic all inputs write to. A
+			// PCollection listed twice is written twice, as the model
+			// wants (every element appears once per listing).
 			if err := t.sameWire(tr.GetUniqueName(), out, ins...); err != nil {
 				return nil, err
 			}
@@ -169,6 +164,37 @@ func (t *translator) layout() (*Plan, error) {
 		case kindSDK:
 			_, in := mainInput(tr)
 			sb := subOf[in]
+			sides := sideInputs(tr)
+			if len(sides) > 0 || t.statefulOf[id] {
+				// A stage waits for its side inputs to be complete; its
+				// task holds its output watermark meanwhile. So that the
+				// hold never feeds back into a side input, the main input
+				// is materialized and the ParDo heads a sub-topology of its
+				// own, downstream of everything it waits for. A stateful
+				// ParDo needs the same, keyed: the topic partitions KVs by
+				// key, so each key's state lives in one task.
+				for _, l := range sortedKeys(sides) {
+					pc := tr.GetInputs()[l]
+					name := sanitizeTopicName(t.comps.GetPcollections()[pc].GetUniqueName()) + "-side"
+					if topics[name] == nil {
+						if err := addTopic(&Topic{Name: name, Kind: TopicSideInput, PCollection: pc, Producers: []string{pc}}); err != nil {
+							return nil, err
+						}
+						sinkTo(name, pc)
+					}
+					t.sideInputsOf[id] = append(t.sideInputsOf[id], SideInput{
+						TransformID: id, LocalName: l, PCollection: pc, Topic: name,
+						Multimap: sides[l].GetAccessPattern().GetUrn() == urnSideInputMultimap,
+					})
+				}
+				tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-main", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}}
+				sinkTo(tp.Name, in)
+				nsb, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: in, WindowingStrategy: t.inWS(in)})
+				if err != nil {
+					return nil, err
+				}
+				sb = nsb
+			}
 			sb.members = append(sb.members, id)
 			for _, pc := range tr.GetOutputs() {
 				subOf[pc] = sb
@@ -227,8 +253,11 @@ func (sb *stageBuilder) compatible(wasm bool, env string) bool {
 	return sb.wasm == wasm && (sb.env == "" || env == "" || sb.env == env)
 }
 
-func (sb *stageBuilder) add(id string, env string) {
+func (sb *stageBuilder) add(t *translator, id string, env string) {
 	sb.s.Transforms = append(sb.s.Transforms, id)
+	sb.s.SideInputs = append(sb.s.SideInputs, t.sideInputsOf[id]...)
+	sb.s.TimerFamilies = append(sb.s.TimerFamilies, t.timersOf[id]...)
+	sb.s.Stateful = sb.s.Stateful || t.statefulOf[id]
 	sb.set[id] = true
 	if sb.env == "" {
 		sb.env = env
@@ -274,7 +303,7 @@ func (t *translator) fuse(sb *subBuilder) error {
 				ok = stageOf[t.producer[pc]] == cand || cand.s.Input == pc
 			}
 			if ok {
-				cand.add(id, env)
+				cand.add(t, id, env)
 				stageOf[id] = cand
 				continue
 			}
@@ -305,7 +334,7 @@ func (t *translator) fuse(sb *subBuilder) error {
 		if target == nil {
 			target = newStage(in, wasm, t.forcedRoot[id])
 		}
-		target.add(id, env)
+		target.add(t, id, env)
 		stageOf[id] = target
 	}
 

@@ -8,7 +8,8 @@ import (
 // Plan is a pipeline laid out for the host.
 //
 // Invariants (the host relies on them):
-//   - Every SubTopology reads exactly one Topic, and every Topic is read by
+//   - Every SubTopology reads exactly one Topic, and every Topic but the
+//     TopicSideInput ones is read by
 //     exactly one SubTopology.
 //   - Every PCollection that crosses the host boundary (a stage input or output,
 //     a topic's contents, a root's output) has a wire coder in WireCoders whose
@@ -57,6 +58,10 @@ const (
 	// over internal_parallelism partitions (keyed when the element is a KV,
 	// else round-robin by producer).
 	TopicRedistribute
+	// TopicSideInput holds a PCollection read as a side input. It has one
+	// partition and no consuming sub-topology: every instance reads all of
+	// it into its state store (see SideInput).
+	TopicSideInput
 )
 
 // Topic is an internal topic. Its full Kafka name is
@@ -179,6 +184,19 @@ type Stage struct {
 	// Translate also fills it (and InputTransform, OutputTransforms) for WASM
 	// stages, as a description of the stage's wiring.
 	Descriptor *fnpb.ProcessBundleDescriptor
+	// SideInputs are read by transforms of the stage. The host holds back
+	// the stage's input until every side input is complete for the
+	// windows of that input, and serves them over the Fn API state service.
+	SideInputs []SideInput
+	// Stateful is true when a transform of the stage has user state or
+	// timers: its input is partitioned by key (the sub-topology reads a
+	// keyed topic) and the host serves user state per key and window.
+	Stateful bool
+	// TimerFamilies are the timer families of the stage's stateful
+	// transforms: the host stores the timers the SDK sets and delivers them
+	// back when they fire.
+	TimerFamilies []TimerFamily
+
 	// InputTransform is the id of the data source transform in Descriptor.
 	InputTransform string
 	// OutputTransforms maps the id of each data sink transform in Descriptor to
@@ -188,4 +206,21 @@ type Stage struct {
 	// WASM stages only: WASMModules maps the id of every transform of the
 	// stage to the module reference Options.StageWASM gave it.
 	WASMModules map[string]string
+}
+
+// SideInput is one side input of a stage's transform.
+type SideInput struct {
+	TransformID string // the ParDo reading it
+	LocalName   string // its local name in the ParDo's inputs (the state API's side_input_id)
+	PCollection string
+	Topic       string // Topic.Name of the TopicSideInput holding it
+	// Multimap is true for beam:side_input:multimap:v1 (values served per
+	// key), false for beam:side_input:iterable:v1.
+	Multimap bool
+}
+
+// TimerFamily is one timer family of a stateful ParDo.
+type TimerFamily struct {
+	TransformID, FamilyID string
+	EventTime             bool // else processing time
 }

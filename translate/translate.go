@@ -45,6 +45,12 @@ type translator struct {
 	// forcedRoot marks SDK transforms that must head their own stage
 	// (SDF process transforms).
 	forcedRoot map[string]bool
+	// sideInputsOf lists the side inputs of each ParDo that has some.
+	sideInputsOf map[string][]SideInput
+	// timersOf lists the timer families of each stateful ParDo; statefulOf
+	// marks every ParDo with user state or timers.
+	timersOf   map[string][]TimerFamily
+	statefulOf map[string]bool
 	// topicName overrides the transform whose unique name names a topic and
 	// whose id is the Root.TransformID (lifted combines: the composite).
 	rootTransform map[string]string
@@ -96,6 +102,9 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		parent:        map[string]string{},
 		kind:          map[string]leafKind{},
 		forcedRoot:    map[string]bool{},
+		sideInputsOf:  map[string][]SideInput{},
+		timersOf:      map[string][]TimerFamily{},
+		statefulOf:    map[string]bool{},
 		rootTransform: map[string]string{},
 		producer:      map[string]string{},
 		consumers:     map[string][]string{},
@@ -141,11 +150,9 @@ func (t *translator) checkRequirements() error {
 		switch r {
 		case urnReqSplittableDoFn:
 		case urnReqStatefulProcessing:
-			return fmt.Errorf("pipeline requirement %s: stateful processing (user state and timers) is not supported yet", r)
 		case urnReqTimeSortedInput:
 			return fmt.Errorf("pipeline requirement %s: time-sorted input is not supported yet", r)
 		case urnReqBundleFinalization:
-			return fmt.Errorf("pipeline requirement %s: bundle finalization is not supported yet", r)
 		case urnReqStableInput:
 			return fmt.Errorf("pipeline requirement %s: stable input is not supported yet", r)
 		case urnReqOnWindowExpiration:
@@ -255,12 +262,28 @@ func (t *translator) addLeaf(id string, k leafKind) {
 }
 
 // mainInput returns the local and global id of the parallel input of an SDK
-// transform (its only input: side inputs are rejected during validation).
+// transform: its only input that is not a side input.
 func mainInput(tr *pipepb.PTransform) (local, global string) {
+	sides := sideInputs(tr)
 	for _, l := range sortedKeys(tr.GetInputs()) {
-		return l, tr.GetInputs()[l]
+		if _, side := sides[l]; !side {
+			return l, tr.GetInputs()[l]
+		}
 	}
 	return "", ""
+}
+
+// sideInputs returns the side inputs of a ParDo (validated when it was added),
+// by local name; nil for other transforms.
+func sideInputs(tr *pipepb.PTransform) map[string]*pipepb.SideInput {
+	if tr.GetSpec().GetUrn() != urnParDo {
+		return nil
+	}
+	pd := &pipepb.ParDoPayload{}
+	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), pd); err != nil {
+		return nil
+	}
+	return pd.GetSideInputs()
 }
 
 func onlyValue(m map[string]string) string {

@@ -472,24 +472,6 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{`transform "translate.identity": unsupported URN beam:transform:teleport:v1`},
 	}, {
-		name: "side input",
-		build: func(t *testing.T) *pipepb.Pipeline {
-			p, s := beam.NewPipelineWithRoot()
-			side := beam.Create(s, "x")
-			beam.ParDo(s, withSide, beam.Create(s, "a"), beam.SideInput{Input: side})
-			return marshal(t, p)
-		},
-		want: []string{`"translate.withSide"`, "side inputs are not supported"},
-	}, {
-		name: "state",
-		build: func(t *testing.T) *pipepb.Pipeline {
-			p, s := beam.NewPipelineWithRoot()
-			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
-			beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
-			return marshal(t, p)
-		},
-		want: []string{"countStateFn", "user state is not supported"},
-	}, {
 		name: "retracting",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
@@ -526,15 +508,15 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{"unknown pipeline requirement beam:requirement:pardo:teleportation:v1"},
 	}, {
-		name: "bundle finalization requirement",
+		name: "time-sorted input requirement",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
 			beam.ParDo(s, identity, beam.Create(s, "a"))
 			pp := marshal(t, p)
-			pp.Requirements = append(pp.Requirements, urnReqBundleFinalization)
+			pp.Requirements = append(pp.Requirements, "beam:requirement:pardo:time_sorted_input:v1")
 			return pp
 		},
-		want: []string{"bundle finalization is not supported"},
+		want: []string{"time-sorted input is not supported"},
 	}, {
 		name: "missing transform",
 		build: func(t *testing.T) *pipepb.Pipeline {
@@ -607,3 +589,79 @@ func TestWASMGlobAndComposite(t *testing.T) {
 }
 
 var _ = context.Background
+
+// A ParDo with a side input heads a sub-topology of its own fed by a
+// materialized main input, and its stage lists the side input, which is
+// written to a one-per-PCollection side topic.
+func TestSideInput(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	side := beam.Create(s, "x")
+	beam.ParDo(s, withSide, beam.Create(s, "a"), beam.SideInput{Input: side})
+	plan := mustTranslate(t, marshal(t, p), Options{})
+
+	var sideTopic, mainTopic *Topic
+	for _, tp := range plan.Topics {
+		switch tp.Kind {
+		case TopicSideInput:
+			sideTopic = tp
+		case TopicRedistribute:
+			mainTopic = tp
+		}
+	}
+	if sideTopic == nil || mainTopic == nil {
+		t.Fatalf("want a side input topic and a materialized main input, got topics %+v", plan.Topics)
+	}
+	var gated *Stage
+	for _, st := range plan.SubTopologies {
+		if st.Input == sideTopic.Name {
+			t.Errorf("sub-topology %d reads side topic %s: side topics are read by instances, not tasks", st.ID, sideTopic.Name)
+		}
+		for _, stg := range st.Stages {
+			if len(stg.SideInputs) > 0 {
+				if st.Input != mainTopic.Name {
+					t.Errorf("stage %s with side inputs is in sub-topology reading %s, want %s", stg.ID, st.Input, mainTopic.Name)
+				}
+				gated = stg
+			}
+		}
+	}
+	if gated == nil {
+		t.Fatal("no stage lists the side input")
+	}
+	si := gated.SideInputs[0]
+	if si.Topic != sideTopic.Name || si.PCollection != sideTopic.PCollection || si.Multimap {
+		t.Errorf("side input %+v, want topic %s of %s, iterable", si, sideTopic.Name, sideTopic.PCollection)
+	}
+	if got := gated.Descriptor.GetPcollections()[si.PCollection].GetCoderId(); got == "" {
+		t.Errorf("descriptor lacks side input PCollection %s", si.PCollection)
+	}
+}
+
+// A stateful ParDo heads a sub-topology fed by a keyed topic, and its stage
+// is marked stateful with the state coders in its descriptor.
+func TestStatefulParDo(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+	beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
+	plan := mustTranslate(t, marshal(t, p), Options{})
+	var stateful *Stage
+	var sub *SubTopology
+	for _, st := range plan.SubTopologies {
+		for _, stg := range st.Stages {
+			if stg.Stateful {
+				stateful, sub = stg, st
+			}
+		}
+	}
+	if stateful == nil {
+		t.Fatal("no stage is marked stateful")
+	}
+	if sub.Root.Kind != RootPassthrough || sub.Root.Output != stateful.Input {
+		t.Errorf("stateful stage's sub-topology root %+v, want a passthrough of %s", sub.Root, stateful.Input)
+	}
+	for _, tp := range plan.Topics {
+		if tp.Name == sub.Input && tp.Kind != TopicRedistribute {
+			t.Errorf("stateful stage reads topic %s of kind %d, want a redistribute (keyed) topic", tp.Name, tp.Kind)
+		}
+	}
+}

@@ -17,12 +17,15 @@ func beamURN[E interface {
 // URNs the translator knows. They are read from the model protos so that they
 // cannot drift from the Beam version in go.mod.
 var (
-	urnImpulse    = beamURN(pipepb.StandardPTransforms_IMPULSE)
-	urnParDo      = beamURN(pipepb.StandardPTransforms_PAR_DO)
-	urnGBK        = beamURN(pipepb.StandardPTransforms_GROUP_BY_KEY)
-	urnFlatten    = beamURN(pipepb.StandardPTransforms_FLATTEN)
-	urnWindowInto = beamURN(pipepb.StandardPTransforms_ASSIGN_WINDOWS)
-	urnTestStream = beamURN(pipepb.StandardPTransforms_TEST_STREAM)
+	urnImpulse = beamURN(pipepb.StandardPTransforms_IMPULSE)
+	urnParDo   = beamURN(pipepb.StandardPTransforms_PAR_DO)
+
+	urnSideInputIterable = "beam:side_input:iterable:v1"
+	urnSideInputMultimap = "beam:side_input:multimap:v1"
+	urnGBK               = beamURN(pipepb.StandardPTransforms_GROUP_BY_KEY)
+	urnFlatten           = beamURN(pipepb.StandardPTransforms_FLATTEN)
+	urnWindowInto        = beamURN(pipepb.StandardPTransforms_ASSIGN_WINDOWS)
+	urnTestStream        = beamURN(pipepb.StandardPTransforms_TEST_STREAM)
 
 	urnCombinePerKey            = beamURN(pipepb.StandardPTransforms_COMBINE_PER_KEY)
 	urnReshuffle                = beamURN(pipepb.StandardPTransforms_RESHUFFLE)

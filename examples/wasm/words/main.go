@@ -1,0 +1,31 @@
+// Command words is an example WASM module for ksrunner: the DoFns "Split"
+// (a line into words) and "Upper" (ASCII upper-case), both over UTF-8
+// strings. Build it with
+//
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o words.wasm ./examples/wasm/words
+//
+// and map transforms to it with ksrunner's --stage_wasm option.
+package main
+
+import (
+	"github.com/ksrunner/ksrunner/examples/wasm/wordfns"
+	"github.com/ksrunner/ksrunner/wasmabi/guest"
+)
+
+var wordsSeen = guest.NewCounter("words", "words")
+
+func init() {
+	guest.Register(guest.FlatMap("Split", guest.String, guest.String, func(line string, emit func(string)) error {
+		wordfns.Split(line, func(w string) {
+			wordsSeen.Inc(1)
+			emit(w)
+		})
+		return nil
+	}))
+	guest.Register(guest.Map("Upper", guest.String, guest.String, func(s string) (string, error) {
+		return wordfns.Upper(s), nil
+	}))
+}
+
+// main is required by the toolchain; a reactor module's main never runs.
+func main() {}

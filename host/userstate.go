@@ -1,0 +1,335 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ksrunner/ksrunner/harness"
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// User state and timers of stateful stages. A stateful stage reads a topic
+// keyed by its input's key, so every key's state and timers live in exactly
+// one task. They are written to the task's user batch, which only the Fn API
+// state service (one request at a time per worker), the SDK's timer output
+// and the task's timer firing touch, under userMu; the batch is applied with
+// the task's other state after the Kafka flush, like every other write.
+//
+// Store layout after the task prefix:
+//
+//	'U' len transform | transform | len state | state | len win | win | len key | key | seq → bag value
+//	'V' … same … | len map key | map key | seq                                        → multimap value
+//	'Q'                                                     → next seq (8 bytes)
+//	'E' domain | fire ts | timer id                         → encoded timer (the index fired by range scans)
+//	'R' timer id                                            → domain | fire ts | hold ts (to replace or clear)
+//
+// where timer id = len transform | transform | len family | family | len key
+// | key | len win | win | len tag | tag, and domain is 'e' (event time) or
+// 'p' (processing time).
+const (
+	storeBag       = 'U'
+	storeMultimap  = 'V'
+	storeSeq       = 'Q'
+	storeTimers    = 'E'
+	storeTimerRefs = 'R'
+)
+
+type userStore struct {
+	t     *task
+	mu    sync.Mutex
+	batch *pebble.Batch
+	seq   uint64
+}
+
+func newUserStore(t *task) (*userStore, error) {
+	u := &userStore{t: t, batch: t.inst.db.NewIndexedBatch()}
+	v, closer, err := u.batch.Get(t.key(storeSeq))
+	if err == nil {
+		u.seq = binary.BigEndian.Uint64(v)
+		closer.Close()
+	} else if err != pebble.ErrNotFound {
+		return nil, err
+	}
+	return u, nil
+}
+
+// commit applies the user batch; the caller has closed every bundle.
+func (u *userStore) commit() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.batch.Set(u.t.key(storeSeq), binary.BigEndian.AppendUint64(nil, u.seq), nil); err != nil {
+		return err
+	}
+	if err := u.batch.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	u.batch = u.t.inst.db.NewIndexedBatch()
+	return nil
+}
+
+func (u *userStore) abort() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.batch.Close()
+}
+
+func (u *userStore) nextSeq() []byte {
+	u.seq++
+	return binary.BigEndian.AppendUint64(nil, u.seq)
+}
+
+func lp(parts ...[]byte) []byte {
+	var b []byte
+	for _, p := range parts {
+		b = appendLP(b, p)
+	}
+	return b
+}
+
+// stageState serves one stage's Fn API state requests: user state from the
+// task's user store, side inputs from the instance's side input store.
+type stageState struct {
+	user *userStore
+	side harness.StateHandler
+}
+
+func (s *stageState) prefix(key *fnpb.StateKey) (store byte, prefix []byte, keysOnly bool, ok bool) {
+	t := s.user.t
+	switch {
+	case key.GetBagUserState() != nil:
+		k := key.GetBagUserState()
+		return storeBag, t.key(storeBag, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey())), false, true
+	case key.GetMultimapKeysUserState() != nil:
+		k := key.GetMultimapKeysUserState()
+		return storeMultimap, t.key(storeMultimap, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey())), true, true
+	case key.GetMultimapUserState() != nil:
+		k := key.GetMultimapUserState()
+		return storeMultimap, t.key(storeMultimap, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey(), k.GetMapKey())), false, true
+	}
+	return 0, nil, false, false
+}
+
+// Get implements harness.StateHandler. User state is served whole (bundles
+// see their own writes), side inputs in pages.
+func (s *stageState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
+	_, prefix, keysOnly, ok := s.prefix(key)
+	if !ok {
+		if s.side == nil {
+			return harness.UnsupportedState{}.Get(ctx, key, token)
+		}
+		return s.side.Get(ctx, key, token)
+	}
+	s.user.mu.Lock()
+	defer s.user.mu.Unlock()
+	it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer it.Close()
+	var out, last []byte
+	for it.First(); it.Valid(); it.Next() {
+		if !keysOnly {
+			out = append(out, it.Value()...)
+			continue
+		}
+		mk, _, err := readLP(it.Key()[len(prefix):])
+		if err != nil {
+			return nil, nil, err
+		}
+		if last != nil && bytes.Equal(mk, last) {
+			continue
+		}
+		last = append(last[:0], mk...)
+		out = append(out, mk...)
+	}
+	return out, nil, it.Error()
+}
+
+// Append implements harness.StateHandler: data is one or more encoded values
+// appended after the existing ones.
+func (s *stageState) Append(ctx context.Context, key *fnpb.StateKey, data []byte) error {
+	_, prefix, keysOnly, ok := s.prefix(key)
+	if !ok || keysOnly {
+		return harness.UnsupportedState{}.Append(ctx, key, data)
+	}
+	s.user.mu.Lock()
+	defer s.user.mu.Unlock()
+	return s.user.batch.Set(append(prefix, s.user.nextSeq()...), data, nil)
+}
+
+// Clear implements harness.StateHandler.
+func (s *stageState) Clear(ctx context.Context, key *fnpb.StateKey) error {
+	_, prefix, _, ok := s.prefix(key)
+	if !ok {
+		return harness.UnsupportedState{}.Clear(ctx, key)
+	}
+	s.user.mu.Lock()
+	defer s.user.mu.Unlock()
+	return s.user.batch.DeleteRange(prefix, prefixEnd(prefix), nil)
+}
+
+func timerID(transform, family string, tm shuffle.Timer, win []byte) []byte {
+	return lp([]byte(transform), []byte(family), tm.Key, win, tm.Tag)
+}
+
+func domainByte(eventTime bool) byte {
+	if eventTime {
+		return 'e'
+	}
+	return 'p'
+}
+
+// setTimers records the timers a bundle set (or cleared) for one family. A
+// timer replaces the one with the same key, window and tag.
+func (u *userStore) setTimers(fam translate.TimerFamily, codec *shuffle.TimerCodec, data []byte, carry *[]byte) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(*carry) > 0 {
+		data = append(*carry, data...)
+	}
+	for len(data) > 0 {
+		tm, err := codec.Next(data)
+		if err == shuffle.ErrShort {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("timer family %s of %s: %w", fam.FamilyID, fam.TransformID, err)
+		}
+		for _, win := range tm.Windows {
+			id := timerID(fam.TransformID, fam.FamilyID, tm, win)
+			ref := u.t.key(storeTimerRefs, id)
+			if old, closer, err := u.batch.Get(ref); err == nil {
+				oldKey := u.t.key(storeTimers, old[:9], id)
+				closer.Close()
+				if err := u.batch.Delete(oldKey, nil); err != nil {
+					return err
+				}
+			} else if err != pebble.ErrNotFound {
+				return err
+			}
+			if tm.Clear {
+				if err := u.batch.Delete(ref, nil); err != nil {
+					return err
+				}
+				continue
+			}
+			when := append([]byte{domainByte(fam.EventTime)}, binary.BigEndian.AppendUint64(nil, eventTimeBits(tm.Fire))...)
+			if err := u.batch.Set(ref, binary.BigEndian.AppendUint64(append([]byte(nil), when...), eventTimeBits(tm.Hold)), nil); err != nil {
+				return err
+			}
+			// Deliver the timer for this one window.
+			one := reencodeTimerWindow(tm, win)
+			if err := u.batch.Set(u.t.key(storeTimers, when, id), one, nil); err != nil {
+				return err
+			}
+		}
+		data = data[len(tm.Raw):]
+	}
+	*carry = append((*carry)[:0], data...)
+	return nil
+}
+
+// reencodeTimerWindow returns the timer encoded with only window win.
+func reencodeTimerWindow(tm shuffle.Timer, win []byte) []byte {
+	if len(tm.Windows) == 1 {
+		return append([]byte(nil), tm.Raw...)
+	}
+	head := len(tm.Key) + len(tm.Tag)
+	tailStart := head + 4
+	for _, w := range tm.Windows {
+		tailStart += len(w)
+	}
+	out := append([]byte(nil), tm.Raw[:head]...)
+	out = binary.BigEndian.AppendUint32(out, 1)
+	out = append(out, win...)
+	return append(out, tm.Raw[tailStart:]...)
+}
+
+// dueTimer is a timer ready to fire.
+type dueTimer struct {
+	key     []byte // its index key
+	refKey  []byte
+	family  [2]string
+	encoded []byte
+}
+
+// dueTimers returns the timers that fire now: event-time timers the input
+// watermark has passed, processing-time timers whose time has come (all of
+// them once the input is complete).
+func (u *userStore) dueTimers(inputWM, now int64) ([]dueTimer, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []dueTimer
+	scan := func(domain byte, upTo int64) error {
+		lower := u.t.key(storeTimers, []byte{domain})
+		upper := binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(upTo))
+		it, err := u.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			k := append([]byte(nil), it.Key()...)
+			id := k[len(lower)+8:]
+			tr, rest, err := readLP(id)
+			if err != nil {
+				return err
+			}
+			fam, _, err := readLP(rest)
+			if err != nil {
+				return err
+			}
+			out = append(out, dueTimer{
+				key: k, refKey: u.t.key(storeTimerRefs, id),
+				family: [2]string{string(tr), string(fam)}, encoded: append([]byte(nil), it.Value()...),
+			})
+		}
+		return it.Error()
+	}
+	// Event-time timers fire once the watermark is past them.
+	if err := scan('e', inputWM); err != nil {
+		return nil, err
+	}
+	upTo := now + 1
+	if inputWM >= maxWatermark {
+		upTo = maxWatermark + 1
+	}
+	if err := scan('p', upTo); err != nil {
+		return nil, err
+	}
+	for _, d := range out {
+		if err := u.batch.Delete(d.key, nil); err != nil {
+			return nil, err
+		}
+		if err := u.batch.Delete(d.refKey, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// timerHold is the smallest output timestamp of pending timers.
+func (u *userStore) timerHold() (int64, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	it, err := u.batch.NewIter(&pebble.IterOptions{LowerBound: u.t.key(storeTimerRefs), UpperBound: u.t.key(storeTimerRefs + 1)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	hold := maxWatermark
+	for it.First(); it.Valid(); it.Next() {
+		v := it.Value()
+		if len(v) >= 17 {
+			hold = min(hold, int64(binary.BigEndian.Uint64(v[9:])^(1<<63)))
+		}
+	}
+	return hold, it.Error()
+}
