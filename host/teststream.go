@@ -75,6 +75,9 @@ func (e *eventTime) runTestStream(ctx context.Context) error {
 				b := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(el.GetEncodedElement())), eventTimeBits(el.GetTimestamp()))
 				b = binary.BigEndian.AppendUint32(b, 1) // the global window, encoded as nothing
 				b = append(b, noFiringPane...)
+				if t.sub.Root.TestStreamLengthPrefix {
+					b = binary.AppendUvarint(b, uint64(len(el.GetEncodedElement())))
+				}
 				b = append(b, el.GetEncodedElement()...)
 				if err := t.route(t.sub.Root.Output, b); err != nil {
 					return err

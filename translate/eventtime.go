@@ -77,10 +77,17 @@ func (t *translator) testStreamRoot(id string) (Root, error) {
 		return Root{}, fmt.Errorf("transform %q: %w", tr.GetUniqueName(), err)
 	}
 	elem := t.comps.GetCoders()[w].GetComponentCoderIds()[0]
+	root := Root{Kind: RootTestStream, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), TestStream: ts}
 	if !t.coderEqual(elem, ts.GetCoderId()) {
-		return Root{}, fmt.Errorf("transform %q: TestStream elements use coder %q, which the host cannot frame (only standard coders); re-encoding TestStream elements is not supported yet", tr.GetUniqueName(), ts.GetCoderId())
+		// The wire coder wraps the whole element in a length prefix (a coder
+		// the host cannot parse): the host adds the prefix.
+		ec := t.comps.GetCoders()[elem]
+		if ec.GetSpec().GetUrn() != urnCoderLengthPrefix || len(ec.GetComponentCoderIds()) != 1 || !t.coderEqual(ec.GetComponentCoderIds()[0], ts.GetCoderId()) {
+			return Root{}, fmt.Errorf("transform %q: TestStream elements use coder %q, which encodes differently from the output's wire coder %q; re-encoding TestStream elements is not supported yet", tr.GetUniqueName(), ts.GetCoderId(), elem)
+		}
+		root.TestStreamLengthPrefix = true
 	}
-	return Root{Kind: RootTestStream, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), TestStream: ts}, nil
+	return root, nil
 }
 
 // checkStrategy checks that the host's windowing driver can run the

@@ -140,8 +140,11 @@ type Root struct {
 	Windowed bool
 	// TestStream (RootTestStream only) is the TestStream's payload. Its
 	// elements are encoded with CoderId, which encodes like the element coder
-	// of Output's wire coder (translate checks it).
-	TestStream *pipepb.TestStreamPayload
+	// of Output's wire coder (translate checks it), or, when
+	// TestStreamLengthPrefix, like its length-prefixed component: the host
+	// then prefixes each element with its length (varint).
+	TestStream             *pipepb.TestStreamPayload
+	TestStreamLengthPrefix bool
 }
 
 // Flatten forwards Inputs to Output inside one sub-topology.
