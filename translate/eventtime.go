@@ -14,6 +14,9 @@ import (
 // strategies a GroupByKey can run (host/windowing decides), whether a
 // GroupByKey needs the full windowing driver, and TestStream.
 
+// urnGoCustomCoder is the Go SDK's coder for types without a standard coder.
+const urnGoCustomCoder = "beam:go:coder:custom:v1"
+
 // addTestStream validates a TestStream leaf. One TestStream per pipeline (it
 // is the single source of the synthetic processing-time clock, as in Prism),
 // with a single output, events inline (no remote endpoint).
@@ -85,7 +88,10 @@ func (t *translator) testStreamRoot(id string) (Root, error) {
 		if ec.GetSpec().GetUrn() != urnCoderLengthPrefix || len(ec.GetComponentCoderIds()) != 1 || !t.coderEqual(ec.GetComponentCoderIds()[0], ts.GetCoderId()) {
 			return Root{}, fmt.Errorf("transform %q: TestStream elements use coder %q, which encodes differently from the output's wire coder %q; re-encoding TestStream elements is not supported yet", tr.GetUniqueName(), ts.GetCoderId(), elem)
 		}
-		root.TestStreamLengthPrefix = true
+		// The Go SDK's custom coders write their own length prefix (exec's
+		// customEncoder), so their encoding already is the length-prefixed
+		// one.
+		root.TestStreamLengthPrefix = t.comps.GetCoders()[ts.GetCoderId()].GetSpec().GetUrn() != urnGoCustomCoder
 	}
 	return root, nil
 }
