@@ -22,13 +22,14 @@ var endOfGlobalWindow = int64(mtime.EndOfGlobalWindowTime)
 
 // windowMaxTimestamp reads a window's maximum timestamp from its encoding:
 // the global window encodes as nothing, an interval window starts with its
-// maximum timestamp in Beam's event-time encoding.
+// end in Beam's event-time encoding (the maximum timestamp is end-1).
 func windowMaxTimestamp(win []byte) (int64, error) {
 	switch {
 	case len(win) == 0:
 		return endOfGlobalWindow, nil
 	case len(win) >= 8:
-		return int64(binary.BigEndian.Uint64(win) ^ (1 << 63)), nil
+		// The encoding starts with the window's end (exclusive).
+		return int64(binary.BigEndian.Uint64(win)^(1<<63)) - 1, nil
 	}
 	return 0, fmt.Errorf("window encoding of %d bytes", len(win))
 }

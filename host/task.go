@@ -59,6 +59,8 @@ type task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
+	ev *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
+
 	mu sync.Mutex
 }
 
@@ -172,6 +174,11 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 	if err := t.loadGateSeq(); err != nil {
 		return nil, err
 	}
+	ev, err := newEventTime(t)
+	if err != nil {
+		return nil, err
+	}
+	t.ev = ev
 	t.statusDirty = true
 	return t, nil
 }
@@ -244,6 +251,17 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 				t.inputWM[p] = wm
 				t.batch.Set(t.key(storeWatermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil)
 			}
+			if t.ev != nil {
+				if err := t.ev.afterWatermark(ctx); err != nil {
+					return err
+				}
+			}
+		case shuffle.KindProcessingTime:
+			if t.ev != nil {
+				if err := t.ev.onProcessingTime(ctx, r); err != nil {
+					return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+				}
+			}
 		case shuffle.KindData:
 			if err := t.handleData(r); err != nil {
 				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
@@ -257,6 +275,11 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 
 func (t *task) handleData(r *kgo.Record) error {
 	root := t.sub.Root
+	if t.ev != nil {
+		if handled, err := t.ev.handleData(r); handled {
+			return err
+		}
+	}
 	switch root.Kind {
 	case translate.RootImpulse:
 		if t.impulseSeen {
@@ -477,7 +500,11 @@ func (t *task) emit(sr *stageRun, pcoll string, data []byte) error {
 // and reports the output watermark if it moved.
 func (t *task) prepareCommit(ctx context.Context) error {
 	in := t.inputWatermark()
-	if t.sub.Root.Kind == translate.RootGroupByKey {
+	if t.ev != nil {
+		if err := t.ev.prepare(ctx, in); err != nil {
+			return err
+		}
+	} else if t.sub.Root.Kind == translate.RootGroupByKey {
 		if err := t.fire(in); err != nil {
 			return err
 		}
@@ -494,6 +521,9 @@ func (t *task) prepareCommit(ctx context.Context) error {
 	}
 	if out > t.reportedWM || t.statusDirty {
 		t.reportWatermark(out)
+	}
+	if t.ev != nil {
+		t.ev.afterPrepare()
 	}
 	return nil
 }
@@ -518,6 +548,11 @@ func (t *task) outputWatermark(in int64) (int64, error) {
 }
 
 func (t *task) rootWatermark(in int64) (int64, error) {
+	if t.ev != nil {
+		if wm, ok, err := t.ev.outputWatermark(in); ok {
+			return wm, err
+		}
+	}
 	switch t.sub.Root.Kind {
 	case translate.RootImpulse:
 		if t.impulseSeen {

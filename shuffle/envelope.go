@@ -12,6 +12,12 @@ const (
 	KindData byte = 1
 	// KindWatermark: the rest is a watermark report (see EncodeWatermark).
 	KindWatermark byte = 2
+	// KindProcessingTime: the rest is a processing-time report, encoded like
+	// a watermark report (see EncodeProcessingTime). Only pipelines driven by
+	// a TestStream carry them: the TestStream's synthetic processing-time
+	// clock travels with the data, so every task sees a clock advance after
+	// the elements that precede it.
+	KindProcessingTime byte = 3
 )
 
 // A watermark report: varint length + producer id, then the producer's output
@@ -42,6 +48,23 @@ func DecodeWatermark(value []byte) (producer string, watermark int64, err error)
 	producer = string(b[l : l+int(n)])
 	watermark = int64(binary.BigEndian.Uint64(b[l+int(n):]))
 	return producer, watermark, nil
+}
+
+// EncodeProcessingTime returns a record value reporting producer's
+// processing time (milliseconds).
+func EncodeProcessingTime(producer string, ms int64) []byte {
+	b := EncodeWatermark(producer, ms)
+	b[0] = KindProcessingTime
+	return b
+}
+
+// DecodeProcessingTime parses the value of a KindProcessingTime record.
+func DecodeProcessingTime(value []byte) (producer string, ms int64, err error) {
+	if len(value) == 0 || value[0] != KindProcessingTime {
+		return "", 0, errors.New("not a processing-time record")
+	}
+	w := append([]byte{KindWatermark}, value[1:]...)
+	return DecodeWatermark(w)
 }
 
 // ProducerID names a producing task.

@@ -150,7 +150,8 @@ func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParD
 	return nil
 }
 
-// liftCombine replaces a CombinePerKey over non-merging windows by
+// liftCombine replaces a CombinePerKey over non-merging windows (and a
+// strategy liftableStrategy accepts) by
 // precombine → GroupByKey on KV<K, Accum> → merge accumulators → extract
 // outputs (as Prism does). It reports false when the combine must run as its
 // own expansion instead.
@@ -173,7 +174,7 @@ func (t *translator) liftCombine(id string, tr *pipepb.PTransform) (bool, error)
 		return false, fmt.Errorf("transform %q: output PCollection %q is not defined", name, outID)
 	}
 	ws := t.comps.GetWindowingStrategies()[in.GetWindowingStrategyId()]
-	if ws == nil || ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
+	if !liftableStrategy(ws) {
 		return false, nil
 	}
 	kv := t.comps.GetCoders()[in.GetCoderId()]

@@ -65,14 +65,33 @@ func (t *translator) layout() (*Plan, error) {
 		}
 	}
 
+	plan.TestStream = t.testStream != ""
 	for _, id := range t.leaves {
 		tr := t.comps.GetTransforms()[id]
+		// A PCollection is unbounded because of its origin: a leaf whose
+		// outputs are unbounded while its inputs are not. A TestStream as
+		// origin keeps the plan bounded (it ends).
+		unboundedIn := false
+		for _, pc := range tr.GetInputs() {
+			unboundedIn = unboundedIn || t.comps.GetPcollections()[pc].GetIsBounded() != pipepb.IsBounded_BOUNDED
+		}
 		for _, pc := range tr.GetOutputs() {
-			if t.comps.GetPcollections()[pc].GetIsBounded() != pipepb.IsBounded_BOUNDED {
+			if t.comps.GetPcollections()[pc].GetIsBounded() != pipepb.IsBounded_BOUNDED && !unboundedIn && t.kind[id] != kindTestStream {
 				plan.Bounded = false
 			}
 		}
 		switch t.kind[id] {
+		case kindTestStream:
+			root, err := t.testStreamRoot(id)
+			if err != nil {
+				return nil, err
+			}
+			tp := &Topic{Name: fmt.Sprintf("teststream-%d", nImpulse), Kind: TopicImpulse, PCollection: root.Output}
+			nImpulse++
+			if _, err := newSub(tp, root); err != nil {
+				return nil, err
+			}
+
 		case kindImpulse:
 			out := onlyValue(tr.GetOutputs())
 			tp := &Topic{Name: fmt.Sprintf("impulse-%d", nImpulse), Kind: TopicImpulse, PCollection: out}
@@ -90,9 +109,13 @@ func (t *translator) layout() (*Plan, error) {
 			if err := t.checkGBK(rootID, in, out); err != nil {
 				return nil, err
 			}
+			windowed, err := t.checkStrategy(t.name(rootID), in)
+			if err != nil {
+				return nil, err
+			}
 			tp := &Topic{Name: sanitizeTopicName(t.name(rootID)) + "-repartition", Kind: TopicRepartition, PCollection: in, Producers: []string{in}}
 			sinkTo(tp.Name, in)
-			if _, err := newSub(tp, Root{Kind: RootGroupByKey, TransformID: rootID, Output: out, WindowingStrategy: t.inWS(in)}); err != nil {
+			if _, err := newSub(tp, Root{Kind: RootGroupByKey, TransformID: rootID, Output: out, WindowingStrategy: t.inWS(in), Windowed: windowed}); err != nil {
 				return nil, err
 			}
 
@@ -382,15 +405,6 @@ func (t *translator) displayNames(ids []string) []string {
 // in messages: the lifted combine, or the GroupByKey itself).
 func (t *translator) checkGBK(rootID, in, out string) error {
 	name := t.name(rootID)
-	ws := t.comps.GetWindowingStrategies()[t.inWS(in)]
-	switch ws.GetTrigger().GetTrigger().(type) {
-	case nil, *pipepb.Trigger_Default_:
-	default:
-		return fmt.Errorf("transform %q: GroupByKey with a non-default trigger (%T) is not supported yet", name, ws.GetTrigger().GetTrigger())
-	}
-	if ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
-		return fmt.Errorf("transform %q: GroupByKey over merging windows such as sessions (window fn %s, merge status %v) is not supported yet", name, ws.GetWindowFn().GetUrn(), ws.GetMergeStatus())
-	}
 	if err := t.checkWindowCoder(in); err != nil {
 		return fmt.Errorf("transform %q: %w", name, err)
 	}

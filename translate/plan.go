@@ -32,16 +32,23 @@ type Plan struct {
 	// of the windowed_value coder its elements use wherever the host sees them.
 	WireCoders map[string]string
 
-	// Bounded is true when every PCollection of the pipeline is bounded.
+	// Bounded is true when every PCollection of the pipeline is bounded, or
+	// unbounded only because a TestStream produces it (a TestStream ends: its
+	// watermark reaches +inf after its last event).
 	Bounded bool
+
+	// TestStream is true when a RootTestStream drives the pipeline: the host
+	// then runs on the TestStream's synthetic processing-time clock instead of
+	// the wall clock, and every GroupByKey root is Windowed.
+	TestStream bool
 }
 
 // TopicKind tells how records reach a topic and how many partitions it has.
 type TopicKind int
 
 const (
-	// TopicImpulse holds the single impulse record of one Impulse transform.
-	// It has one partition.
+	// TopicImpulse holds the single impulse record of one Impulse (or
+	// TestStream) transform. It has one partition.
 	TopicImpulse TopicKind = iota + 1
 	// TopicRepartition holds the input of a GroupByKey (or lifted combine):
 	// records keyed by the encoded key, internal_parallelism partitions.
@@ -84,6 +91,13 @@ const (
 	RootGroupByKey
 	// RootPassthrough emits every element of the topic unchanged to Output.
 	RootPassthrough
+	// RootTestStream executes Root.TestStream's events in order once its
+	// topic's single record arrives (like RootImpulse): element batches are
+	// emitted to Output with their timestamps in the global window, watermark
+	// advances become the task's output watermark, processing-time advances
+	// move the job's synthetic processing-time clock; after the last event
+	// the watermark goes to +inf.
+	RootTestStream
 )
 
 // SubTopology is the unit of parallelism: one task per partition of Input.
@@ -116,6 +130,21 @@ type Root struct {
 	// WindowingStrategy is the id of the windowing strategy of the topic's
 	// PCollection (grouping and firing follow it).
 	WindowingStrategy string
+	// Windowed (RootGroupByKey only) says the GroupByKey needs the full
+	// windowing driver (host/windowing.Strategy built from WindowingStrategy):
+	// a non-default trigger, merging windows, a timestamp combiner other
+	// than END_OF_WINDOW, allowed lateness, or a TestStream-driven pipeline.
+	// When false the strategy is the default trigger over non-merging windows
+	// with END_OF_WINDOW timestamps and zero allowed lateness: one ON_TIME
+	// pane per key and window.
+	Windowed bool
+	// TestStream (RootTestStream only) is the TestStream's payload. Its
+	// elements are encoded with CoderId, which encodes like the element coder
+	// of Output's wire coder (translate checks it), or, when
+	// TestStreamLengthPrefix, like its length-prefixed component: the host
+	// then prefixes each element with its length (varint).
+	TestStream             *pipepb.TestStreamPayload
+	TestStreamLengthPrefix bool
 }
 
 // Flatten forwards Inputs to Output inside one sub-topology.

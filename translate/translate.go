@@ -31,6 +31,7 @@ const (
 	kindGBK
 	kindFlatten
 	kindRedistribute
+	kindTestStream
 )
 
 // translator holds the state of one Translate call.
@@ -64,6 +65,8 @@ type translator struct {
 	wireCoders map[string]string // PCollection → windowed value coder id
 
 	names map[string]bool // transform unique names in use (lazily built)
+
+	testStream string // id of the pipeline's TestStream, if any
 }
 
 // Translate validates a pipeline and lays it out as a Plan. The input is not
@@ -208,6 +211,8 @@ func (t *translator) walk(id, parent string) error {
 			return fmt.Errorf("transform %q: impulse needs no input and one output", tr.GetUniqueName())
 		}
 		t.addLeaf(id, kindImpulse)
+	case urn == urnTestStream:
+		return t.addTestStream(id, tr)
 	case urn == urnGBK:
 		if len(tr.GetInputs()) != 1 || len(tr.GetOutputs()) != 1 {
 			return fmt.Errorf("transform %q: group-by-key needs one input and one output", tr.GetUniqueName())

@@ -9,7 +9,6 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window/trigger"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
@@ -468,40 +467,36 @@ func TestUnsupported(t *testing.T) {
 			beam.ParDo(s, identity, beam.Create(s, "a"))
 			pp := marshal(t, p)
 			id := findTransform(t, pp, "translate.identity")
-			pp.GetComponents().GetTransforms()[id].Spec = &pipepb.FunctionSpec{Urn: "beam:transform:teststream:v1"}
+			pp.GetComponents().GetTransforms()[id].Spec = &pipepb.FunctionSpec{Urn: "beam:transform:teleport:v1"}
 			return pp
 		},
-		want: []string{`transform "translate.identity": unsupported URN beam:transform:teststream:v1`},
+		want: []string{`transform "translate.identity": unsupported URN beam:transform:teleport:v1`},
 	}, {
-		name: "sessions",
+		name: "retracting",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
 			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
-			w := beam.WindowInto(s, window.NewSessions(time.Minute), kvs)
-			beam.ParDo(s, joinFn2, beam.GroupByKey(s, w))
-			return marshal(t, p)
+			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
+			pp := marshal(t, p)
+			for _, ws := range pp.GetComponents().GetWindowingStrategies() {
+				ws.AccumulationMode = pipepb.AccumulationMode_RETRACTING
+			}
+			return pp
 		},
-		want: []string{`transform "CoGBK"`, "merging windows", "sessions"},
+		want: []string{`transform "CoGBK"`, "RETRACTING"},
 	}, {
-		name: "sessions combine",
+		name: "custom window fn",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
 			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
-			w := beam.WindowInto(s, window.NewSessions(time.Minute), kvs)
-			beam.CombinePerKey(s, sumInts, w)
-			return marshal(t, p)
+			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
+			pp := marshal(t, p)
+			for _, ws := range pp.GetComponents().GetWindowingStrategies() {
+				ws.WindowFn = &pipepb.FunctionSpec{Urn: "beam:window_fn:custom:v1"}
+			}
+			return pp
 		},
-		want: []string{"merging windows"},
-	}, {
-		name: "trigger",
-		build: func(t *testing.T) *pipepb.Pipeline {
-			p, s := beam.NewPipelineWithRoot()
-			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
-			w := beam.WindowInto(s, window.NewGlobalWindows(), kvs, beam.Trigger(trigger.Repeat(trigger.AfterCount(2))), beam.PanesDiscard())
-			beam.ParDo(s, joinFn2, beam.GroupByKey(s, w))
-			return marshal(t, p)
-		},
-		want: []string{`transform "CoGBK"`, "non-default trigger"},
+		want: []string{`transform "CoGBK"`, "custom WindowFn", "beam:window_fn:custom:v1"},
 	}, {
 		name: "unknown requirement",
 		build: func(t *testing.T) *pipepb.Pipeline {

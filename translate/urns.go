@@ -25,6 +25,7 @@ var (
 	urnGBK               = beamURN(pipepb.StandardPTransforms_GROUP_BY_KEY)
 	urnFlatten           = beamURN(pipepb.StandardPTransforms_FLATTEN)
 	urnWindowInto        = beamURN(pipepb.StandardPTransforms_ASSIGN_WINDOWS)
+	urnTestStream        = beamURN(pipepb.StandardPTransforms_TEST_STREAM)
 
 	urnCombinePerKey            = beamURN(pipepb.StandardPTransforms_COMBINE_PER_KEY)
 	urnReshuffle                = beamURN(pipepb.StandardPTransforms_RESHUFFLE)

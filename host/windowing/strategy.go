@@ -276,15 +276,19 @@ func (s *Strategy) OnElement(st WindowState, ts mtime.Time, c Context) Result {
 // final pane per the closing behaviour.
 func (s *Strategy) OnTimer(st WindowState, c Context) Result {
 	res := Result{State: st}
-	if !st.Closed && s.Trigger.ShouldFire(st.Trigger, c) {
-		s.fire(&res, c)
-	}
 	if c.InputWatermark > s.GCTime(c.Window) {
+		// ReduceFnRunner.onTimers: when the window expires, its timers
+		// (end of window and garbage collection alike) make one final pane
+		// (ON_TIME if the end of window is reached with it), whether or
+		// not the trigger would fire.
 		if !res.State.Closed {
 			s.trigger(&res, c, true)
 		}
 		res.ClearBuffer, res.Delete = true, true
 		return res
+	}
+	if !st.Closed && s.Trigger.ShouldFire(st.Trigger, c) {
+		s.fire(&res, c)
 	}
 	res.Timers = s.timers(res.State, c)
 	return res

@@ -1,0 +1,538 @@
+package host
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ksrunner/ksrunner/host/windowing"
+	"github.com/ksrunner/ksrunner/shuffle"
+)
+
+// windowedGBK is the group-by-key root for every strategy the fast path
+// (gbk.go) does not run: triggers, merging windows (sessions), allowed
+// lateness, timestamp combiners. It drives host/windowing.Strategy as its
+// doc.go describes ("Using the driver"), keeping everything in the task's
+// Pebble batch (layout in eventtime.go):
+//
+//   - per key and window: the marshalled WindowState, prefixed by the
+//     window's current timers and output hold so that replacing them can
+//     delete their index entries: flags byte (1 event timer, 2 processing
+//     timer, 4 hold), then 8 bytes each for those present, then the state;
+//   - the buffered values of the window, in arrival order (record offset);
+//   - ordered indexes of event-time timers, processing-time timers and
+//     holds, so firing and the output watermark are range scans.
+//
+// For merging windows the key's active windows are its window states (a
+// prefix scan); merged windows' values move to the merge result.
+//
+// Panes are KV<K, Iterable<V>> in the pane's window with the pane's
+// timestamp and exact PaneInfo. Elements past the allowed lateness are
+// counted in the dropped_late_elements counter (user counter namespace
+// "ksrunner" of the GroupByKey transform), elements of closed windows in
+// dropped_closed_window_elements.
+type windowedGBK struct {
+	t     *task
+	s     *windowing.Strategy
+	codec *shuffle.ElementCodec
+
+	droppedLate, droppedClosed int64
+}
+
+func newWindowedGBK(t *task) (*windowedGBK, error) {
+	comps := t.inst.cfg.plan.Pipeline.GetComponents()
+	ws := comps.GetWindowingStrategies()[t.sub.Root.WindowingStrategy]
+	s, err := windowing.NewStrategy(ws, comps)
+	if err != nil {
+		return nil, fmt.Errorf("group-by-key %s: %w", t.sub.Root.TransformID, err)
+	}
+	codec := t.inst.codecs[t.inst.cfg.topics.byName[t.sub.Input].PCollection]
+	if codec == nil {
+		return nil, fmt.Errorf("group-by-key %s: no input codec", t.sub.Root.TransformID)
+	}
+	return &windowedGBK{t: t, s: s, codec: codec}, nil
+}
+
+// storedWindow is one key and window's stored record.
+type storedWindow struct {
+	st      windowing.WindowState
+	timers  windowing.Timers
+	hold    mtime.Time
+	hasHold bool
+	exists  bool
+}
+
+func (g *windowedGBK) stateKey(key, win []byte) []byte {
+	return g.t.key(storeWindowState, appendLP(nil, key), win)
+}
+
+func (g *windowedGBK) valuePrefix(key, win []byte) []byte {
+	return g.t.key(storeValue, appendLP(appendLP(nil, key), win))
+}
+
+func (g *windowedGBK) load(key, win []byte) (storedWindow, error) {
+	v, closer, err := g.t.batch.Get(g.stateKey(key, win))
+	if err == pebble.ErrNotFound {
+		return storedWindow{}, nil
+	}
+	if err != nil {
+		return storedWindow{}, err
+	}
+	defer closer.Close()
+	var sw storedWindow
+	sw.exists = true
+	if len(v) < 1 {
+		return sw, fmt.Errorf("window state: empty")
+	}
+	flags, b := v[0], v[1:]
+	next := func() (mtime.Time, error) {
+		if len(b) < 8 {
+			return 0, fmt.Errorf("window state: truncated")
+		}
+		x := mtime.Time(int64(binary.BigEndian.Uint64(b) ^ (1 << 63)))
+		b = b[8:]
+		return x, nil
+	}
+	if flags&1 != 0 {
+		if sw.timers.EventTime, err = next(); err != nil {
+			return sw, err
+		}
+		sw.timers.HasEventTime = true
+	}
+	if flags&2 != 0 {
+		if sw.timers.ProcessingTime, err = next(); err != nil {
+			return sw, err
+		}
+		sw.timers.HasProcessingTime = true
+	}
+	if flags&4 != 0 {
+		if sw.hold, err = next(); err != nil {
+			return sw, err
+		}
+		sw.hasHold = true
+	}
+	sw.st, err = g.s.UnmarshalState(b)
+	return sw, err
+}
+
+// indexKey is an index entry: store | time | len key | key | window.
+func (g *windowedGBK) indexKey(store byte, at mtime.Time, key, win []byte) []byte {
+	return g.t.key(store, binary.BigEndian.AppendUint64(nil, eventTimeBits(int64(at))), appendLP(nil, key), win)
+}
+
+// store replaces a window's state, timers and hold, keeping the indexes in
+// step.
+func (g *windowedGBK) store(key, win []byte, old storedWindow, st windowing.WindowState, timers windowing.Timers) error {
+	b := g.t.batch
+	hold, hasHold := st.OutputHold()
+	if err := g.dropIndexes(key, win, old, timers, hold, hasHold); err != nil {
+		return err
+	}
+	var flags byte
+	v := []byte{0}
+	if timers.HasEventTime {
+		flags |= 1
+		v = binary.BigEndian.AppendUint64(v, eventTimeBits(int64(timers.EventTime)))
+		if !old.timers.HasEventTime || old.timers.EventTime != timers.EventTime {
+			if err := b.Set(g.indexKey(storeEventTimer, timers.EventTime, key, win), nil, nil); err != nil {
+				return err
+			}
+		}
+	}
+	if timers.HasProcessingTime {
+		flags |= 2
+		v = binary.BigEndian.AppendUint64(v, eventTimeBits(int64(timers.ProcessingTime)))
+		if !old.timers.HasProcessingTime || old.timers.ProcessingTime != timers.ProcessingTime {
+			if err := b.Set(g.indexKey(storeProcTimer, timers.ProcessingTime, key, win), nil, nil); err != nil {
+				return err
+			}
+		}
+	}
+	if hasHold {
+		flags |= 4
+		v = binary.BigEndian.AppendUint64(v, eventTimeBits(int64(hold)))
+		if !old.hasHold || old.hold != hold {
+			if err := b.Set(g.indexKey(storeHold, hold, key, win), nil, nil); err != nil {
+				return err
+			}
+		}
+	}
+	v[0] = flags
+	sb, err := st.Marshal()
+	if err != nil {
+		return err
+	}
+	return b.Set(g.stateKey(key, win), append(v, sb...), nil)
+}
+
+// dropIndexes deletes the index entries of old that differ from the new
+// timers and hold (all of them for a deleted window: pass zero values).
+func (g *windowedGBK) dropIndexes(key, win []byte, old storedWindow, timers windowing.Timers, hold mtime.Time, hasHold bool) error {
+	b := g.t.batch
+	if old.timers.HasEventTime && (!timers.HasEventTime || timers.EventTime != old.timers.EventTime) {
+		if err := b.Delete(g.indexKey(storeEventTimer, old.timers.EventTime, key, win), nil); err != nil {
+			return err
+		}
+	}
+	if old.timers.HasProcessingTime && (!timers.HasProcessingTime || timers.ProcessingTime != old.timers.ProcessingTime) {
+		if err := b.Delete(g.indexKey(storeProcTimer, old.timers.ProcessingTime, key, win), nil); err != nil {
+			return err
+		}
+	}
+	if old.hasHold && (!hasHold || hold != old.hold) {
+		if err := b.Delete(g.indexKey(storeHold, old.hold, key, win), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g *windowedGBK) deleteWindow(key, win []byte, old storedWindow) error {
+	if err := g.dropIndexes(key, win, old, windowing.Timers{}, 0, false); err != nil {
+		return err
+	}
+	if err := g.clearValues(key, win); err != nil {
+		return err
+	}
+	return g.t.batch.Delete(g.stateKey(key, win), nil)
+}
+
+func (g *windowedGBK) clearValues(key, win []byte) error {
+	lower := g.valuePrefix(key, win)
+	return g.t.batch.DeleteRange(lower, prefixEnd(lower), nil)
+}
+
+func (g *windowedGBK) ctx(w windowing.Window, now int64, sync int64) windowing.Context {
+	return windowing.Context{
+		Window:                     w,
+		InputWatermark:             mtime.Time(g.t.inputWatermark()),
+		OutputWatermark:            mtime.Time(g.t.reportedWM),
+		ProcessingTime:             mtime.Time(now),
+		SynchronizedProcessingTime: mtime.Time(sync),
+	}
+}
+
+// add processes one input record (an encoded windowed KV) per the driver's
+// element steps.
+func (g *windowedGBK) add(raw []byte, offset int64) error {
+	wv, err := g.codec.Next(raw)
+	if err != nil {
+		return err
+	}
+	key, value, err := g.codec.SplitKV(wv.Elem)
+	if err != nil {
+		return err
+	}
+	windows, err := g.codec.SplitWindows(wv)
+	if err != nil {
+		return err
+	}
+	ev := g.t.ev
+	now, sync := ev.now(), ev.syncTime
+	if ev.synthetic {
+		sync = now
+	}
+	in := mtime.Time(g.t.inputWatermark())
+	ts := mtime.Time(wv.Timestamp)
+	off := binary.BigEndian.AppendUint64(nil, uint64(offset))
+	for i, winBytes := range windows {
+		w, err := g.s.WindowCoder.Decode(winBytes)
+		if err != nil {
+			return err
+		}
+		if g.s.IsDroppable(w, in) {
+			g.droppedLate++
+			continue
+		}
+		if g.s.WindowFn.IsMerging() {
+			if w, winBytes, err = g.merge(key, w, winBytes, now, sync); err != nil {
+				return err
+			}
+		}
+		old, err := g.load(key, winBytes)
+		if err != nil {
+			return err
+		}
+		res := g.s.OnElement(old.st, ts, g.ctx(w, now, sync))
+		switch res.Dropped {
+		case windowing.NotDropped:
+			vk := append(g.valuePrefix(key, winBytes), off...)
+			if len(windows) > 1 {
+				vk = binary.BigEndian.AppendUint32(vk, uint32(i))
+			}
+			if err := g.t.batch.Set(vk, value, nil); err != nil {
+				return err
+			}
+		case windowing.DroppedLate:
+			g.droppedLate++
+		case windowing.DroppedClosed:
+			g.droppedClosed++
+		}
+		if err := g.apply(key, winBytes, w, old, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// merge merges w into the key's active windows; it returns the window the
+// element belongs to afterwards.
+func (g *windowedGBK) merge(key []byte, w windowing.Window, winBytes []byte, now, sync int64) (windowing.Window, []byte, error) {
+	prefix := g.t.key(storeWindowState, appendLP(nil, key))
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return w, nil, err
+	}
+	active := []windowing.Window{w}
+	enc := map[windowing.Window][]byte{w: winBytes}
+	for it.First(); it.Valid(); it.Next() {
+		wb := append([]byte(nil), it.Key()[len(prefix):]...)
+		aw, err := g.s.WindowCoder.Decode(wb)
+		if err != nil {
+			it.Close()
+			return w, nil, err
+		}
+		active = append(active, aw)
+		enc[aw] = wb
+	}
+	if err := it.Close(); err != nil {
+		return w, nil, err
+	}
+	for _, m := range windowing.MergeWindows(active) {
+		toBytes, ok := enc[m.To]
+		if !ok {
+			if toBytes, err = g.s.WindowCoder.Encode(m.To); err != nil {
+				return w, nil, err
+			}
+		}
+		var states []windowing.WindowState
+		var toOld storedWindow
+		for _, from := range m.From {
+			fb := enc[from]
+			sw, err := g.load(key, fb)
+			if err != nil {
+				return w, nil, err
+			}
+			states = append(states, sw.st)
+			if from == m.To {
+				toOld = sw
+				continue
+			}
+			if err := g.moveValues(key, fb, toBytes); err != nil {
+				return w, nil, err
+			}
+			if err := g.deleteWindow(key, fb, sw); err != nil {
+				return w, nil, err
+			}
+		}
+		res := g.s.Merge(states, g.ctx(m.To, now, sync))
+		if err := g.apply(key, toBytes, m.To, toOld, res); err != nil {
+			return w, nil, err
+		}
+		for _, from := range m.From {
+			if from == w {
+				w, winBytes = m.To, toBytes
+			}
+		}
+	}
+	return w, winBytes, nil
+}
+
+// moveValues moves a window's buffered values to another window of the key,
+// keeping their arrival keys (so the merged pane stays in arrival order).
+func (g *windowedGBK) moveValues(key, from, to []byte) error {
+	lower := g.valuePrefix(key, from)
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return err
+	}
+	dst := g.valuePrefix(key, to)
+	for it.First(); it.Valid(); it.Next() {
+		suffix := it.Key()[len(lower):]
+		if err := g.t.batch.Set(append(append([]byte(nil), dst...), suffix...), append([]byte(nil), it.Value()...), nil); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	return g.t.batch.DeleteRange(lower, prefixEnd(lower), nil)
+}
+
+// apply carries out a driver Result for one key and window, in the order
+// windowing.Result documents.
+func (g *windowedGBK) apply(key, winBytes []byte, w windowing.Window, old storedWindow, res windowing.Result) error {
+	for _, p := range res.Panes {
+		if err := g.emit(key, winBytes, p); err != nil {
+			return err
+		}
+		if p.ClearAfter {
+			if err := g.clearValues(key, winBytes); err != nil {
+				return err
+			}
+		}
+	}
+	if res.ClearBuffer {
+		if err := g.clearValues(key, winBytes); err != nil {
+			return err
+		}
+	}
+	if res.Delete {
+		if !old.exists {
+			return g.clearValues(key, winBytes)
+		}
+		return g.deleteWindow(key, winBytes, old)
+	}
+	return g.store(key, winBytes, old, res.State, res.Timers)
+}
+
+// emit sends one pane: KV<key, [buffered values...]> in the window, with the
+// pane's timestamp and info.
+func (g *windowedGBK) emit(key, winBytes []byte, p windowing.Pane) error {
+	pane, err := windowing.EncodePane(p.Info)
+	if err != nil {
+		return err
+	}
+	lower := g.valuePrefix(key, winBytes)
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	if err != nil {
+		return err
+	}
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), eventTimeBits(int64(p.Timestamp)))
+	out = binary.BigEndian.AppendUint32(out, 1)
+	out = append(out, winBytes...)
+	out = append(out, pane...)
+	out = append(out, key...)
+	countAt := len(out)
+	out = append(out, 0, 0, 0, 0)
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, it.Value()...)
+		n++
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	binary.BigEndian.PutUint32(out[countAt:], uint32(n))
+	return g.t.route(g.t.sub.Root.Output, out)
+}
+
+// fire evaluates every window whose event-time timer the input watermark
+// passed (timer < in) or whose processing-time timer is due (timer <= now),
+// until none is.
+func (g *windowedGBK) fire(in, now int64) error {
+	for round := 0; ; round++ {
+		if round > 1000 {
+			return fmt.Errorf("group-by-key %s: timers keep firing", g.t.sub.Root.TransformID)
+		}
+		due, err := g.due(storeEventTimer, in)
+		if err != nil {
+			return err
+		}
+		if now < maxWatermark {
+			pd, err := g.due(storeProcTimer, now+1)
+			if err != nil {
+				return err
+			}
+			due = append(due, pd...)
+		}
+		if len(due) == 0 {
+			return nil
+		}
+		seen := map[string]bool{}
+		for _, kw := range due {
+			if seen[string(kw)] {
+				continue
+			}
+			seen[string(kw)] = true
+			key, win, err := readLP(kw)
+			if err != nil {
+				return err
+			}
+			old, err := g.load(key, win)
+			if err != nil {
+				return err
+			}
+			if !old.exists {
+				continue
+			}
+			w, err := g.s.WindowCoder.Decode(win)
+			if err != nil {
+				return err
+			}
+			res := g.s.OnTimer(old.st, g.ctx(w, now, now))
+			// A timer re-armed at an instant already passed would be due
+			// again at once: it has just been evaluated (timers are
+			// idempotent), so drop it.
+			if res.Timers.HasEventTime && int64(res.Timers.EventTime) < in {
+				res.Timers.HasEventTime = false
+			}
+			if res.Timers.HasProcessingTime && int64(res.Timers.ProcessingTime) <= now {
+				res.Timers.HasProcessingTime = false
+			}
+			if err := g.apply(key, win, w, old, res); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// due returns the key|window of every timer of store before upper.
+func (g *windowedGBK) due(store byte, upper int64) ([][]byte, error) {
+	lo := g.t.key(store)
+	hi := g.t.key(store, binary.BigEndian.AppendUint64(nil, eventTimeBits(upper)))
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for it.First(); it.Valid(); it.Next() {
+		out = append(out, append([]byte(nil), it.Key()[len(lo)+8:]...))
+	}
+	return out, it.Close()
+}
+
+// earliestHold is the smallest output watermark hold, or the maximum
+// watermark when no window holds.
+func (g *windowedGBK) earliestHold() (int64, error) {
+	lo := g.t.key(storeHold)
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: g.t.key(storeHold + 1)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.First() {
+		return maxWatermark, it.Error()
+	}
+	return int64(binary.BigEndian.Uint64(it.Key()[len(lo):]) ^ (1 << 63)), nil
+}
+
+// flushMetrics adds the dropped-element counts to the job's metrics.
+func (g *windowedGBK) flushMetrics() {
+	var infos []*pipepb.MonitoringInfo
+	add := func(name string, n int64) {
+		if n == 0 {
+			return
+		}
+		var buf bytes.Buffer
+		coder.EncodeVarInt(n, &buf)
+		infos = append(infos, &pipepb.MonitoringInfo{
+			Urn:     "beam:metric:user:sum_int64:v1",
+			Type:    "beam:metrics:sum_int64:v1",
+			Payload: buf.Bytes(),
+			Labels:  map[string]string{"PTRANSFORM": g.t.sub.Root.TransformID, "NAMESPACE": "ksrunner", "NAME": name},
+		})
+	}
+	add("dropped_late_elements", g.droppedLate)
+	add("dropped_closed_window_elements", g.droppedClosed)
+	g.droppedLate, g.droppedClosed = 0, 0
+	if len(infos) > 0 {
+		g.t.inst.cfg.metrics.add(infos)
+	}
+}

@@ -1,0 +1,125 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/typex"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+
+	"github.com/ksrunner/ksrunner/host/windowing"
+	"github.com/ksrunner/ksrunner/shuffle"
+)
+
+// testStreamRoot runs a TestStream (translate.RootTestStream). Its topic
+// holds one record, like an impulse's; when it arrives the task runs every
+// event in order within one commit interval (so the whole TestStream commits
+// at once, and a restart after the commit does not replay it):
+//
+//   - element batches: each element in the global window at its timestamp,
+//     with the no-firing pane, routed to the root's consumers;
+//   - watermark advances: the stages' bundles close, then the new watermark
+//     is reported downstream (after the elements it covers);
+//   - processing-time advances: the bundles close, then the synthetic clock
+//     goes downstream in a PROCESSING_TIME record (see eventTime).
+//
+// The synthetic clock starts at the wall-clock time the TestStream starts
+// (absolute only for aligned processing-time triggers) and is sent before
+// the first event. After the last event the watermark goes to +inf.
+type testStreamRoot struct {
+	payload   *pipepb.TestStreamPayload
+	triggered bool  // the topic's record arrived
+	done      bool  // every event ran (stored)
+	clock     int64 // the synthetic processing time
+	wm        int64 // the output watermark so far
+	started   bool
+}
+
+func (r *testStreamRoot) watermark() int64 {
+	if r.done {
+		return maxWatermark
+	}
+	if !r.started {
+		return minWatermark
+	}
+	return r.wm
+}
+
+// noFiringPane is the encoded pane of TestStream elements.
+var noFiringPane = func() []byte {
+	b, err := windowing.EncodePane(typex.NoFiringPane())
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// runTestStream runs the events once the topic's record has arrived.
+func (e *eventTime) runTestStream(ctx context.Context) error {
+	r, t := e.ts, e.t
+	if !r.triggered || r.done {
+		return nil
+	}
+	r.started, r.wm = true, minWatermark
+	r.clock = time.Now().UnixMilli()
+	sendClock := func() {
+		e.sentPT = r.clock
+		t.broadcast(shuffle.EncodeProcessingTime(t.producer, r.clock))
+	}
+	sendClock()
+	for _, ev := range r.payload.GetEvents() {
+		switch x := ev.GetEvent().(type) {
+		case *pipepb.TestStreamPayload_Event_ElementEvent:
+			for _, el := range x.ElementEvent.GetElements() {
+				b := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(el.GetEncodedElement())), eventTimeBits(el.GetTimestamp()))
+				b = binary.BigEndian.AppendUint32(b, 1) // the global window, encoded as nothing
+				b = append(b, noFiringPane...)
+				if t.sub.Root.TestStreamLengthPrefix {
+					b = binary.AppendUvarint(b, uint64(len(el.GetEncodedElement())))
+				}
+				b = append(b, el.GetEncodedElement()...)
+				if err := t.route(t.sub.Root.Output, b); err != nil {
+					return err
+				}
+			}
+		case *pipepb.TestStreamPayload_Event_WatermarkEvent:
+			wm := min(max(x.WatermarkEvent.GetNewWatermark(), minWatermark), maxWatermark)
+			if wm <= r.wm {
+				continue
+			}
+			if err := t.flushStages(ctx, true); err != nil {
+				return err
+			}
+			r.wm = wm
+			// Through outputWatermark: holds of the sub-topology's stages
+			// (side input gates, user timers) still apply.
+			out, err := t.outputWatermark(t.inputWatermark())
+			if err != nil {
+				return err
+			}
+			if out > t.reportedWM {
+				t.reportWatermark(out)
+			}
+		case *pipepb.TestStreamPayload_Event_ProcessingTimeEvent:
+			d := x.ProcessingTimeEvent.GetAdvanceDuration()
+			if d <= 0 {
+				continue
+			}
+			if err := t.flushStages(ctx, true); err != nil {
+				return err
+			}
+			if d >= maxWatermark-r.clock {
+				r.clock = maxWatermark
+			} else {
+				r.clock += d
+			}
+			sendClock()
+		}
+	}
+	if err := t.flushStages(ctx, true); err != nil {
+		return err
+	}
+	r.done = true
+	return t.batch.Set(t.key(storeTestStream), binary.BigEndian.AppendUint64(nil, uint64(r.clock)), nil)
+}

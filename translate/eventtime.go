@@ -1,0 +1,189 @@
+package translate
+
+import (
+	"errors"
+	"fmt"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/host/windowing"
+)
+
+// This file holds the event-time parts of translation: which windowing
+// strategies a GroupByKey can run (host/windowing decides), whether a
+// GroupByKey needs the full windowing driver, and TestStream.
+
+// urnGoCustomCoder is the Go SDK's coder for types without a standard coder.
+const urnGoCustomCoder = "beam:go:coder:custom:v1"
+
+// addTestStream validates a TestStream leaf. One TestStream per pipeline (it
+// is the single source of the synthetic processing-time clock, as in Prism),
+// with a single output, events inline (no remote endpoint).
+func (t *translator) addTestStream(id string, tr *pipepb.PTransform) error {
+	name := tr.GetUniqueName()
+	if len(tr.GetInputs()) != 0 {
+		return fmt.Errorf("transform %q: a TestStream has no inputs, has %d", name, len(tr.GetInputs()))
+	}
+	if len(tr.GetOutputs()) != 1 {
+		return fmt.Errorf("transform %q: a TestStream with %d outputs (tags) is not supported yet (only one output)", name, len(tr.GetOutputs()))
+	}
+	if t.testStream != "" {
+		return fmt.Errorf("transform %q: a second TestStream (the first is %q) is not supported: one TestStream drives the pipeline's processing-time clock", name, t.name(t.testStream))
+	}
+	ts, err := decodeTestStream(tr)
+	if err != nil {
+		return err
+	}
+	if ts.GetEndpoint().GetUrl() != "" {
+		return fmt.Errorf("transform %q: a TestStream reading events from endpoint %s is not supported yet", name, ts.GetEndpoint().GetUrl())
+	}
+	if t.comps.GetCoders()[ts.GetCoderId()] == nil {
+		return fmt.Errorf("transform %q: TestStream coder %q is not defined", name, ts.GetCoderId())
+	}
+	for i, ev := range ts.GetEvents() {
+		switch e := ev.GetEvent().(type) {
+		case *pipepb.TestStreamPayload_Event_ElementEvent:
+			if tag := e.ElementEvent.GetTag(); tag != "" && tag != sortedKeys(tr.GetOutputs())[0] {
+				return fmt.Errorf("transform %q: event %d adds elements to tag %q, the TestStream's output is %q", name, i, tag, sortedKeys(tr.GetOutputs())[0])
+			}
+		case *pipepb.TestStreamPayload_Event_WatermarkEvent:
+		case *pipepb.TestStreamPayload_Event_ProcessingTimeEvent:
+		default:
+			return fmt.Errorf("transform %q: event %d is of unknown kind %T", name, i, e)
+		}
+	}
+	t.testStream = id
+	t.addLeaf(id, kindTestStream)
+	return nil
+}
+
+func decodeTestStream(tr *pipepb.PTransform) (*pipepb.TestStreamPayload, error) {
+	ts := &pipepb.TestStreamPayload{}
+	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), ts); err != nil {
+		return nil, fmt.Errorf("transform %q: decoding TestStreamPayload: %w", tr.GetUniqueName(), err)
+	}
+	return ts, nil
+}
+
+// testStreamRoot builds the root of a TestStream's sub-topology and checks
+// that its elements can be forwarded as the output's wire elements.
+func (t *translator) testStreamRoot(id string) (Root, error) {
+	tr := t.comps.GetTransforms()[id]
+	ts, err := decodeTestStream(tr)
+	if err != nil {
+		return Root{}, err
+	}
+	out := onlyValue(tr.GetOutputs())
+	w, err := t.wire(out)
+	if err != nil {
+		return Root{}, fmt.Errorf("transform %q: %w", tr.GetUniqueName(), err)
+	}
+	elem := t.comps.GetCoders()[w].GetComponentCoderIds()[0]
+	root := Root{Kind: RootTestStream, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), TestStream: ts}
+	if !t.coderEqual(elem, ts.GetCoderId()) {
+		// The wire coder wraps the whole element in a length prefix (a coder
+		// the host cannot parse): the host adds the prefix.
+		ec := t.comps.GetCoders()[elem]
+		if ec.GetSpec().GetUrn() != urnCoderLengthPrefix || len(ec.GetComponentCoderIds()) != 1 || !t.coderEqual(ec.GetComponentCoderIds()[0], ts.GetCoderId()) {
+			return Root{}, fmt.Errorf("transform %q: TestStream elements use coder %q, which encodes differently from the output's wire coder %q; re-encoding TestStream elements is not supported yet", tr.GetUniqueName(), ts.GetCoderId(), elem)
+		}
+		// The Go SDK's custom coders write their own length prefix (exec's
+		// customEncoder), so their encoding already is the length-prefixed
+		// one.
+		root.TestStreamLengthPrefix = t.comps.GetCoders()[ts.GetCoderId()].GetSpec().GetUrn() != urnGoCustomCoder
+	}
+	return root, nil
+}
+
+// checkStrategy checks that the host's windowing driver can run the
+// windowing strategy of a GroupByKey's input and reports whether it needs
+// the driver (else the default fast path runs it).
+func (t *translator) checkStrategy(name, in string) (windowed bool, err error) {
+	ws := t.comps.GetWindowingStrategies()[t.inWS(in)]
+	if _, err := windowing.NewStrategy(ws, t.comps); err != nil {
+		switch {
+		case errors.Is(err, windowing.ErrUnsupportedWindowFn):
+			return false, fmt.Errorf("transform %q: GroupByKey over a custom WindowFn (%s) is not supported yet: %w", name, ws.GetWindowFn().GetUrn(), err)
+		case errors.Is(err, windowing.ErrUnsupportedTrigger):
+			return false, fmt.Errorf("transform %q: GroupByKey trigger is not supported: %w", name, err)
+		case errors.Is(err, windowing.ErrUnsupportedWindowCoder):
+			return false, fmt.Errorf("transform %q: GroupByKey window coder is not supported yet: %w", name, err)
+		case ws.GetAccumulationMode() == pipepb.AccumulationMode_RETRACTING:
+			return false, fmt.Errorf("transform %q: GroupByKey with RETRACTING accumulation mode is not supported (Beam has no runner semantics for retractions yet): %w", name, err)
+		default:
+			return false, fmt.Errorf("transform %q: GroupByKey windowing strategy is not supported: %w", name, err)
+		}
+	}
+	return t.testStream != "" || !isDefaultStrategy(ws), nil
+}
+
+// isDefaultStrategy reports whether the host's fast GroupByKey path runs ws:
+// the default trigger, non-merging windows, END_OF_WINDOW output times and
+// no allowed lateness (one ON_TIME pane per key and window, nothing late).
+func isDefaultStrategy(ws *pipepb.WindowingStrategy) bool {
+	switch ws.GetTrigger().GetTrigger().(type) {
+	case nil, *pipepb.Trigger_Default_:
+	default:
+		return false
+	}
+	if ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
+		return false
+	}
+	switch ws.GetOutputTime() {
+	case pipepb.OutputTime_UNSPECIFIED, pipepb.OutputTime_END_OF_WINDOW:
+	default:
+		return false
+	}
+	return ws.GetAllowedLateness() <= 0
+}
+
+// liftableStrategy reports whether a CombinePerKey over ws may be lifted
+// (precombined before the shuffle): the precombined accumulators must not
+// change what the trigger counts (AfterCount, Always: as Prism) nor the pane
+// timestamps (the SDK's precombine stamps accumulators with an element's
+// timestamp, which only END_OF_WINDOW ignores).
+func liftableStrategy(ws *pipepb.WindowingStrategy) bool {
+	if ws == nil || ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
+		return false
+	}
+	switch ws.GetOutputTime() {
+	case pipepb.OutputTime_UNSPECIFIED, pipepb.OutputTime_END_OF_WINDOW:
+	default:
+		return false
+	}
+	return !countsElements(ws.GetTrigger())
+}
+
+// countsElements reports whether a trigger contains AfterCount or Always.
+func countsElements(tr *pipepb.Trigger) bool {
+	if tr == nil {
+		return false
+	}
+	switch x := tr.GetTrigger().(type) {
+	case *pipepb.Trigger_ElementCount_, *pipepb.Trigger_Always_:
+		return true
+	case *pipepb.Trigger_AfterAll_:
+		return anyCounts(x.AfterAll.GetSubtriggers())
+	case *pipepb.Trigger_AfterAny_:
+		return anyCounts(x.AfterAny.GetSubtriggers())
+	case *pipepb.Trigger_AfterEach_:
+		return anyCounts(x.AfterEach.GetSubtriggers())
+	case *pipepb.Trigger_AfterEndOfWindow_:
+		return countsElements(x.AfterEndOfWindow.GetEarlyFirings()) || countsElements(x.AfterEndOfWindow.GetLateFirings())
+	case *pipepb.Trigger_OrFinally_:
+		return countsElements(x.OrFinally.GetMain()) || countsElements(x.OrFinally.GetFinally())
+	case *pipepb.Trigger_Repeat_:
+		return countsElements(x.Repeat.GetSubtrigger())
+	}
+	return false
+}
+
+func anyCounts(ts []*pipepb.Trigger) bool {
+	for _, tr := range ts {
+		if countsElements(tr) {
+			return true
+		}
+	}
+	return false
+}
