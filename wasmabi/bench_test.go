@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ksrunner/ksrunner/examples/wasm/wordfns"
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/wasmabi/guest"
-	"github.com/ksrunner/ksrunner/wasmabi/internal/wire"
 )
 
 const (
@@ -89,7 +89,7 @@ func benchMap(b *testing.B, fns []string) {
 			})
 		}
 		b.Run(fn+"/go", func(b *testing.B) {
-			s, err := wire.NewScanner(testCoders(), "wv")
+			s, err := shuffle.NewElementCodec(testCoders(), "wv")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -135,9 +135,9 @@ func (c cpuClock) report(b *testing.B) {
 
 // plainGo is the native baseline: what an in-process Go executor would do
 // with the same functions and coders the guest uses.
-func plainGo(b *testing.B, s *wire.Scanner, fn string, data, out []byte) []byte {
+func plainGo(b *testing.B, s *shuffle.ElementCodec, fn string, data, out []byte) []byte {
 	for off := 0; off < len(data); {
-		v, err := s.Next(data, off)
+		v, err := nextValue(s, data, off)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -145,7 +145,7 @@ func plainGo(b *testing.B, s *wire.Scanner, fn string, data, out []byte) []byte 
 		if err != nil {
 			b.Fatal(err)
 		}
-		hdr := v.Header(data)
+		hdr := data[v.Start:v.Elem]
 		switch fn {
 		case "Split":
 			wordfns.Split(line, func(w string) {

@@ -423,7 +423,7 @@ func TestInstantiateErrors(t *testing.T) {
 		{func(s *StageSpec) { s.Transforms[0].DoFn = "Nope" }, `no DoFn registered as "Nope" (registered: [`},
 		{func(s *StageSpec) { s.Transforms[0].Input = "elsewhere" }, "transform t-Split reads elsewhere"},
 		{func(s *StageSpec) { s.Outputs = []string{"ghost"} }, "stage output ghost is not produced"},
-		{func(s *StageSpec) { s.InputCoder = "str" }, "is beam:coder:string_utf8:v1, want beam:coder:windowed_value:v1"},
+		{func(s *StageSpec) { s.InputCoder = "str" }, "want a windowed_value coder with 2 components, got beam:coder:string_utf8:v1"},
 		{func(s *StageSpec) { s.Transforms[0].Outputs["more"] = "more" }, "transform has 2 outputs, DoFn declares none"},
 	} {
 		s := stage("Split")
@@ -442,7 +442,7 @@ func TestMalformedInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := encodeStrings(t, "a b")
-	if err := b.Process(data[:len(data)-1]); err == nil || !strings.Contains(err.Error(), "element at offset") {
+	if err := b.Process(data[:len(data)-1]); err == nil || !strings.Contains(err.Error(), "value at offset 0: shuffle: buffer ends inside an element") {
 		t.Fatalf("truncated input: %v", err)
 	}
 	assertDiscarded(t, i)

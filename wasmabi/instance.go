@@ -13,14 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/typex"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/sys"
 
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/wasmabi/internal/abi"
-	"github.com/ksrunner/ksrunner/wasmabi/internal/wire"
 )
 
 // StageSpec describes the stage an Instance runs: transforms of one module
@@ -91,10 +90,10 @@ type Instance struct {
 	inPtr                                            uint32 // guest input buffer, valid while inCap > 0
 	inCap                                            int
 	stack                                            [2]uint64
-	scanner                                          *wire.Scanner
-	vals                                             []wire.Value // values of the current batch
-	chunks                                           [][]byte     // per stage output, reused across batches
-	metrics                                          Result       // accumulated by host functions
+	codec                                            *shuffle.ElementCodec
+	vals                                             []value  // values of the current batch
+	chunks                                           [][]byte // per stage output, reused across batches
+	metrics                                          Result   // accumulated by host functions
 	bundle                                           *Bundle
 	err                                              error // sticky; see the type's invariant
 	dog                                              watchdog
@@ -114,7 +113,7 @@ func (m *Module) Instantiate(ctx context.Context, stage StageSpec) (_ *Instance,
 	if err != nil {
 		return nil, fail("stage", err)
 	}
-	if i.scanner, err = wire.NewScanner(stage.Coders, stage.InputCoder); err != nil {
+	if i.codec, err = shuffle.NewElementCodec(stage.Coders, stage.InputCoder); err != nil {
 		return nil, fail("input coder", err)
 	}
 	i.chunks = make([][]byte, len(stage.Outputs))
@@ -364,7 +363,7 @@ func (b *Bundle) Process(data []byte) error {
 	for off := 0; off < len(data); {
 		vals, end := i.vals[:0], off
 		for end < len(data) && (len(vals) == 0 || end-off < i.m.cfg.BatchBytes) {
-			v, err := i.scanner.Next(data, end)
+			v, err := nextValue(i.codec, data, end)
 			if err != nil {
 				return i.fail(abi.ExportProcess, fmt.Errorf("input of %d bytes: %w", len(data), err))
 			}
@@ -441,11 +440,11 @@ func (b *Bundle) collect(data []byte) error {
 			if len(out)-p < 8 {
 				return fmt.Errorf("%w: truncated output record at %d", ErrTrap, p)
 			}
-			c = wire.AppendEventTime(c, typex.EventTime(int64(binary.LittleEndian.Uint64(out[p:]))))
+			c = binary.BigEndian.AppendUint64(c, uint64(int64(binary.LittleEndian.Uint64(out[p:])))^(1<<63)) // Beam's event-time encoding
 			c = append(c, data[v.Start+8:v.Elem]...)
 			p += 8
 		} else {
-			c = append(c, v.Header(data)...)
+			c = append(c, data[v.Start:v.Elem]...)
 		}
 		if len(out)-p < size {
 			return fmt.Errorf("%w: output record of %d bytes at %d overruns the %d-byte output", ErrTrap, size, p, len(out))
@@ -604,4 +603,24 @@ func (w *watchdog) fire() {
 	if m.cfg.OnStuck != nil {
 		m.cfg.OnStuck(s)
 	}
+}
+
+// value locates one windowed value in a batch: the timestamp is
+// b[Start:Start+8], the windows b[Start+8:Pane], the pane b[Pane:Elem] and
+// the element b[Elem:End].
+type value struct {
+	Timestamp              int64
+	Start, Pane, Elem, End int
+}
+
+// nextValue locates the windowed value starting at data[off:]; the input is
+// whole values only, so a short one is an error.
+func nextValue(c *shuffle.ElementCodec, data []byte, off int) (value, error) {
+	wv, err := c.Next(data[off:])
+	if err != nil {
+		return value{}, fmt.Errorf("value at offset %d: %w", off, err)
+	}
+	end := off + len(wv.Raw)
+	elem := end - len(wv.Elem)
+	return value{Timestamp: wv.Timestamp, Start: off, Pane: elem - len(wv.Pane), Elem: elem, End: end}, nil
 }
