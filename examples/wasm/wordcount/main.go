@@ -24,25 +24,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
-	"fmt"
 	"log"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 
 	"github.com/ksrunner/ksrunner/examples/wordcount/wc"
-	"github.com/ksrunner/ksrunner/host"
 )
 
 // stageWASM is the repeatable --stage_wasm flag. The Go SDK sends a flag's
@@ -88,66 +80,7 @@ func main() {
 		log.Fatal("no WASM stages: give --module=wordcount.wasm or --stage_wasm entries")
 	}
 	beam.Init()
-	if err := run(context.Background()); err != nil {
+	if err := wc.Run(context.Background(), *input, *output, os.Stdout); err != nil {
 		log.Fatal(err)
 	}
-}
-
-func run(ctx context.Context) error {
-	if *jobopts.Endpoint == "" {
-		level := slog.LevelWarn
-		if os.Getenv("KSRUNNER_DEBUG") != "" {
-			level = slog.LevelDebug
-		}
-		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-		srv, err := host.NewJobServer("localhost:0", host.DefaultOptions(), logger)
-		if err != nil {
-			return err
-		}
-		go srv.Serve()
-		defer srv.Stop()
-		flag.Set("endpoint", srv.Endpoint())
-		flag.Set("runner", "universal")
-		flag.Set("environment_type", "LOOPBACK")
-	}
-	out := *output
-	if out == "" {
-		dir, err := os.MkdirTemp("", "wordcount-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		out = filepath.Join(dir, "counts.txt")
-	}
-	lines := wc.Text
-	if *input != "" {
-		b, err := os.ReadFile(*input)
-		if err != nil {
-			return err
-		}
-		lines = strings.Split(string(b), "\n")
-	}
-	p, s := beam.NewPipelineWithRoot()
-	textio.Write(s, out, wc.CountWords(s, beam.CreateList(s, lines)))
-	if _, err := beamx.RunWithMetrics(ctx, p); err != nil {
-		return fmt.Errorf("pipeline failed: %w", err)
-	}
-	if *output != "" {
-		return nil
-	}
-	f, err := os.Open(out)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var rows []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rows = append(rows, sc.Text())
-	}
-	sort.Strings(rows)
-	for _, r := range rows {
-		fmt.Println(r)
-	}
-	return sc.Err()
 }
