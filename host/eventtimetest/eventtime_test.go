@@ -12,6 +12,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"io"
 	"log/slog"
 	"os"
@@ -158,12 +159,14 @@ func buildWindowed(c windowCase, run string) *beam.Pipeline {
 	return p
 }
 
-// jobServer starts a ksrunner job server (embedded broker) with the given
-// internal parallelism.
+// jobServer starts a ksrunner job server with the given internal
+// parallelism, on the test broker (the real one when KSRUNNER_TEST_BOOTSTRAP
+// is set, else an in-process one).
 func jobServer(t *testing.T, parallelism int) string {
 	t.Helper()
 	opts := host.DefaultOptions()
 	opts.InternalParallelism = parallelism
+	opts.BootstrapServers = kafkatest.Broker(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("KSRUNNER_DEBUG") != "" {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -7,6 +7,7 @@ package jobtest
 import (
 	"context"
 	"fmt"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"io"
 	"log/slog"
 	"os"
@@ -40,8 +41,13 @@ type Env struct {
 }
 
 // Start starts a job server with the given defaults. Call it from TestMain
-// after flag.Parse and beam.Init; Close it before exiting.
+// after flag.Parse and beam.Init; Close it before exiting. With the embedded
+// broker in opts and KSRUNNER_TEST_BOOTSTRAP set, jobs run on that real
+// broker instead.
 func Start(opts host.Options) (*Env, error) {
+	if b := os.Getenv(kafkatest.EnvBootstrap); b != "" && opts.BootstrapServers == "embedded" {
+		opts.BootstrapServers = b
+	}
 	e := &Env{}
 	var err error
 	if e.loopback, err = extworker.StartLoopback(context.Background(), 0); err != nil {
