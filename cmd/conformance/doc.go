@@ -7,9 +7,10 @@
 //	go run ./cmd/conformance --prism                   # builds and starts Beam's Prism (reference)
 //
 // For every package (--packages, comma-separated import paths) it compiles the test binary
-// once (go test -c), lists its tests (--run selects, --skip drops; by default TestOomParDo,
-// which needs a container, and TestDrain, whose pipeline ends only when drained from
-// outside), and runs each test in its own process through go tool test2json:
+// once (go test -c), lists its tests (--run selects; --skip excludes, reporting them as
+// skipped: by default TestDrain, whose pipeline ends only when drained from outside;
+// TestOomParDo, which needs the SDK in a container, is left out), and runs each test in its
+// own process through go tool test2json:
 //
 //	<pkg>.test -test.run '^TestX$' -test.timeout T --runner=universal \
 //	    --endpoint=HOST:PORT --environment_type=LOOPBACK

@@ -24,6 +24,7 @@ type testPackage struct {
 	bin        string
 	logdir     string
 	tests      []string // selected top-level tests, in listing order
+	skipped    []string // tests --run selects but --skip excludes (reported, not run)
 }
 
 func moduleRoot(ctx context.Context) (string, error) {
@@ -70,7 +71,15 @@ func (tp *testPackage) list(ctx context.Context, run, skip *regexp.Regexp) ([]st
 	if err != nil {
 		return nil, fmt.Errorf("%s -test.list: %v\n%s", tp.bin, err, stderr.String())
 	}
-	tp.tests = selectTests(strings.Split(string(out), "\n"), run, skip)
+	lines := strings.Split(string(out), "\n")
+	tp.tests = selectTests(lines, run, skip)
+	if skip != nil {
+		for _, name := range selectTests(lines, run, nil) {
+			if skip.MatchString(name) {
+				tp.skipped = append(tp.skipped, name)
+			}
+		}
+	}
 	return tp.tests, nil
 }
 
@@ -78,7 +87,7 @@ func selectTests(lines []string, run, skip *regexp.Regexp) []string {
 	var names []string
 	for _, l := range lines {
 		l = strings.TrimSpace(l)
-		if !testNameRE.MatchString(l) || l == "TestMain" {
+		if !testNameRE.MatchString(l) || l == "TestMain" || leftOut.MatchString(l) {
 			continue
 		}
 		if run != nil && !run.MatchString(l) {
