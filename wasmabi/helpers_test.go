@@ -234,4 +234,3 @@ func runBundle(tb testing.TB, i *Instance, data []byte) (*collector, *Result) {
 func rawModule(version int32, bodies map[string][]byte, omit ...string) []byte {
 	return wasmtest.RawModule(version, bodies, omit...)
 }
-
