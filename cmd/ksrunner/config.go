@@ -70,6 +70,12 @@ func loadServerConfig(args []string) (serverConfig, error) {
 		Prefix: "KSRUNNER_",
 		TransformFunc: func(k, v string) (string, any) {
 			k = strings.ToLower(strings.TrimPrefix(k, "KSRUNNER_"))
+			if !knownKey(k) || k == "config" {
+				// Other tools share the prefix (KSRUNNER_TEST_BOOTSTRAP,
+				// KSRUNNER_KAFKA_PORT, KSRUNNER_DEBUG, ...): only options
+				// are read from the environment.
+				return "", nil
+			}
 			if k == "stage_wasm" { // a list: comma-separated entries
 				return k, strings.Split(v, ",")
 			}

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,5 +52,45 @@ func TestStageWASMConfig(t *testing.T) {
 	// Malformed entries fail at startup.
 	if _, err := loadServerConfig([]string{"--stage_wasm=nomodule"}); err == nil {
 		t.Error("--stage_wasm=nomodule: no error")
+	}
+}
+
+// Configuration merges defaults < --config file < KSRUNNER_* environment <
+// flags, and other tools' KSRUNNER_* variables are not options.
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ksrunner.yaml")
+	if err := os.WriteFile(file, []byte("internal_parallelism: 3\nmax_bundle_size: 7\ncommit_interval_ms: 9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KSRUNNER_MAX_BUNDLE_SIZE", "70")
+	t.Setenv("KSRUNNER_COMMIT_INTERVAL_MS", "90")
+	t.Setenv("KSRUNNER_TEST_BOOTSTRAP", "127.0.0.1:1") // the test helpers' variable, not an option
+	cfg, err := loadServerConfig([]string{"--config", file, "--commit_interval_ms=900"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want int
+	}{
+		{"internal_parallelism (file over default)", cfg.InternalParallelism, 3},
+		{"max_bundle_size (env over file)", cfg.MaxBundleSize, 70},
+		{"commit_interval_ms (flag over env)", cfg.CommitIntervalMs, 900},
+		{"job_port (default)", cfg.JobPort, 8099},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, c.got, c.want)
+		}
+	}
+
+	if err := os.WriteFile(file, []byte("internal_paralelism: 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadServerConfig([]string{"--config", file}); err == nil || !strings.Contains(err.Error(), "internal_paralelism") {
+		t.Errorf("a misspelt option in the file: %v, want an error naming it", err)
+	}
+	if _, err := loadServerConfig([]string{"--internal_parallelism=0"}); err == nil || !strings.Contains(err.Error(), "internal_parallelism") {
+		t.Errorf("an invalid value: %v, want an error naming the option", err)
 	}
 }
