@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -92,7 +93,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.CommitIntervalMs, runtime.GOMAXPROCS(0))
 
 	prismEndpoint := ""
-	times := map[string][]time.Duration{}
+	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for run := 1; run <= *runs; run++ {
 		for _, r := range which {
 			if ctx.Err() != nil {
@@ -121,9 +122,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 				*jobopts.Endpoint = prismEndpoint
 				exec = prism.Execute
 			}
+			cpu0 := processCPU()
 			start := time.Now()
 			res, err := exec(ctx, p)
 			elapsed := time.Since(start)
+			cpu := processCPU() - cpu0
 			if perr := stopProfile(); perr != nil && err == nil {
 				err = perr
 			}
@@ -138,7 +141,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 				return fmt.Errorf("bench: %s run %d: wrong result: %w", r, run, err)
 			}
 			times[r] = append(times[r], elapsed)
-			fmt.Fprintf(stdout, "run %d %-8s %8.3fs %10.0f elements/s  (checked %d keys", run, r, elapsed.Seconds(), rate(*n, elapsed), counts.checked)
+			cpus[r] = append(cpus[r], cpu)
+			fmt.Fprintf(stdout, "run %d %-8s %8.3fs %10.0f elements/s  cpu %6.2fs  (checked %d keys", run, r, elapsed.Seconds(), rate(*n, elapsed), cpu.Seconds(), counts.checked)
 			if !*combine {
 				fmt.Fprintf(stdout, ", %d values", counts.values)
 			}
@@ -147,13 +151,23 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	for _, r := range which {
 		ts := times[r]
-		fmt.Fprintf(stdout, "%-8s median %8.3fs %10.0f elements/s  (range %.0f-%.0f over %d runs)\n",
-			r, median(ts).Seconds(), rate(*n, median(ts)), rate(*n, slices.Max(ts)), rate(*n, slices.Min(ts)), len(ts))
+		fmt.Fprintf(stdout, "%-8s median %8.3fs %10.0f elements/s  cpu %6.2fs  (range %.0f-%.0f elements/s over %d runs)\n",
+			r, median(ts).Seconds(), rate(*n, median(ts)), median(cpus[r]).Seconds(), rate(*n, slices.Max(ts)), rate(*n, slices.Min(ts)), len(ts))
 	}
 	if k, p := times["ksrunner"], times["prism"]; len(k) > 0 && len(p) > 0 {
 		fmt.Fprintf(stdout, "ksrunner/prism speed: %.2f\n", median(p).Seconds()/median(k).Seconds())
 	}
 	return nil
+}
+
+// processCPU is the user + system CPU time the process has used: with other
+// work on the machine it is a steadier measure of cost than wall time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func rate(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() }
