@@ -48,6 +48,9 @@ func readLP(b []byte) (p, rest []byte, err error) {
 
 // buffer stores one GBK input record (an encoded windowed KV). The record's
 // offset makes the value's key unique and redelivery idempotent.
+//
+// A key and window's end-of-window timer is set once per state batch, on its
+// first value (gbkScratch.timers), rather than once per value.
 func (t *task) buffer(raw []byte, offset int64) error {
 	codec := t.inst.codecs[t.sub.Root.Output+"#input"]
 	if codec == nil {
@@ -65,22 +68,57 @@ func (t *task) buffer(raw []byte, offset int64) error {
 	if err != nil {
 		return err
 	}
-	off := binary.BigEndian.AppendUint64(nil, uint64(offset))
+	g := &t.gbk
+	if g.batch != t.batch {
+		g.batch = t.batch
+		clear(g.timers)
+	}
 	for _, win := range windows {
 		maxTs, err := windowMaxTimestamp(win)
 		if err != nil {
 			return err
 		}
-		kw := appendLP(appendLP(nil, key), win)
-		if err := t.batch.Set(t.key(storeBuffer, kw, off), value, nil); err != nil {
+		// Batch.Set copies key and value, so the scratch key is reused.
+		k := append(g.key[:0], t.prefix...)
+		k = append(k, storeBuffer)
+		kwAt := len(k)
+		k = appendLP(appendLP(k, key), win)
+		kw := k[kwAt:]
+		k = binary.BigEndian.AppendUint64(k, uint64(offset))
+		g.key = k
+		if err := t.batch.Set(k, value, nil); err != nil {
 			return err
 		}
-		ts := binary.BigEndian.AppendUint64(nil, eventTimeBits(maxTs))
-		if err := t.batch.Set(t.key(storeTimer, ts, kw), nil, nil); err != nil {
+		if _, ok := g.timers[string(kw)]; ok {
+			continue
+		}
+		if g.timers == nil {
+			g.timers = map[string]struct{}{}
+		}
+		g.timers[string(kw)] = struct{}{}
+		tk := append(g.timerKey[:0], t.prefix...)
+		tk = append(tk, storeTimer)
+		tk = binary.BigEndian.AppendUint64(tk, eventTimeBits(maxTs))
+		tk = append(tk, kw...)
+		g.timerKey = tk
+		if err := t.batch.Set(tk, nil, nil); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// gbkScratch is a group-by-key task's per-value working state.
+type gbkScratch struct {
+	key, timerKey []byte // reused state keys
+	// timers holds the key+window (the timer key's suffix) of every timer
+	// set in batch, the task's state batch it was filled for: cleared when
+	// the task has a new batch, and a fired timer leaves it. (Should Pebble
+	// hand a pooled batch back with the same pointer, every entry is still
+	// a timer that exists, committed; only an aborted batch loses timers,
+	// and an aborted task is dropped.)
+	timers map[string]struct{}
+	batch  *pebble.Batch
 }
 
 // earliestTimer is the smallest pending end-of-window timer, or the maximum
@@ -116,6 +154,7 @@ func (t *task) fire(inputWM int64) error {
 		return err
 	}
 	for _, d := range fired {
+		delete(t.gbk.timers, string(d.kw))
 		if err := t.emitGroup(d.kw); err != nil {
 			return err
 		}

@@ -53,6 +53,8 @@ type task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
+	gbk gbkScratch // group-by-key root only (gbk.go)
+
 	mu sync.Mutex
 }
 
