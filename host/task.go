@@ -53,7 +53,7 @@ type task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
-	gbk gbkScratch // group-by-key root only (gbk.go)
+	gbk gbkRuns // group-by-key root only: values not yet in batch (gbk.go)
 
 	mu sync.Mutex
 }
@@ -140,7 +140,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 //
 //	'W' producer                     → latest watermark report (8 bytes)
 //	'I'                              → the impulse was processed
-//	'B' len key | key | len win | win | offset → a buffered GBK value
+//	'B' len key | key | len win | win | offset → a run of buffered GBK values (gbkRun)
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
 const (
 	storeWatermark = 'W'
