@@ -237,6 +237,7 @@ func (t *task) emitGroup(kw []byte) error {
 	// shows up in a later run with an offset at or below the last one
 	// taken, so it is skipped: every value counts once.
 	n, last := 0, int64(-1)
+	var stored []byte // the state keys of the runs, concatenated
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
 		if len(k) != len(lower)+8 {
@@ -249,13 +250,19 @@ func (t *task) emitGroup(kw []byte) error {
 			return err
 		}
 		n += m
+		stored = append(stored, k...)
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
 	binary.BigEndian.PutUint32(out[countAt:], uint32(n))
-	if err := t.batch.DeleteRange(lower, upper, nil); err != nil {
-		return err
+	// Point deletions of the runs read, not a range deletion: every range
+	// deletion in a batch makes the next iterator on it fragment all of
+	// them again, which made firing many keys quadratic.
+	for kl := len(lower) + 8; len(stored) > 0; stored = stored[kl:] {
+		if err := t.batch.Delete(stored[:kl], nil); err != nil {
+			return err
+		}
 	}
 	return t.route(t.sub.Root.Output, out)
 }
