@@ -6,6 +6,8 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ksrunner/ksrunner/shuffle"
 )
 
 // The group-by-key root buffers every value under its key and window in the
@@ -53,9 +55,14 @@ func readLP(b []byte) (p, rest []byte, err error) {
 // one state entry (and the key and window's timer once), so the store sees a
 // write per key and interval instead of two per value.
 func (t *task) buffer(raw []byte, offset int64) error {
-	codec := t.inst.codecs[t.sub.Root.Output+"#input"]
+	g := &t.gbk
+	codec := g.codec
 	if codec == nil {
-		codec = t.inst.codecs[t.inst.cfg.topics.byName[t.sub.Input].PCollection]
+		codec = t.inst.codecs[t.sub.Root.Output+"#input"]
+		if codec == nil {
+			codec = t.inst.codecs[t.inst.cfg.topics.byName[t.sub.Input].PCollection]
+		}
+		g.codec = codec
 	}
 	wv, err := codec.Next(raw)
 	if err != nil {
@@ -65,7 +72,6 @@ func (t *task) buffer(raw []byte, offset int64) error {
 	if err != nil {
 		return err
 	}
-	g := &t.gbk
 	if wv.NWindows == 1 && codec.GlobalWindowOnly() {
 		g.add(key, nil, value, offset)
 		return nil
@@ -86,9 +92,10 @@ func (t *task) buffer(raw []byte, offset int64) error {
 // gbkRuns are a group-by-key task's values of the current commit interval,
 // not yet in the state batch.
 type gbkRuns struct {
-	runs map[string]*gbkRun // by len key | key | len win | win
-	kw   []byte             // scratch
-	key  []byte             // scratch state key
+	codec *shuffle.ElementCodec // of the input, once looked up
+	runs  map[string]*gbkRun    // by len key | key | len win | win
+	kw    []byte                // scratch
+	key   []byte                // scratch state key
 }
 
 // gbkRun is the values of one key and window, in arrival order, as stored
