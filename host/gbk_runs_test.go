@@ -7,15 +7,15 @@ import (
 	"testing"
 )
 
-// value is one buffered value and the offset of its record.
-type value struct {
+// runTestValue is one buffered value and the offset of its record.
+type runTestValue struct {
 	off int64
 	v   string
 }
 
-// storeRun builds the stored run of one key and window from the values of
+// runTestStore builds the stored run of one key and window from the values of
 // one commit interval, as buffer and flushBuffered do.
-func storeRun(t *testing.T, vals ...value) (first int64, data []byte) {
+func runTestStore(t *testing.T, vals ...runTestValue) (first int64, data []byte) {
 	t.Helper()
 	var g gbkRuns
 	for _, v := range vals {
@@ -30,13 +30,13 @@ func storeRun(t *testing.T, vals ...value) (first int64, data []byte) {
 	return 0, nil
 }
 
-// readRuns reads stored runs back in key (first offset) order, as emitGroup
+// runTestRead reads stored runs back in key (first offset) order, as emitGroup
 // does. Runs with the same first offset are one state key: the later wins.
-func readRuns(t *testing.T, runs ...[]value) []string {
+func runTestRead(t *testing.T, runs ...[]runTestValue) []string {
 	t.Helper()
 	stored := map[int64][]byte{}
 	for _, r := range runs {
-		first, data := storeRun(t, r...)
+		first, data := runTestStore(t, r...)
 		stored[first] = data
 	}
 	var out []byte
@@ -59,31 +59,31 @@ func readRuns(t *testing.T, runs ...[]value) []string {
 func TestGBKRuns(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		runs [][]value // the runs of one key, as committed, in commit order
+		runs [][]runTestValue // the runs of one key, as committed, in commit order
 		want string
 	}{
-		{"one run", [][]value{{{10, "a"}, {12, "b"}, {400, "c"}}}, "abc"},
-		{"intervals", [][]value{{{10, "a"}, {12, "b"}}, {{20, "c"}}, {{35, "d"}, {36, "e"}}}, "abcde"},
-		{"offset 0", [][]value{{{0, "a"}, {1, "b"}}}, "ab"},
+		{"one run", [][]runTestValue{{{10, "a"}, {12, "b"}, {400, "c"}}}, "abc"},
+		{"intervals", [][]runTestValue{{{10, "a"}, {12, "b"}}, {{20, "c"}}, {{35, "d"}, {36, "e"}}}, "abcde"},
+		{"offset 0", [][]runTestValue{{{0, "a"}, {1, "b"}}}, "ab"},
 		// State applied, offsets not committed: the interval is delivered
 		// again, from the same offset, maybe cut elsewhere.
-		{"redelivered whole", [][]value{{{10, "a"}, {12, "b"}}, {{10, "a"}, {12, "b"}}, {{20, "c"}}}, "abc"},
-		{"redelivered shorter", [][]value{{{10, "a"}, {12, "b"}}, {{10, "a"}}, {{12, "b"}, {20, "c"}}}, "abc"},
-		{"redelivered longer", [][]value{{{10, "a"}, {12, "b"}}, {{10, "a"}, {12, "b"}, {20, "c"}}, {{30, "d"}}}, "abcd"},
+		{"redelivered whole", [][]runTestValue{{{10, "a"}, {12, "b"}}, {{10, "a"}, {12, "b"}}, {{20, "c"}}}, "abc"},
+		{"redelivered shorter", [][]runTestValue{{{10, "a"}, {12, "b"}}, {{10, "a"}}, {{12, "b"}, {20, "c"}}}, "abc"},
+		{"redelivered longer", [][]runTestValue{{{10, "a"}, {12, "b"}}, {{10, "a"}, {12, "b"}, {20, "c"}}, {{30, "d"}}}, "abcd"},
 		// The key's first record of the redelivered interval comes after the
 		// first of the stored run: another state key, overlapping.
-		{"overlap", [][]value{{{5, "x"}, {12, "b"}, {14, "c"}}, {{12, "b"}, {14, "c"}, {20, "d"}}}, "xbcd"},
+		{"overlap", [][]runTestValue{{{5, "x"}, {12, "b"}, {14, "c"}}, {{12, "b"}, {14, "c"}, {20, "d"}}}, "xbcd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := readRuns(t, tc.runs...)
-			if s := fmt.Sprint(got); s != fmt.Sprint(splitChars(tc.want)) {
-				t.Errorf("values %s, want %v", s, splitChars(tc.want))
+			got := runTestRead(t, tc.runs...)
+			if s := fmt.Sprint(got); s != fmt.Sprint(runTestChars(tc.want)) {
+				t.Errorf("values %s, want %v", s, runTestChars(tc.want))
 			}
 		})
 	}
 }
 
-func splitChars(s string) []string {
+func runTestChars(s string) []string {
 	var out []string
 	for _, c := range s {
 		out = append(out, string(c))
