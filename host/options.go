@@ -70,11 +70,15 @@ func (o Options) commitInterval() time.Duration {
 }
 
 // pipelineOption finds a pipeline option by name: the Go SDK sends its flags
-// under "options"; Python and Java send "beam:option:<name>:v1".
+// under "beam:option:go_options:v1" → "options" (some clients send that
+// "options" struct at the top); Python and Java send "beam:option:<name>:v1".
 func pipelineOption(opts *structpb.Struct, name string) (string, bool) {
 	f := opts.GetFields()
 	var v *structpb.Value
-	if o := f["options"].GetStructValue(); o != nil {
+	if o := f["beam:option:go_options:v1"].GetStructValue().GetFields()["options"].GetStructValue(); o != nil {
+		v = o.GetFields()[name]
+	}
+	if o := f["options"].GetStructValue(); v == nil && o != nil {
 		v = o.GetFields()[name]
 	}
 	if v == nil {
