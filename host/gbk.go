@@ -6,10 +6,13 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ksrunner/ksrunner/shuffle"
 )
 
 // The group-by-key root buffers every value under its key and window in the
-// task's store, and sets an end-of-window timer per key and window. When the
+// task's store (in runs: one entry per key, window and commit interval), and
+// sets an end-of-window timer per key and window. When the
 // input watermark passes a window's maximum timestamp, the timer fires: the
 // values are read back in arrival order, emitted as one KV<K, Iterable<V>>
 // with the ON_TIME pane at the end of the window, and deleted.
@@ -47,12 +50,20 @@ func readLP(b []byte) (p, rest []byte, err error) {
 	return b[l : l+int(n)], b[l+int(n):], nil
 }
 
-// buffer stores one GBK input record (an encoded windowed KV). The record's
-// offset makes the value's key unique and redelivery idempotent.
+// buffer takes one GBK input record (an encoded windowed KV) into the
+// task's in-memory runs, one per key and window: within a commit interval a
+// key's values are appended to one run, and flushBuffered writes each run as
+// one state entry (and the key and window's timer once), so the store sees a
+// write per key and interval instead of two per value.
 func (t *task) buffer(raw []byte, offset int64) error {
-	codec := t.inst.codecs[t.sub.Root.Output+"#input"]
+	g := &t.gbk
+	codec := g.codec
 	if codec == nil {
-		codec = t.inst.codecs[t.inst.cfg.topics.byName[t.sub.Input].PCollection]
+		codec = t.inst.codecs[t.sub.Root.Output+"#input"]
+		if codec == nil {
+			codec = t.inst.codecs[t.inst.cfg.topics.byName[t.sub.Input].PCollection]
+		}
+		g.codec = codec
 	}
 	wv, err := codec.Next(raw)
 	if err != nil {
@@ -62,31 +73,103 @@ func (t *task) buffer(raw []byte, offset int64) error {
 	if err != nil {
 		return err
 	}
+	if wv.NWindows == 1 && codec.GlobalWindowOnly() {
+		g.add(key, nil, value, offset)
+		return nil
+	}
 	windows, err := codec.SplitWindows(wv)
 	if err != nil {
 		return err
 	}
-	off := binary.BigEndian.AppendUint64(nil, uint64(offset))
 	for _, win := range windows {
+		if _, err := windowMaxTimestamp(win); err != nil {
+			return err
+		}
+		g.add(key, win, value, offset)
+	}
+	return nil
+}
+
+// gbkRuns are a group-by-key task's values of the current commit interval,
+// not yet in the state batch.
+type gbkRuns struct {
+	codec *shuffle.ElementCodec // of the input, once looked up
+	runs  map[string]*gbkRun    // by len key | key | len win | win
+	kw    []byte                // scratch
+	key   []byte                // scratch state key
+}
+
+// gbkRun is the values of one key and window, in arrival order, as stored
+// under 'B' kw first: repeated { uvarint(offset - first), uvarint(len),
+// value }. Each value keeps its record offset so that redelivered records
+// can be recognised when the runs are read back (see emitGroup).
+type gbkRun struct {
+	first int64
+	data  []byte
+}
+
+func (g *gbkRuns) add(key, win, value []byte, offset int64) {
+	g.kw = appendLP(appendLP(g.kw[:0], key), win)
+	r := g.runs[string(g.kw)]
+	if r == nil {
+		if g.runs == nil {
+			g.runs = map[string]*gbkRun{}
+		}
+		r = &gbkRun{first: offset, data: make([]byte, 0, 64)}
+		g.runs[string(g.kw)] = r
+	}
+	r.data = binary.AppendUvarint(r.data, uint64(offset-r.first))
+	r.data = binary.AppendUvarint(r.data, uint64(len(value)))
+	r.data = append(r.data, value...)
+}
+
+// flushBuffered writes the interval's runs, and the timer of each key and
+// window, to the state batch. It runs before anything reads the buffer or
+// the timers back (fire, earliestTimer).
+func (t *task) flushBuffered() error {
+	g := &t.gbk
+	if len(g.runs) == 0 {
+		return nil
+	}
+	for kw, r := range g.runs {
+		_, rest, err := readLP([]byte(kw))
+		if err != nil {
+			return err
+		}
+		win, _, err := readLP(rest)
+		if err != nil {
+			return err
+		}
 		maxTs, err := windowMaxTimestamp(win)
 		if err != nil {
 			return err
 		}
-		kw := appendLP(appendLP(nil, key), win)
-		if err := t.batch.Set(t.key(storeBuffer, kw, off), value, nil); err != nil {
+		// Batch.Set copies key and value, so the scratch key is reused.
+		k := append(g.key[:0], t.prefix...)
+		k = append(k, storeBuffer)
+		k = append(k, kw...)
+		k = binary.BigEndian.AppendUint64(k, uint64(r.first))
+		if err := t.batch.Set(k, r.data, nil); err != nil {
 			return err
 		}
-		ts := binary.BigEndian.AppendUint64(nil, eventTimeBits(maxTs))
-		if err := t.batch.Set(t.key(storeTimer, ts, kw), nil, nil); err != nil {
+		k = append(k[:len(t.prefix)], storeTimer)
+		k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxTs))
+		k = append(k, kw...)
+		g.key = k
+		if err := t.batch.Set(k, nil, nil); err != nil {
 			return err
 		}
 	}
+	clear(g.runs)
 	return nil
 }
 
 // earliestTimer is the smallest pending end-of-window timer, or the maximum
 // watermark when none is pending: the hold on the output watermark.
 func (t *task) earliestTimer() (int64, error) {
+	if err := t.flushBuffered(); err != nil {
+		return 0, err
+	}
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeTimer), UpperBound: t.key(storeTimer + 1)})
 	if err != nil {
 		return 0, err
@@ -102,6 +185,9 @@ func (t *task) earliestTimer() (int64, error) {
 // fire emits every key and window whose maximum timestamp the input
 // watermark has passed.
 func (t *task) fire(inputWM int64) error {
+	if err := t.flushBuffered(); err != nil {
+		return err
+	}
 	upper := t.key(storeTimer, binary.BigEndian.AppendUint64(nil, eventTimeBits(inputWM)))
 	timers, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeTimer), UpperBound: upper})
 	if err != nil {
@@ -154,22 +240,64 @@ func (t *task) emitGroup(kw []byte) error {
 	out = append(out, key...)
 	countAt := len(out)
 	out = append(out, 0, 0, 0, 0)
-	n := 0
+	// Runs come in the order of their first offsets. A record delivered
+	// again after its run was stored (state applied, offsets not committed)
+	// shows up in a later run with an offset at or below the last one
+	// taken, so it is skipped: every value counts once.
+	n, last := 0, int64(-1)
+	var stored []byte // the state keys of the runs, concatenated
 	for it.First(); it.Valid(); it.Next() {
-		if len(it.Key()) != len(lower)+8 {
+		k := it.Key()
+		if len(k) != len(lower)+8 {
 			continue // a longer key sharing this prefix
 		}
-		out = append(out, it.Value()...)
-		n++
+		var m int
+		out, m, err = appendRun(out, it.Value(), int64(binary.BigEndian.Uint64(k[len(lower):])), &last)
+		if err != nil {
+			it.Close()
+			return err
+		}
+		n += m
+		stored = append(stored, k...)
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
 	binary.BigEndian.PutUint32(out[countAt:], uint32(n))
-	if err := t.batch.DeleteRange(lower, upper, nil); err != nil {
-		return err
+	// Point deletions of the runs read, not a range deletion: every range
+	// deletion in a batch makes the next iterator on it fragment all of
+	// them again, which made firing many keys quadratic.
+	for kl := len(lower) + 8; len(stored) > 0; stored = stored[kl:] {
+		if err := t.batch.Delete(stored[:kl], nil); err != nil {
+			return err
+		}
 	}
 	return t.route(t.sub.Root.Output, out)
+}
+
+// appendRun appends to out the values of a stored run (gbkRun.data) whose
+// first value has offset first, skipping values at or below *last, and
+// returns how many it appended; *last becomes the offset of the last one.
+func appendRun(out, run []byte, first int64, last *int64) ([]byte, int, error) {
+	n := 0
+	for b := run; len(b) > 0; {
+		d, l1 := binary.Uvarint(b)
+		vl, l2 := uint64(0), 0
+		if l1 > 0 {
+			vl, l2 = binary.Uvarint(b[l1:])
+		}
+		if l1 <= 0 || l2 <= 0 || vl > uint64(len(b)-l1-l2) {
+			return out, n, fmt.Errorf("corrupt buffered run of %d bytes", len(run))
+		}
+		b = b[l1+l2:]
+		if off := first + int64(d); off > *last {
+			out = append(out, b[:vl]...)
+			n++
+			*last = off
+		}
+		b = b[vl:]
+	}
+	return out, n, nil
 }
 
 // eventTimeBits is Beam's event-time encoding of ms: shifted so that the

@@ -111,7 +111,6 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		kgo.RecordPartitioner(shuffle.Partitioner()),
 		kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(1<<20),
-		kgo.ProducerBatchMaxBytes(4<<20),
 		kgo.FetchMaxBytes(64<<20),
 		kgo.OnPartitionsAssigned(i.onAssigned),
 		kgo.OnPartitionsRevoked(i.onRevoked),

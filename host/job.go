@@ -246,6 +246,9 @@ func (j *Job) execute(ctx context.Context) (err error) {
 		if err != nil {
 			stop(err)
 			<-instErr
+			if cause := context.Cause(ctx); errors.Is(cause, errCancelled) {
+				return cause
+			}
 			return err
 		}
 		stop(nil)
@@ -366,7 +369,7 @@ func waitDone(ctx context.Context, opts Options, topics *topicSet, logger *slog.
 	for len(finished) < expected {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return context.Cause(ctx) // not done: stopped (cancelled, or the instance failed)
 		}
 		if err := fetches.Err0(); err != nil {
 			return fmt.Errorf("status topic %s: %w", topics.full(shuffle.StatusTopic), err)

@@ -140,6 +140,7 @@ func (r *sideInputReader) run(ctx context.Context, brokers string) error {
 		if err := b.Commit(pebble.NoSync); err != nil {
 			return fmt.Errorf("side input reader: %w", err)
 		}
+		b.Close()
 		for st := range moved {
 			if len(st.reports) < st.producers {
 				continue

@@ -59,7 +59,8 @@ type task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
-	ev *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
+	ev  *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
+	gbk gbkRuns    // group-by-key root only: values not yet in batch (gbk.go)
 
 	mu sync.Mutex
 }
@@ -187,7 +188,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 //
 //	'W' producer                     → latest watermark report (8 bytes)
 //	'I'                              → the impulse was processed
-//	'B' len key | key | len win | win | offset → a buffered GBK value
+//	'B' len key | key | len win | win | offset → a run of buffered GBK values (gbkRun)
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
 //	'G' stage | max window ts | seq            → min timestamp | input held for side inputs
 const (
@@ -602,6 +603,7 @@ func (t *task) commitState() error {
 	if err := t.batch.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("task %s: committing state: %w", t.producer, err)
 	}
+	t.batch.Close() // committed: only releases it for reuse
 	t.batch = t.inst.db.NewIndexedBatch()
 	return nil
 }

@@ -22,6 +22,7 @@ type topicSet struct {
 	byName      map[string]*translate.Topic
 	consumer    map[string]*translate.SubTopology // topic name → sub-topology reading it
 	producers   map[string]int                    // topic name → number of producing tasks
+	fullNames   map[string]string                 // topic name → Kafka name (full), precomputed
 }
 
 func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
@@ -32,8 +33,10 @@ func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
 		byName:      map[string]*translate.Topic{},
 		consumer:    map[string]*translate.SubTopology{},
 		producers:   map[string]int{},
+		fullNames:   map[string]string{},
 	}
 	for _, tp := range plan.Topics {
+		t.fullNames[tp.Name] = shuffle.TopicName(t.appID, tp.Name)
 		t.byName[tp.Name] = tp
 		if tp.Kind == translate.TopicImpulse || tp.Kind == translate.TopicSideInput {
 			t.partitions[tp.Name] = 1
@@ -58,7 +61,14 @@ func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
 	return t
 }
 
-func (t *topicSet) full(name string) string { return shuffle.TopicName(t.appID, name) }
+// full is the Kafka name of an internal topic. Data records name their topic
+// with it, so the plan's topics are looked up rather than built each time.
+func (t *topicSet) full(name string) string {
+	if f, ok := t.fullNames[name]; ok {
+		return f
+	}
+	return shuffle.TopicName(t.appID, name)
+}
 
 // taskCount is the number of tasks of the whole plan.
 func (t *topicSet) taskCount() int {

@@ -70,6 +70,7 @@ func (u *userStore) commit() error {
 	if err := u.batch.Commit(pebble.NoSync); err != nil {
 		return err
 	}
+	u.batch.Close() // committed: only releases it for reuse
 	u.batch = u.t.inst.db.NewIndexedBatch()
 	return nil
 }

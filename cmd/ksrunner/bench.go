@@ -2,17 +2,235 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	beamlog "github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
 	"github.com/spf13/pflag"
+
+	"github.com/ksrunner/ksrunner/host"
 )
 
 func newFlagSet(name string) *pflag.FlagSet { return pflag.NewFlagSet(name, pflag.ContinueOnError) }
 
+// runBench runs `ksrunner bench gbk`: the GroupByKey pipeline of
+// bench_gbk.go on ksrunner (an in-process job server on the embedded broker)
+// and on Prism (in-process), both with LOOPBACK workers in this process, and
+// prints wall times, elements/s and the speed ratio.
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "wasm" {
 		return runBenchWASM(ctx, args[1:], stdout)
 	}
-	return fmt.Errorf("bench: not built yet")
+	if len(args) == 0 || args[0] != "gbk" {
+		return fmt.Errorf("bench: want `bench gbk [flags]` or `bench wasm [flags]`")
+	}
+	def := host.DefaultOptions()
+	fs := newFlagSet("bench gbk")
+	n := fs.Int64("elements", 1_000_000, "elements to generate")
+	keys := fs.Int64("keys", 1000, "distinct keys")
+	combine := fs.Bool("combine", false, "CombinePerKey(sum) (lifted) instead of GroupByKey + a summing ParDo")
+	runs := fs.Int("runs", 1, "how many times to run each runner (alternating)")
+	runners := fs.String("runners", "ksrunner,prism", "comma-separated runners to measure: ksrunner, prism")
+	parallelism := fs.Int("internal_parallelism", def.InternalParallelism, "ksrunner: partitions of repartition topics")
+	bundle := fs.Int("max_bundle_size", def.MaxBundleSize, "ksrunner: input elements per bundle at most")
+	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "ksrunner: commit interval")
+	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the ksrunner runs to this file (run i>1 to FILE.i)")
+	logLevel := fs.String("log_level", "warn", "ksrunner and SDK log level: debug, info, warn or error")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	which := strings.Split(*runners, ",")
+	for _, r := range which {
+		if r != "ksrunner" && r != "prism" {
+			return fmt.Errorf("bench: unknown runner %q (want ksrunner or prism)", r)
+		}
+	}
+	if *n < 1 || *keys < 1 || *runs < 1 {
+		return fmt.Errorf("bench: --elements, --keys and --runs must be at least 1")
+	}
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("bench: --log_level: %w", err)
+	}
+	beam.Init() // sets slog's default logger, which Prism logs through
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(logger)
+	beamlog.SetLogger(sdkLogger{min: sdkSeverity(level)})
+	opts := def
+	opts.BootstrapServers = *bootstrap
+	opts.InternalParallelism = *parallelism
+	opts.MaxBundleSize = *bundle
+	opts.CommitIntervalMs = *commitMs
+	if err := opts.Validate(); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	srv, err := host.NewJobServer("localhost:0", opts, logger)
+	if err != nil {
+		return err
+	}
+	go srv.Serve()
+	defer srv.Stop()
+	*jobopts.EnvironmentType = "LOOPBACK"
+	flag.Set("environment_type", "LOOPBACK")
+
+	variant := "GroupByKey + sum ParDo"
+	if *combine {
+		variant = "CombinePerKey(sum), lifted"
+	}
+	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d commit_interval_ms=%d; GOMAXPROCS=%d\n",
+		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.CommitIntervalMs, runtime.GOMAXPROCS(0))
+
+	prismEndpoint := ""
+	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}
+	for run := 1; run <= *runs; run++ {
+		for _, r := range which {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			runtime.GC()
+			p := buildGBKBench(*n, *keys, *combine)
+			var exec func(context.Context, *beam.Pipeline) (beam.PipelineResult, error)
+			stopProfile := func() error { return nil }
+			switch r {
+			case "ksrunner":
+				*jobopts.Endpoint = srv.Endpoint()
+				exec = universal.Execute
+				if *cpuProfile != "" {
+					path := *cpuProfile
+					if run > 1 {
+						path = fmt.Sprintf("%s.%d", path, run)
+					}
+					if stopProfile, err = startCPUProfile(path); err != nil {
+						return err
+					}
+				}
+			case "prism":
+				// Prism starts its in-process job server on the first
+				// Execute with no endpoint; later runs reuse it.
+				*jobopts.Endpoint = prismEndpoint
+				exec = prism.Execute
+			}
+			cpu0 := processCPU()
+			start := time.Now()
+			res, err := exec(ctx, p)
+			elapsed := time.Since(start)
+			cpu := processCPU() - cpu0
+			if perr := stopProfile(); perr != nil && err == nil {
+				err = perr
+			}
+			if r == "prism" {
+				prismEndpoint = *jobopts.Endpoint
+			}
+			if err != nil {
+				return fmt.Errorf("bench: %s run %d: %w", r, run, err)
+			}
+			counts := readBenchCounts(res.Metrics())
+			if err := counts.verify(*n, *keys, *combine); err != nil {
+				return fmt.Errorf("bench: %s run %d: wrong result: %w", r, run, err)
+			}
+			times[r] = append(times[r], elapsed)
+			cpus[r] = append(cpus[r], cpu)
+			fmt.Fprintf(stdout, "run %d %-8s %8.3fs %10.0f elements/s  cpu %6.2fs  (checked %d keys", run, r, elapsed.Seconds(), rate(*n, elapsed), cpu.Seconds(), counts.checked)
+			if !*combine {
+				fmt.Fprintf(stdout, ", %d values", counts.values)
+			}
+			fmt.Fprintln(stdout, ")")
+		}
+	}
+	for _, r := range which {
+		ts := times[r]
+		fmt.Fprintf(stdout, "%-8s median %8.3fs %10.0f elements/s  cpu %6.2fs  (range %.0f-%.0f elements/s over %d runs)\n",
+			r, median(ts).Seconds(), rate(*n, median(ts)), median(cpus[r]).Seconds(), rate(*n, slices.Max(ts)), rate(*n, slices.Min(ts)), len(ts))
+	}
+	if k, p := times["ksrunner"], times["prism"]; len(k) > 0 && len(p) > 0 {
+		fmt.Fprintf(stdout, "ksrunner/prism speed: %.2f\n", median(p).Seconds()/median(k).Seconds())
+	}
+	return nil
+}
+
+// processCPU is the user + system CPU time the process has used: with other
+// work on the machine it is a steadier measure of cost than wall time.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func rate(n int64, d time.Duration) float64 { return float64(n) / d.Seconds() }
+
+func median(ts []time.Duration) time.Duration {
+	s := slices.Clone(ts)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func startCPUProfile(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench: cpu profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// sdkLogger drops the Beam SDK's log lines below a severity (the SDK logs
+// every job state change and worker start at info).
+type sdkLogger struct{ min beamlog.Severity }
+
+func (l sdkLogger) Log(ctx context.Context, sev beamlog.Severity, calldepth int, msg string) {
+	if sev >= l.min {
+		fmt.Fprintf(os.Stderr, "beam %s: %s\n", sevName(sev), msg)
+	}
+}
+
+func sevName(s beamlog.Severity) string {
+	switch s {
+	case beamlog.SevDebug:
+		return "debug"
+	case beamlog.SevInfo:
+		return "info"
+	case beamlog.SevWarn:
+		return "warn"
+	case beamlog.SevError:
+		return "error"
+	}
+	return "fatal"
+}
+
+func sdkSeverity(l slog.Level) beamlog.Severity {
+	switch {
+	case l <= slog.LevelDebug:
+		return beamlog.SevDebug
+	case l <= slog.LevelInfo:
+		return beamlog.SevInfo
+	case l <= slog.LevelWarn:
+		return beamlog.SevWarn
+	}
+	return beamlog.SevError
 }
