@@ -150,7 +150,9 @@ running() {
   local pid
   pid=$(pid_of) || return 1
   [[ -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q "kafka.Kafka $CONF" 
+  local cmdline
+  cmdline=$(tr '\0' ' ' < "/proc/$pid/cmdline")
+  [[ $cmdline == *"kafka.Kafka $CONF"* ]]
 }
 
 port_busy() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
