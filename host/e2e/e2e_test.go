@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,11 +301,11 @@ func TestDoFnPanicFailsJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.state != jobpb.JobState_FAILED {
-		t.Fatalf("job ended %v, want FAILED", r.state)
+	if r.State != jobpb.JobState_FAILED {
+		t.Fatalf("job ended %v, want FAILED", r.State)
 	}
-	if !strings.Contains(strings.Join(r.errors, "\n"), msg) {
-		t.Errorf("no error message contains the panic text %q; errors: %q", msg, r.errors)
+	if !strings.Contains(strings.Join(r.Errors, "\n"), msg) {
+		t.Errorf("no error message contains the panic text %q; errors: %q", msg, r.Errors)
 	}
 	st, err := ksrunner.GetState(ctx, &jobpb.GetJobStateRequest{JobId: id})
 	if err != nil || st.GetState() != jobpb.JobState_FAILED {
@@ -325,7 +326,7 @@ func TestCancelRunningJob(t *testing.T) {
 		t.Fatalf("submit: %v", err)
 	}
 	type ended struct {
-		result
+		jobtest.Result
 		err error
 	}
 	done := make(chan ended, 1)
@@ -333,7 +334,7 @@ func TestCancelRunningJob(t *testing.T) {
 	select {
 	case <-b.started:
 	case r := <-done:
-		t.Fatalf("job ended %v (errors %q, %v) before its DoFn started", r.state, r.errors, r.err)
+		t.Fatalf("job ended %v (errors %q, %v) before its DoFn started", r.State, r.Errors, r.err)
 	case <-ctx.Done():
 		t.Fatal("the DoFn did not start")
 	}
@@ -345,8 +346,8 @@ func TestCancelRunningJob(t *testing.T) {
 	}
 	select {
 	case r := <-done:
-		if r.err != nil || r.state != jobpb.JobState_CANCELLED {
-			t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errors, r.err)
+		if r.err != nil || r.State != jobpb.JobState_CANCELLED {
+			t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.State, r.Errors, r.err)
 		}
 	case <-ctx.Done():
 		st, _ := ksrunner.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: id})

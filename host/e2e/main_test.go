@@ -12,22 +12,18 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/container/tools"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/prism"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/runnerlib"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -99,125 +95,18 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 // --environment_type=LOOPBACK.
 func marshal(t *testing.T, p *beam.Pipeline) *pipepb.Pipeline {
 	t.Helper()
-	edges, _, err := p.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env, err := graphx.CreateEnvironment(context.Background(), "beam:env:external:v1", loopback.EnvironmentConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pipe, err := graphx.Marshal(edges, &graphx.Options{Environment: env})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runnerlib.UpdateGoEnvironmentWorker(workerBin, pipe); err != nil {
-		t.Fatal(err)
-	}
-	return pipe
+	return jobtest.MarshalLoopback(t, p, loopback.EnvironmentConfig, workerBin)
 }
 
-// submit prepares, stages and runs pipe on the job server behind client with
-// the given Go SDK pipeline options (sent as the SDK sends its flags). It
-// returns the job id, or the error of Prepare, staging or Run.
+// submit prepares, stages and runs pipe on the job server behind client.
 func submit(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string) (string, error) {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
-	st, err := tools.OptionsToProto(runtime.RawOptionsWrapper{
-		Options:     runtime.RawOptions{Options: opts},
-		AppName:     name,
-		Experiments: []string{"beam_fn_api"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	prep, err := client.Prepare(ctx, &jobpb.PrepareJobRequest{Pipeline: pipe, PipelineOptions: st, JobName: name})
-	if err != nil {
-		return "", fmt.Errorf("prepare: %w", err)
-	}
-	token, err := runnerlib.Stage(ctx, prep.GetPreparationId(), prep.GetArtifactStagingEndpoint().GetUrl(), workerBin, prep.GetStagingSessionToken())
-	if err != nil {
-		return "", fmt.Errorf("stage: %w", err)
-	}
-	resp, err := client.Run(ctx, &jobpb.RunJobRequest{PreparationId: prep.GetPreparationId(), RetrievalToken: token})
-	if err != nil {
-		return "", err
-	}
-	return resp.GetJobId(), nil
+	return jobtest.Submit(ctx, t, client, workerBin, pipe, opts)
 }
 
-// result is how a job ended, as its message stream told it.
-type result struct {
-	state  jobpb.JobState_Enum
-	errors []string // messages of importance ERROR
-}
-
-func terminal(s jobpb.JobState_Enum) bool {
-	switch s {
-	case jobpb.JobState_DONE, jobpb.JobState_FAILED, jobpb.JobState_CANCELLED, jobpb.JobState_DRAINED, jobpb.JobState_UPDATED:
-		return true
-	}
-	return false
-}
-
-// wait follows the job's message stream until a terminal state, then keeps
-// reading briefly for the error message that may follow a FAILED state. It
-// does not touch t, so it may run on any goroutine.
-func wait(ctx context.Context, client jobpb.JobServiceClient, jobID string) (result, error) {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := client.GetMessageStream(sctx, &jobpb.JobMessagesRequest{JobId: jobID})
-	if err != nil {
-		return result{}, fmt.Errorf("job %s: message stream: %w", jobID, err)
-	}
-	var r result
-	var grace <-chan time.Time
-	msgs := make(chan *jobpb.JobMessagesResponse)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-sctx.Done():
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case m := <-msgs:
-			if s := m.GetStateResponse(); s != nil {
-				r.state = s.GetState()
-				if terminal(r.state) && (r.state != jobpb.JobState_FAILED || len(r.errors) > 0) {
-					return r, nil
-				}
-				if r.state == jobpb.JobState_FAILED && grace == nil {
-					grace = time.After(5 * time.Second)
-				}
-			}
-			if mr := m.GetMessageResponse(); mr != nil && mr.GetImportance() >= jobpb.JobMessage_JOB_MESSAGE_ERROR {
-				r.errors = append(r.errors, mr.GetMessageText())
-				if r.state == jobpb.JobState_FAILED {
-					return r, nil
-				}
-			}
-		case err := <-errc:
-			if !terminal(r.state) {
-				return r, fmt.Errorf("job %s: message stream ended in state %v: %v", jobID, r.state, err)
-			}
-			return r, nil
-		case <-grace:
-			return r, nil
-		case <-ctx.Done():
-			st, _ := client.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: jobID})
-			return r, fmt.Errorf("job %s: %v waiting for a terminal state; GetState says %v", jobID, ctx.Err(), st.GetState())
-		}
-	}
+// wait follows the job's message stream until it ends (jobtest.Wait).
+func wait(ctx context.Context, client jobpb.JobServiceClient, jobID string) (jobtest.Result, error) {
+	return jobtest.Wait(ctx, client, jobID)
 }
 
 // runDone submits pipe and fails the test unless the job ends DONE.
@@ -231,8 +120,8 @@ func runDone(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.state != jobpb.JobState_DONE {
-		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.state, r.errors)
+	if r.State != jobpb.JobState_DONE {
+		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
 	}
 	return id
 }

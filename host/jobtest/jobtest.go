@@ -94,11 +94,20 @@ func (e *Env) Close() {
 // --environment_type=LOOPBACK.
 func (e *Env) Marshal(t testing.TB, p *beam.Pipeline) *pipepb.Pipeline {
 	t.Helper()
+	return MarshalLoopback(t, p, e.loopback.EnvironmentConfig, e.workerBin)
+}
+
+// MarshalLoopback turns p into the pipeline proto the SDK would submit with
+// --environment_type=LOOPBACK to the worker pool whose environment config
+// pool gives (extworker's EnvironmentConfig), with workerBin as the Go
+// worker binary artifact.
+func MarshalLoopback(t testing.TB, p *beam.Pipeline, pool func(context.Context) string, workerBin string) *pipepb.Pipeline {
+	t.Helper()
 	edges, _, err := p.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := graphx.CreateEnvironment(context.Background(), "beam:env:external:v1", e.loopback.EnvironmentConfig)
+	env, err := graphx.CreateEnvironment(context.Background(), "beam:env:external:v1", pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +115,7 @@ func (e *Env) Marshal(t testing.TB, p *beam.Pipeline) *pipepb.Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runnerlib.UpdateGoEnvironmentWorker(e.workerBin, pipe); err != nil {
+	if err := runnerlib.UpdateGoEnvironmentWorker(workerBin, pipe); err != nil {
 		t.Fatal(err)
 	}
 	return pipe
@@ -115,6 +124,15 @@ func (e *Env) Marshal(t testing.TB, p *beam.Pipeline) *pipepb.Pipeline {
 // Submit prepares, stages and runs pipe with the given Go SDK pipeline
 // options. It returns the job id, or the error of Prepare, staging or Run.
 func (e *Env) Submit(ctx context.Context, t testing.TB, pipe *pipepb.Pipeline, opts map[string]string) (string, error) {
+	t.Helper()
+	return Submit(ctx, t, e.Client, e.workerBin, pipe, opts)
+}
+
+// Submit prepares, stages (workerBin as the worker artifact) and runs pipe
+// on the job server behind client, with the given Go SDK pipeline options
+// sent as the SDK sends its flags. It returns the job id, or the error of
+// Prepare, staging or Run.
+func Submit(ctx context.Context, t testing.TB, client jobpb.JobServiceClient, workerBin string, pipe *pipepb.Pipeline, opts map[string]string) (string, error) {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	st, err := tools.OptionsToProto(runtime.RawOptionsWrapper{
@@ -125,15 +143,15 @@ func (e *Env) Submit(ctx context.Context, t testing.TB, pipe *pipepb.Pipeline, o
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep, err := e.Client.Prepare(ctx, &jobpb.PrepareJobRequest{Pipeline: pipe, PipelineOptions: st, JobName: name})
+	prep, err := client.Prepare(ctx, &jobpb.PrepareJobRequest{Pipeline: pipe, PipelineOptions: st, JobName: name})
 	if err != nil {
 		return "", fmt.Errorf("prepare: %w", err)
 	}
-	token, err := runnerlib.Stage(ctx, prep.GetPreparationId(), prep.GetArtifactStagingEndpoint().GetUrl(), e.workerBin, prep.GetStagingSessionToken())
+	token, err := runnerlib.Stage(ctx, prep.GetPreparationId(), prep.GetArtifactStagingEndpoint().GetUrl(), workerBin, prep.GetStagingSessionToken())
 	if err != nil {
 		return "", fmt.Errorf("stage: %w", err)
 	}
-	resp, err := e.Client.Run(ctx, &jobpb.RunJobRequest{PreparationId: prep.GetPreparationId(), RetrievalToken: token})
+	resp, err := client.Run(ctx, &jobpb.RunJobRequest{PreparationId: prep.GetPreparationId(), RetrievalToken: token})
 	if err != nil {
 		return "", err
 	}
@@ -159,11 +177,22 @@ func terminal(s jobpb.JobState_Enum) bool {
 // FAILED, the error message that follows it).
 func (e *Env) Wait(ctx context.Context, t testing.TB, jobID string) Result {
 	t.Helper()
+	r, err := Wait(ctx, e.Client, jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Wait follows the job's message stream on client until a terminal state,
+// then reads briefly on for the error message that may follow FAILED. It
+// does not touch a testing.T, so it may run on any goroutine.
+func Wait(ctx context.Context, client jobpb.JobServiceClient, jobID string) (Result, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := e.Client.GetMessageStream(sctx, &jobpb.JobMessagesRequest{JobId: jobID})
+	stream, err := client.GetMessageStream(sctx, &jobpb.JobMessagesRequest{JobId: jobID})
 	if err != nil {
-		t.Fatalf("job %s: message stream: %v", jobID, err)
+		return Result{}, fmt.Errorf("job %s: message stream: %w", jobID, err)
 	}
 	var r Result
 	var grace <-chan time.Time
@@ -189,7 +218,7 @@ func (e *Env) Wait(ctx context.Context, t testing.TB, jobID string) Result {
 			if s := m.GetStateResponse(); s != nil {
 				r.State = s.GetState()
 				if terminal(r.State) && (r.State != jobpb.JobState_FAILED || len(r.Errors) > 0) {
-					return r
+					return r, nil
 				}
 				if r.State == jobpb.JobState_FAILED && grace == nil {
 					grace = time.After(5 * time.Second)
@@ -200,20 +229,20 @@ func (e *Env) Wait(ctx context.Context, t testing.TB, jobID string) Result {
 				if mr.GetImportance() >= jobpb.JobMessage_JOB_MESSAGE_ERROR {
 					r.Errors = append(r.Errors, mr.GetMessageText())
 					if r.State == jobpb.JobState_FAILED {
-						return r
+						return r, nil
 					}
 				}
 			}
 		case err := <-errc:
 			if !terminal(r.State) {
-				t.Fatalf("job %s: message stream ended in state %v: %v", jobID, r.State, err)
+				return r, fmt.Errorf("job %s: message stream ended in state %v: %v", jobID, r.State, err)
 			}
-			return r
+			return r, nil
 		case <-grace:
-			return r
+			return r, nil
 		case <-ctx.Done():
-			st, _ := e.Client.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: jobID})
-			t.Fatalf("job %s: %v waiting for a terminal state; GetState says %v", jobID, ctx.Err(), st.GetState())
+			st, _ := client.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: jobID})
+			return r, fmt.Errorf("job %s: %v waiting for a terminal state; GetState says %v", jobID, ctx.Err(), st.GetState())
 		}
 	}
 }
