@@ -134,12 +134,13 @@ CONF
 
 format() {
   write_config
-  # a cluster id is 16 random bytes, base64url without padding (what StorageTool random-uuid prints)
+  # a cluster id is 16 random bytes, base64url without padding (what StorageTool random-uuid prints);
+  # it may start with '-', so it is passed as --cluster-id=ID, never as a separate argument
   local cid
   cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
   log "formatting $DATA (cluster.id=$cid)"
   "$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 "${LOG_OPTS[@]}" -cp "$LIBS/*" kafka.tools.StorageTool \
-    format -t "$cid" -c "$CONF" --standalone >"$LOGS/format.log" 2>&1 \
+    format --cluster-id="$cid" -c "$CONF" --standalone >"$LOGS/format.log" 2>&1 \
     || { cat "$LOGS/format.log" >&2; die "storage format failed"; }
 }
 
