@@ -88,7 +88,10 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		return nil, fmt.Errorf("state store %s: %w", cfg.stateDir, err)
 	}
 	i.db = db
-	i.side = newSideInputReader(i)
+	if i.side, err = newSideInputReader(i); err != nil {
+		db.Close()
+		return nil, err
+	}
 	i.timerCodecs = map[[2]string]*shuffle.TimerCodec{}
 	if err := i.buildTimerCodecs(); err != nil {
 		db.Close()

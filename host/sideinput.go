@@ -14,6 +14,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/shuffle/watermark"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -39,8 +40,9 @@ type sideTopic struct {
 	name, full string
 	codec      *shuffle.ElementCodec
 	multimap   bool // also index values by key
-	producers  int
-	reports    map[string]int64
+	// reports aggregates the producers' watermark reports; its watermark is
+	// published (watermark) only once the data it covers is in the store.
+	reports *watermark.Aggregator
 	watermark  atomic.Int64
 }
 
@@ -51,7 +53,7 @@ type sideInputReader struct {
 	byName map[string]*sideTopic
 }
 
-func newSideInputReader(inst *instance) *sideInputReader {
+func newSideInputReader(inst *instance) (*sideInputReader, error) {
 	r := &sideInputReader{db: inst.db, topics: map[string]*sideTopic{}, byName: map[string]*sideTopic{}}
 	plan := inst.cfg.plan
 	for _, tp := range plan.Topics {
@@ -62,9 +64,12 @@ func newSideInputReader(inst *instance) *sideInputReader {
 			name:      tp.Name,
 			full:      inst.cfg.topics.full(tp.Name),
 			codec:     inst.codecs[tp.PCollection],
-			producers: inst.cfg.topics.producers[tp.Name],
-			reports:   map[string]int64{},
 		}
+		agg, err := watermark.NewAggregator(inst.cfg.topics.producers[tp.Name])
+		if err != nil {
+			return nil, fmt.Errorf("side input topic %s: %w", tp.Name, err)
+		}
+		st.reports = agg
 		st.watermark.Store(minWatermark)
 		r.topics[st.full] = st
 		r.byName[tp.Name] = st
@@ -78,7 +83,7 @@ func newSideInputReader(inst *instance) *sideInputReader {
 			}
 		}
 	}
-	return r
+	return r, nil
 }
 
 // watermark is the side topic's watermark: complete up to it.
@@ -142,14 +147,7 @@ func (r *sideInputReader) run(ctx context.Context, brokers string) error {
 		}
 		b.Close()
 		for st := range moved {
-			if len(st.reports) < st.producers {
-				continue
-			}
-			wm := maxWatermark
-			for _, w := range st.reports {
-				wm = min(wm, w)
-			}
-			if wm > st.watermark.Load() {
+			if wm := int64(st.reports.Watermark()); wm > st.watermark.Load() {
 				st.watermark.Store(wm)
 			}
 		}
@@ -166,9 +164,7 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 		if err != nil {
 			return err
 		}
-		if old, ok := st.reports[p]; !ok || wm > old {
-			st.reports[p] = wm
-		}
+		st.reports.ReportMillis(p, wm)
 		return nil
 	case shuffle.KindData:
 	case shuffle.KindProcessingTime:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/shuffle/watermark"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -46,7 +47,7 @@ type task struct {
 
 	batch *pebble.Batch // this commit interval's state writes (reads see it)
 
-	inputWM     map[string]int64 // latest report per producer
+	inputWM     *watermark.Aggregator // nil when the input has no producers (impulse, TestStream)
 	producers   int              // how many producers feed the input topic
 	impulseSeen bool
 	reportedWM  int64
@@ -116,7 +117,6 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		partition:  partition,
 		producer:   shuffle.ProducerID(sub.ID, partition),
 		consumers:  map[string][]consumer{},
-		inputWM:    map[string]int64{},
 		producers:  inst.cfg.topics.producers[sub.Input],
 		reportedWM: minWatermark,
 		batch:      inst.db.NewIndexedBatch(),
@@ -169,6 +169,13 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		s := &sub.Sinks[i]
 		t.consumers[s.PCollection] = append(t.consumers[s.PCollection], consumer{sink: s})
 	}
+	if t.producers > 0 {
+		agg, err := watermark.NewAggregator(t.producers)
+		if err != nil {
+			return nil, fmt.Errorf("sub-topology %d: %w", sub.ID, err)
+		}
+		t.inputWM = agg
+	}
 	if err := t.loadWatermarks(); err != nil {
 		return nil, err
 	}
@@ -215,7 +222,9 @@ func (t *task) loadWatermarks() error {
 	defer it.Close()
 	n := len(t.prefix) + 1
 	for it.First(); it.Valid(); it.Next() {
-		t.inputWM[string(it.Key()[n:])] = int64(binary.BigEndian.Uint64(it.Value()))
+		if t.inputWM != nil {
+			t.inputWM.ReportMillis(string(it.Key()[n:]), int64(binary.BigEndian.Uint64(it.Value())))
+		}
 	}
 	if _, closer, err := t.batch.Get(t.key(storeImpulse)); err == nil {
 		closer.Close()
@@ -227,14 +236,10 @@ func (t *task) loadWatermarks() error {
 // inputWatermark is the minimum over every producer's latest report, held at
 // the minimum until every producer has reported.
 func (t *task) inputWatermark() int64 {
-	if len(t.inputWM) < t.producers || t.producers == 0 {
+	if t.inputWM == nil {
 		return minWatermark
 	}
-	wm := maxWatermark
-	for _, w := range t.inputWM {
-		wm = min(wm, w)
-	}
-	return wm
+	return int64(t.inputWM.Watermark())
 }
 
 func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
@@ -248,8 +253,11 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 			if err != nil {
 				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
-			if old, ok := t.inputWM[p]; !ok || wm > old {
-				t.inputWM[p] = wm
+			if t.inputWM == nil {
+				return fmt.Errorf("topic %s partition %d offset %d: a watermark report from %s on an input without producers", r.Topic, r.Partition, r.Offset, p)
+			}
+			if old, ok := t.inputWM.Latest(p); !ok || mtime.Time(wm) > old {
+				t.inputWM.ReportMillis(p, wm)
 				t.batch.Set(t.key(storeWatermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil)
 			}
 			if t.ev != nil {
@@ -575,7 +583,7 @@ func (t *task) rootWatermark(in int64) (int64, error) {
 func (t *task) reportWatermark(wm int64) {
 	wm = max(wm, t.reportedWM)
 	t.reportedWM, t.statusDirty = wm, false
-	t.inst.cfg.logger.Debug("watermark", "task", t.producer, "watermark", wm, "inputs", len(t.inputWM), "producers", t.producers)
+	t.inst.cfg.logger.Debug("watermark", "task", t.producer, "watermark", wm, "producers", t.producers)
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
 		if seen[s.Topic] {
