@@ -42,8 +42,8 @@ type sideTopic struct {
 	multimap   bool // also index values by key
 	// reports aggregates the producers' watermark reports; its watermark is
 	// published (watermark) only once the data it covers is in the store.
-	reports *watermark.Aggregator
-	watermark  atomic.Int64
+	reports   *watermark.Aggregator
+	watermark atomic.Int64
 }
 
 // sideInputReader owns the reading of all side topics of an instance.
@@ -61,9 +61,9 @@ func newSideInputReader(inst *instance) (*sideInputReader, error) {
 			continue
 		}
 		st := &sideTopic{
-			name:      tp.Name,
-			full:      inst.cfg.topics.full(tp.Name),
-			codec:     inst.codecs[tp.PCollection],
+			name:  tp.Name,
+			full:  inst.cfg.topics.full(tp.Name),
+			codec: inst.codecs[tp.PCollection],
 		}
 		agg, err := watermark.NewAggregator(inst.cfg.topics.producers[tp.Name])
 		if err != nil {

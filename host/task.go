@@ -48,7 +48,7 @@ type task struct {
 	batch *pebble.Batch // this commit interval's state writes (reads see it)
 
 	inputWM     *watermark.Aggregator // nil when the input has no producers (impulse, TestStream)
-	producers   int              // how many producers feed the input topic
+	producers   int                   // how many producers feed the input topic
 	impulseSeen bool
 	reportedWM  int64
 	statusDirty bool
