@@ -15,11 +15,11 @@ import (
 // holds the task's output watermark at its smallest element timestamp.
 
 // gate parks in and returns the parked chunks that are ready, deleting them.
-func (t *task) gate(sr *stageRun, in [][]byte) ([][]byte, error) {
+func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 	codec := t.inst.codecs[sr.stage.Input]
-	for _, chunk := range in {
+	for _, c := range in {
 		minTs, maxWin := maxWatermark, minWatermark
-		for b := chunk; len(b) > 0; {
+		for b := c.data; len(b) > 0; {
 			wv, err := codec.Next(b)
 			if err != nil {
 				return nil, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
@@ -42,8 +42,9 @@ func (t *task) gate(sr *stageRun, in [][]byte) ([][]byte, error) {
 		k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxWin))
 		k = binary.BigEndian.AppendUint64(k, t.gateSeq)
 		t.gateSeq++
-		v := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(chunk)), uint64(minTs))
-		if err := t.batch.Set(k, append(v, chunk...), nil); err != nil {
+		v := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(c.data)), uint64(minTs))
+		v = binary.BigEndian.AppendUint64(v, uint64(c.elements))
+		if err := t.batch.Set(k, append(v, c.data...), nil); err != nil {
 			return nil, err
 		}
 	}
@@ -57,10 +58,11 @@ func (t *task) gate(sr *stageRun, in [][]byte) ([][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out [][]byte
+	var out []chunk
 	var keys [][]byte
 	for it.First(); it.Valid(); it.Next() {
-		out = append(out, append([]byte(nil), it.Value()[8:]...))
+		v := it.Value()
+		out = append(out, chunk{data: append([]byte(nil), v[16:]...), elements: int(binary.BigEndian.Uint64(v[8:]))})
 		keys = append(keys, append([]byte(nil), it.Key()...))
 	}
 	if err := it.Close(); err != nil {

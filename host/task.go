@@ -81,7 +81,7 @@ type stageRun struct {
 	// pending is input not yet handed to the bundle, under task.mu: whole
 	// elements in chunks of about processBatchBytes, because an SDK decodes
 	// every data message on its own and a message must not split an element.
-	pending    [][]byte
+	pending    []chunk
 	count      int // elements in the open bundle
 	carry      map[string][]byte
 	idx        byte                             // position in the sub-topology, for store keys
@@ -91,21 +91,29 @@ type stageRun struct {
 	timerCarry map[string][]byte                // partial timers of the open bundle, by family key
 }
 
+// chunk is whole encoded elements of a stage's input, and how many.
+type chunk struct {
+	data     []byte
+	elements int
+}
+
 // appendPending adds one whole element to the pending input.
 func (sr *stageRun) appendPending(raw []byte) {
 	n := len(sr.pending)
-	if n == 0 || len(sr.pending[n-1])+len(raw) > processBatchBytes && len(sr.pending[n-1]) > 0 {
-		sr.pending = append(sr.pending, make([]byte, 0, max(processBatchBytes, len(raw))))
+	if n == 0 || len(sr.pending[n-1].data)+len(raw) > processBatchBytes && len(sr.pending[n-1].data) > 0 {
+		sr.pending = append(sr.pending, chunk{data: make([]byte, 0, max(processBatchBytes, len(raw)))})
 		n++
 	}
-	sr.pending[n-1] = append(sr.pending[n-1], raw...)
+	c := &sr.pending[n-1]
+	c.data = append(c.data, raw...)
+	c.elements++
 }
 
 // pendingBytes is the size of the pending input.
 func (sr *stageRun) pendingBytes() int {
 	n := 0
 	for _, c := range sr.pending {
-		n += len(c)
+		n += len(c.data)
 	}
 	return n
 }
@@ -197,7 +205,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 //	'I'                              → the impulse was processed
 //	'B' len key | key | len win | win | offset → a run of buffered GBK values (gbkRun)
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
-//	'G' stage | max window ts | seq            → min timestamp | input held for side inputs
+//	'G' stage | max window ts | seq            → min timestamp | element count | input held for side inputs
 const (
 	storeWatermark = 'W'
 	storeImpulse   = 'I'
@@ -375,7 +383,7 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 		idle := true
 		for _, sr := range t.stages {
 			t.mu.Lock()
-			var in [][]byte
+			var in []chunk
 			if closing || sr.pendingBytes() >= processBatchBytes {
 				in, sr.pending = sr.pending, nil
 			}
@@ -386,9 +394,9 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 					return err
 				}
 			}
-			for _, chunk := range in {
+			for _, c := range in {
 				idle = false
-				if err := t.process(ctx, sr, chunk); err != nil {
+				if err := t.process(ctx, sr, c); err != nil {
 					return err
 				}
 			}
@@ -413,7 +421,7 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 	}
 }
 
-func (t *task) process(ctx context.Context, sr *stageRun, in []byte) error {
+func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 	if sr.bundle == nil {
 		sr.carry = map[string][]byte{}
 		sr.timerCarry = map[string][]byte{}
@@ -437,20 +445,16 @@ func (t *task) process(ctx context.Context, sr *stageRun, in []byte) error {
 		}
 		sr.bundle, sr.count = b, 0
 	}
-	if len(in) == 0 {
+	if len(in.data) == 0 {
 		return nil
 	}
-	sr.count += countHint(in)
-	if err := sr.bundle.process(in); err != nil {
+	sr.count += in.elements
+	if err := sr.bundle.process(in.data); err != nil {
 		sr.bundle = nil
 		return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 	}
 	return nil
 }
-
-// countHint estimates the elements in a batch for max_bundle_size without
-// parsing it: one per 64 bytes, at least one.
-func countHint(b []byte) int { return max(1, len(b)/64) }
 
 func (t *task) finish(sr *stageRun) error {
 	b := sr.bundle

@@ -36,7 +36,7 @@ func (t *task) fireTimers(ctx context.Context, inputWM int64) error {
 				return fmt.Errorf("timer of unknown transform %s", d.family[0])
 			}
 			if sr.bundle == nil {
-				if err := t.process(ctx, sr, nil); err != nil {
+				if err := t.process(ctx, sr, chunk{}); err != nil {
 					return err
 				}
 			}
