@@ -266,7 +266,9 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 			}
 			if old, ok := t.inputWM.Latest(p); !ok || mtime.Time(wm) > old {
 				t.inputWM.ReportMillis(p, wm)
-				t.batch.Set(t.key(storeWatermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil)
+				if err := t.batch.Set(t.key(storeWatermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil); err != nil {
+					return fmt.Errorf("task %s: recording the watermark of %s: %w", t.producer, p, err)
+				}
 			}
 			if t.ev != nil {
 				if err := t.ev.afterWatermark(ctx); err != nil {
@@ -303,7 +305,9 @@ func (t *task) handleData(r *kgo.Record) error {
 			return nil
 		}
 		t.impulseSeen = true
-		t.batch.Set(t.key(storeImpulse), nil, nil)
+		if err := t.batch.Set(t.key(storeImpulse), nil, nil); err != nil {
+			return err
+		}
 		return t.route(root.Output, impulseElement)
 	case translate.RootPassthrough:
 		return t.route(root.Output, r.Value[1:])
