@@ -374,13 +374,21 @@ func waitDone(ctx context.Context, opts Options, topics *topicSet, logger *slog.
 		if err := fetches.Err0(); err != nil {
 			return fmt.Errorf("status topic %s: %w", topics.full(shuffle.StatusTopic), err)
 		}
+		var bad error
 		fetches.EachRecord(func(r *kgo.Record) {
 			st, err := decodeTaskStatus(r.Value)
-			logger.Debug("task status", "task", string(r.Key), "watermark", st.watermark, "error", err)
-			if err == nil && st.watermark >= maxWatermark {
+			if err != nil {
+				bad = fmt.Errorf("status topic %s offset %d (task %s): %w", r.Topic, r.Offset, r.Key, err)
+				return
+			}
+			logger.Debug("task status", "task", string(r.Key), "watermark", st.watermark)
+			if st.watermark >= maxWatermark {
 				finished[string(r.Key)] = true
 			}
 		})
+		if bad != nil {
+			return bad
+		}
 	}
 	return nil
 }
