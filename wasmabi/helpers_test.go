@@ -55,7 +55,7 @@ func buildModule(tb testing.TB, pkg string) []byte {
 	}
 	out := filepath.Join(testDir, fmt.Sprintf("module%d.wasm", len(builds.wasm)))
 	cmd := exec.Command("go", "build", "-buildmode=c-shared", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=", "GOWASM=satconv,signext")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("building %s: %v\n%s", pkg, err, msg)
 	}

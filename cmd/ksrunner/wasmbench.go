@@ -99,7 +99,7 @@ func runBenchWASM(ctx context.Context, args []string, stdout io.Writer) error {
 
 	goGuest := filepath.Join(dir, "words.wasm")
 	cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", goGuest, "github.com/ksrunner/ksrunner/examples/wasm/words")
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=")
+	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=", "GOWASM=satconv,signext")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("building the Go guest (examples/wasm/words): %v\n%s", err, msg)
 	}

@@ -2,7 +2,7 @@
 // modules (ABI v1, see package wasmabi). A module is a package main that
 // registers its DoFns in init and is built as a WASI reactor:
 //
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o fns.wasm .
+//	GOOS=wasip1 GOARCH=wasm GOWASM=satconv,signext go build -buildmode=c-shared -o fns.wasm .
 //
 // For example:
 //

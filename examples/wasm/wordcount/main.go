@@ -3,7 +3,7 @@
 // executor. The pipeline is the same Go SDK pipeline (package wc); only the
 // stage_wasm pipeline option differs. Build the module, then run:
 //
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o /tmp/wordcount.wasm ./examples/wasm/wordcount/guest
+//	GOOS=wasip1 GOARCH=wasm GOWASM=satconv,signext go build -buildmode=c-shared -o /tmp/wordcount.wasm ./examples/wasm/wordcount/guest
 //	go run ./examples/wasm/wordcount --module=/tmp/wordcount.wasm
 //
 // which is short for

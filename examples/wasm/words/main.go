@@ -2,7 +2,7 @@
 // (a line into words) and "Upper" (ASCII upper-case), both over UTF-8
 // strings. Build it with
 //
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o words.wasm ./examples/wasm/words
+//	GOOS=wasip1 GOARCH=wasm GOWASM=satconv,signext go build -buildmode=c-shared -o words.wasm ./examples/wasm/words
 //
 // and map transforms to it with ksrunner's --stage_wasm option.
 package main

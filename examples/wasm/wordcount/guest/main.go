@@ -3,7 +3,7 @@
 // extractWords and formatCount (package examples/wordcount/wc) with exactly
 // their output. Build it with
 //
-//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o wordcount.wasm ./examples/wasm/wordcount/guest
+//	GOOS=wasip1 GOARCH=wasm GOWASM=satconv,signext go build -buildmode=c-shared -o wordcount.wasm ./examples/wasm/wordcount/guest
 package main
 
 import (
