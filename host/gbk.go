@@ -132,15 +132,7 @@ func (t *task) flushBuffered() error {
 		return nil
 	}
 	for kw, r := range g.runs {
-		_, rest, err := readLP([]byte(kw))
-		if err != nil {
-			return err
-		}
-		win, _, err := readLP(rest)
-		if err != nil {
-			return err
-		}
-		maxTs, err := windowMaxTimestamp(win)
+		_, _, maxTs, err := splitKeyWindow([]byte(kw))
 		if err != nil {
 			return err
 		}
@@ -213,22 +205,28 @@ func (t *task) fire(inputWM int64) error {
 	return nil
 }
 
-// emitGroup emits KV<key, [values...]> for one key and window and clears it.
-func (t *task) emitGroup(kw []byte) error {
+// splitKeyWindow splits a state reference "len key | key | len win | win"
+// into the encoded key and window and the window's maximum timestamp.
+func splitKeyWindow(kw []byte) (key, win []byte, maxTs int64, err error) {
 	key, rest, err := readLP(kw)
 	if err != nil {
-		return err
+		return nil, nil, 0, err
 	}
-	win, _, err := readLP(rest)
-	if err != nil {
-		return err
+	if win, _, err = readLP(rest); err != nil {
+		return nil, nil, 0, err
 	}
-	maxTs, err := windowMaxTimestamp(win)
+	maxTs, err = windowMaxTimestamp(win)
+	return key, win, maxTs, err
+}
+
+// emitGroup emits KV<key, [values...]> for one key and window and clears it.
+func (t *task) emitGroup(kw []byte) error {
+	key, win, maxTs, err := splitKeyWindow(kw)
 	if err != nil {
 		return err
 	}
 	lower := t.key(storeBuffer, kw)
-	upper := append(append([]byte(nil), lower...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff)
+	upper := prefixEnd(lower)
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err

@@ -111,19 +111,6 @@ type Module struct {
 	hasInit  bool
 }
 
-// signatures of the ABI v1 exports: parameter count (all i32) and one i32
-// result each.
-var exportParams = map[string]int{
-	abi.ExportVersion:      0,
-	abi.ExportReserve:      1,
-	abi.ExportResult:       0,
-	abi.ExportSetup:        1,
-	abi.ExportStartBundle:  0,
-	abi.ExportProcess:      2,
-	abi.ExportFinishBundle: 0,
-	abi.ExportTeardown:     0,
-}
-
 // Compile compiles a module once (per job); Instantiate then runs it per
 // task. It checks that the module provides the ABI v1 exports with their
 // signatures and imports nothing but the ksr host functions and WASI; the
@@ -178,8 +165,8 @@ func (m *Module) checkExports() error {
 		return fmt.Errorf("missing export %s (memory)", abi.ExportMemory)
 	}
 	fns := m.compiled.ExportedFunctions()
-	names := make([]string, 0, len(exportParams))
-	for name := range exportParams {
+	names := make([]string, 0, len(abi.ExportParams))
+	for name := range abi.ExportParams {
 		names = append(names, name)
 	}
 	slices.Sort(names)
@@ -188,7 +175,7 @@ func (m *Module) checkExports() error {
 		if !ok {
 			return fmt.Errorf("missing export %s", name)
 		}
-		params := slices.Repeat([]api.ValueType{api.ValueTypeI32}, exportParams[name])
+		params := slices.Repeat([]api.ValueType{api.ValueTypeI32}, abi.ExportParams[name])
 		if !slices.Equal(def.ParamTypes(), params) || !slices.Equal(def.ResultTypes(), []api.ValueType{api.ValueTypeI32}) {
 			return fmt.Errorf("export %s has signature %s, want %s", name,
 				signature(def.ParamTypes(), def.ResultTypes()), signature(params, []api.ValueType{api.ValueTypeI32}))

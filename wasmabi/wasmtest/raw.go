@@ -9,18 +9,6 @@ import (
 	"github.com/ksrunner/ksrunner/wasmabi/internal/abi"
 )
 
-// exportParams: the ABI v1 exports and their i32 parameter counts.
-var exportParams = map[string]int{
-	abi.ExportVersion:      0,
-	abi.ExportReserve:      1,
-	abi.ExportResult:       0,
-	abi.ExportSetup:        1,
-	abi.ExportStartBundle:  0,
-	abi.ExportProcess:      2,
-	abi.ExportFinishBundle: 0,
-	abi.ExportTeardown:     0,
-}
-
 // RawModule assembles a minimal ABI v1 module: one page of memory, the result
 // block at address 0 (all zero: no outputs), the input buffer at 1024.
 // Every export returns 0 except ksr_abi_version (version), ksr_reserve (1024)
@@ -33,7 +21,7 @@ func RawModule(version int32, bodies map[string][]byte, omit ...string) []byte {
 		body   []byte
 	}
 	var fns []fn
-	for _, name := range slices.Sorted(maps.Keys(exportParams)) {
+	for _, name := range slices.Sorted(maps.Keys(abi.ExportParams)) {
 		if slices.Contains(omit, name) {
 			continue
 		}
@@ -47,7 +35,7 @@ func RawModule(version int32, bodies map[string][]byte, omit ...string) []byte {
 		if b, ok := bodies[name]; ok {
 			body = b
 		}
-		fns = append(fns, fn{name, exportParams[name], body})
+		fns = append(fns, fn{name, abi.ExportParams[name], body})
 	}
 	section := func(id byte, payload []byte) []byte {
 		return append(append([]byte{id}, uleb(uint64(len(payload)))...), payload...)

@@ -78,3 +78,16 @@ const (
 	LogWarn  = 2
 	LogError = 3
 )
+
+// ExportParams lists the ABI v1 exports a module must provide and the number
+// of i32 parameters of each (every one returns one i32).
+var ExportParams = map[string]int{
+	ExportVersion:      0,
+	ExportReserve:      1,
+	ExportResult:       0,
+	ExportSetup:        1,
+	ExportStartBundle:  0,
+	ExportProcess:      2,
+	ExportFinishBundle: 0,
+	ExportTeardown:     0,
+}
