@@ -186,6 +186,9 @@ func (e *eventTime) prepare(ctx context.Context, in int64) error {
 		}
 	}
 	if e.gbk != nil {
+		if err := e.gbk.flushPending(ctx); err != nil {
+			return err
+		}
 		if err := e.gbk.fire(in, e.now()); err != nil {
 			return err
 		}

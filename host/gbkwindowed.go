@@ -42,6 +42,14 @@ type windowedGBK struct {
 	codec *shuffle.ElementCodec
 
 	droppedLate, droppedClosed int64
+
+	// Custom merging WindowFn only (see mergewindows.go): the executor of
+	// the merge stage, the codec of its output, the length of an encoded
+	// window, and the records waiting for their windows to merge.
+	merger   stageExecutor
+	mergeOut *shuffle.ElementCodec
+	winLen   func([]byte) (int, error)
+	pending  []pendingElement
 }
 
 func newWindowedGBK(t *task) (*windowedGBK, error) {
@@ -55,7 +63,21 @@ func newWindowedGBK(t *task) (*windowedGBK, error) {
 	if codec == nil {
 		return nil, fmt.Errorf("group-by-key %s: no input codec", t.sub.Root.TransformID)
 	}
-	return &windowedGBK{t: t, s: s, codec: codec}, nil
+	g := &windowedGBK{t: t, s: s, codec: codec}
+	if ms := t.sub.Root.MergeWindows; ms != nil {
+		exec := t.inst.execs[ms.ID]
+		if exec == nil {
+			return nil, fmt.Errorf("group-by-key %s: merge stage %s has no executor", t.sub.Root.TransformID, ms.ID)
+		}
+		g.merger = exec
+		if g.mergeOut = t.inst.codecs[ms.Outputs[0]]; g.mergeOut == nil {
+			return nil, fmt.Errorf("group-by-key %s: merge stage %s: no output codec", t.sub.Root.TransformID, ms.ID)
+		}
+		if g.winLen, err = shuffle.ValueLength(comps.GetCoders(), ws.GetWindowCoderId()); err != nil {
+			return nil, fmt.Errorf("group-by-key %s: window coder: %w", t.sub.Root.TransformID, err)
+		}
+	}
+	return g, nil
 }
 
 // storedWindow is one key and window's stored record.
@@ -218,7 +240,8 @@ func (g *windowedGBK) ctx(w windowing.Window, now int64, sync int64) windowing.C
 }
 
 // add processes one input record (an encoded windowed KV) per the driver's
-// element steps.
+// element steps. With a custom merging WindowFn the record waits in pending
+// until flushPending merges the windows of all waiting records at once.
 func (g *windowedGBK) add(raw []byte, offset int64) error {
 	wv, err := g.codec.Next(raw)
 	if err != nil {
@@ -232,14 +255,19 @@ func (g *windowedGBK) add(raw []byte, offset int64) error {
 	if err != nil {
 		return err
 	}
+	if g.merger != nil {
+		g.pending = append(g.pending, pendingElement{
+			key: bytes.Clone(key), value: bytes.Clone(value), ts: mtime.Time(wv.Timestamp),
+			windows: cloneAll(windows), offset: offset,
+		})
+		return nil
+	}
 	ev := g.t.ev
 	now, sync := ev.now(), ev.syncTime
 	if ev.synthetic {
 		sync = now
 	}
 	in := mtime.Time(g.t.inputWatermark())
-	ts := mtime.Time(wv.Timestamp)
-	off := binary.BigEndian.AppendUint64(nil, uint64(offset))
 	for i, winBytes := range windows {
 		w, err := g.s.WindowCoder.Decode(winBytes)
 		if err != nil {
@@ -254,69 +282,109 @@ func (g *windowedGBK) add(raw []byte, offset int64) error {
 				return err
 			}
 		}
-		old, err := g.load(key, winBytes)
-		if err != nil {
-			return err
-		}
-		res := g.s.OnElement(old.st, ts, g.ctx(w, now, sync))
-		switch res.Dropped {
-		case windowing.NotDropped:
-			vk := append(g.valuePrefix(key, winBytes), off...)
-			if len(windows) > 1 {
-				vk = binary.BigEndian.AppendUint32(vk, uint32(i))
-			}
-			if err := g.t.batch.Set(vk, value, nil); err != nil {
-				return err
-			}
-		case windowing.DroppedLate:
-			g.droppedLate++
-		case windowing.DroppedClosed:
-			g.droppedClosed++
-		}
-		if err := g.apply(key, winBytes, w, old, res); err != nil {
+		if err := g.addToWindow(key, value, mtime.Time(wv.Timestamp), offset, i, len(windows), w, winBytes, now, sync); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// merge merges w into the key's active windows; it returns the window the
-// element belongs to afterwards.
+// addToWindow buffers one element's value in one of its (merged) windows
+// and runs the trigger. i of n tells the element's windows apart in the
+// buffer.
+func (g *windowedGBK) addToWindow(key, value []byte, ts mtime.Time, offset int64, i, n int, w windowing.Window, winBytes []byte, now, sync int64) error {
+	old, err := g.load(key, winBytes)
+	if err != nil {
+		return err
+	}
+	res := g.s.OnElement(old.st, ts, g.ctx(w, now, sync))
+	switch res.Dropped {
+	case windowing.NotDropped:
+		vk := binary.BigEndian.AppendUint64(g.valuePrefix(key, winBytes), uint64(offset))
+		if n > 1 {
+			vk = binary.BigEndian.AppendUint32(vk, uint32(i))
+		}
+		if err := g.t.batch.Set(vk, value, nil); err != nil {
+			return err
+		}
+	case windowing.DroppedLate:
+		g.droppedLate++
+	case windowing.DroppedClosed:
+		g.droppedClosed++
+	}
+	return g.apply(key, winBytes, w, old, res)
+}
+
+// merge merges w into the key's active windows with the host's merging
+// (sessions); it returns the window the element belongs to afterwards.
 func (g *windowedGBK) merge(key []byte, w windowing.Window, winBytes []byte, now, sync int64) (windowing.Window, []byte, error) {
-	prefix := g.t.key(storeWindowState, appendLP(nil, key))
-	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	active, enc, err := g.activeWindows(key)
 	if err != nil {
 		return w, nil, err
 	}
-	active := []windowing.Window{w}
-	enc := map[windowing.Window][]byte{w: winBytes}
+	if _, ok := enc[w]; !ok {
+		active = append(active, w)
+		enc[w] = winBytes
+	}
+	into, err := g.applyMerges(key, windowing.MergeWindows(active), enc, now, sync)
+	if err != nil {
+		return w, nil, err
+	}
+	if to, ok := into[w]; ok {
+		return to, enc[to], nil
+	}
+	return w, winBytes, nil
+}
+
+// activeWindows returns the key's windows that have state, and the
+// encoding of each.
+func (g *windowedGBK) activeWindows(key []byte) ([]windowing.Window, map[windowing.Window][]byte, error) {
+	prefix := g.t.key(storeWindowState, appendLP(nil, key))
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, nil, err
+	}
+	var active []windowing.Window
+	enc := map[windowing.Window][]byte{}
 	for it.First(); it.Valid(); it.Next() {
 		wb := append([]byte(nil), it.Key()[len(prefix):]...)
 		aw, err := g.s.WindowCoder.Decode(wb)
 		if err != nil {
 			it.Close()
-			return w, nil, err
+			return nil, nil, err
 		}
 		active = append(active, aw)
 		enc[aw] = wb
 	}
-	if err := it.Close(); err != nil {
-		return w, nil, err
-	}
-	for _, m := range windowing.MergeWindows(active) {
+	return active, enc, it.Close()
+}
+
+// applyMerges carries out merges of the key's windows: each merge's windows
+// give their buffered values, and their states merged, to its result. enc
+// holds the encoding of every window the merges mention (results are
+// encoded when missing). It returns the result of every merged window.
+func (g *windowedGBK) applyMerges(key []byte, merges []windowing.Merge, enc map[windowing.Window][]byte, now, sync int64) (map[windowing.Window]windowing.Window, error) {
+	into := map[windowing.Window]windowing.Window{}
+	for _, m := range merges {
 		toBytes, ok := enc[m.To]
 		if !ok {
+			var err error
 			if toBytes, err = g.s.WindowCoder.Encode(m.To); err != nil {
-				return w, nil, err
+				return nil, err
 			}
+			enc[m.To] = toBytes
 		}
 		var states []windowing.WindowState
 		var toOld storedWindow
 		for _, from := range m.From {
-			fb := enc[from]
+			into[from] = m.To
+			fb, ok := enc[from]
+			if !ok {
+				return nil, fmt.Errorf("group-by-key %s: merging window %v, which is not one of the key's windows", g.t.sub.Root.TransformID, from)
+			}
 			sw, err := g.load(key, fb)
 			if err != nil {
-				return w, nil, err
+				return nil, err
 			}
 			states = append(states, sw.st)
 			if from == m.To {
@@ -324,23 +392,18 @@ func (g *windowedGBK) merge(key []byte, w windowing.Window, winBytes []byte, now
 				continue
 			}
 			if err := g.moveValues(key, fb, toBytes); err != nil {
-				return w, nil, err
+				return nil, err
 			}
 			if err := g.deleteWindow(key, fb, sw); err != nil {
-				return w, nil, err
+				return nil, err
 			}
 		}
 		res := g.s.Merge(states, g.ctx(m.To, now, sync))
 		if err := g.apply(key, toBytes, m.To, toOld, res); err != nil {
-			return w, nil, err
-		}
-		for _, from := range m.From {
-			if from == w {
-				w, winBytes = m.To, toBytes
-			}
+			return nil, err
 		}
 	}
-	return w, winBytes, nil
+	return into, nil
 }
 
 // moveValues moves a window's buffered values to another window of the key,

@@ -99,7 +99,7 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 	}
 	i.execs = map[string]stageExecutor{}
 	for _, st := range cfg.plan.SubTopologies {
-		for _, s := range st.Stages {
+		for _, s := range st.ExecutorStages() {
 			i.execs[s.ID] = cfg.execs[s.ID]
 		}
 	}

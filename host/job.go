@@ -264,7 +264,7 @@ func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, fun
 	execs := map[string]stageExecutor{}
 	needHarness := false
 	for _, st := range j.plan.SubTopologies {
-		for _, s := range st.Stages {
+		for _, s := range st.ExecutorStages() {
 			switch s.Executor {
 			case translate.ExecutorHarness:
 				needHarness = true
@@ -294,7 +294,7 @@ func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, fun
 	}
 	envs := j.plan.Pipeline.GetComponents().GetEnvironments()
 	for _, st := range j.plan.SubTopologies {
-		for _, s := range st.Stages {
+		for _, s := range st.ExecutorStages() {
 			if s.Executor != translate.ExecutorHarness {
 				continue
 			}
@@ -407,12 +407,16 @@ func describePlan(plan *translate.Plan) []string {
 	var lines []string
 	for _, st := range plan.SubTopologies {
 		lines = append(lines, fmt.Sprintf("sub-topology %d reads topic %s; root %s (%s) emits %s", st.ID, st.Input, rootKindName(st.Root.Kind), trs[st.Root.TransformID].GetUniqueName(), st.Root.Output))
-		for _, s := range st.Stages {
+		for _, s := range st.ExecutorStages() {
 			exec := "Fn API harness (environment " + s.EnvironmentID + ")"
 			if s.Executor == translate.ExecutorWASM {
 				exec = "WASM"
 			}
 			line := fmt.Sprintf("  stage %s on %s: %s; input %s, outputs %v", s.ID, exec, names(s.Transforms), s.Input, s.Outputs)
+			if s == st.Root.MergeWindows {
+				line = fmt.Sprintf("  stage %s on %s: merges the windows of %s (custom WindowFn %s)", s.ID, exec, trs[st.Root.TransformID].GetUniqueName(),
+					plan.Pipeline.GetComponents().GetWindowingStrategies()[st.Root.WindowingStrategy].GetWindowFn().GetUrn())
+			}
 			for _, si := range s.SideInputs {
 				line += fmt.Sprintf("; side input %s from topic %s", si.PCollection, si.Topic)
 			}
@@ -445,7 +449,7 @@ func rootKindName(k translate.RootKind) string {
 func checkEnvironments(plan *translate.Plan) error {
 	envs := plan.Pipeline.GetComponents().GetEnvironments()
 	for _, st := range plan.SubTopologies {
-		for _, s := range st.Stages {
+		for _, s := range st.ExecutorStages() {
 			if s.Executor != translate.ExecutorHarness {
 				continue
 			}

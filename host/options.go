@@ -190,6 +190,13 @@ func (o Options) stageWASM() (map[string]string, error) {
 	return m, nil
 }
 
+// sdkDefaultBootstrapServers is the default of the bootstrap_servers option
+// the Beam Python and Java SDKs declare for their Kafka Streams runner. Those
+// SDKs send every option with its default, so a pipeline carries this value
+// whether or not its user set it; it cannot override the job server's own
+// setting. (A job server meant for localhost:9092 is configured so.)
+const sdkDefaultBootstrapServers = "localhost:9092"
+
 // WithPipelineOptions returns o overridden by a job's pipeline options.
 func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	str := func(name string, dst *string) {
@@ -207,7 +214,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		}
 		return nil
 	}
-	str("bootstrap_servers", &o.BootstrapServers)
+	if v, ok := pipelineOption(opts, "bootstrap_servers"); ok && v != sdkDefaultBootstrapServers {
+		o.BootstrapServers = v
+	}
 	str("application_id", &o.ApplicationID)
 	str("state_dir", &o.StateDir)
 	for name, dst := range map[string]*int{

@@ -28,3 +28,30 @@ func TestWithPipelineOptionsPerSDK(t *testing.T) {
 		}
 	}
 }
+
+// The Python and Java SDKs send bootstrap_servers with its declared default
+// whether or not the user set it: that value keeps the job server's broker,
+// any other value overrides it.
+func TestBootstrapServersSDKDefault(t *testing.T) {
+	for _, tc := range []struct{ server, job, want string }{
+		{"embedded", `{"beam:option:bootstrap_servers:v1": "localhost:9092"}`, "embedded"},
+		{"broker:9092", `{"beam:option:bootstrap_servers:v1": "localhost:9092"}`, "broker:9092"},
+		{"embedded", `{"beam:option:bootstrap_servers:v1": "other:9093"}`, "other:9093"},
+		{"embedded", `{"beam:option:go_options:v1": {"options": {"bootstrap_servers": "g:1"}}}`, "g:1"},
+		{"localhost:9092", `{}`, "localhost:9092"},
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.job), &s); err != nil {
+			t.Fatal(err)
+		}
+		def := DefaultOptions()
+		def.BootstrapServers = tc.server
+		o, err := def.WithPipelineOptions(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.BootstrapServers != tc.want {
+			t.Errorf("server %s, job %s: bootstrap_servers %q, want %q", tc.server, tc.job, o.BootstrapServers, tc.want)
+		}
+	}
+}

@@ -255,6 +255,11 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 		if len(r.Value) == 0 {
 			return fmt.Errorf("topic %s partition %d offset %d: empty record", r.Topic, r.Partition, r.Offset)
 		}
+		if r.Value[0] != shuffle.KindData {
+			if err := t.flushPending(ctx); err != nil {
+				return err
+			}
+		}
 		switch r.Value[0] {
 		case shuffle.KindWatermark:
 			p, wm, err := shuffle.DecodeWatermark(r.Value)
@@ -289,7 +294,20 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 			return fmt.Errorf("topic %s partition %d offset %d: unknown record kind %d", r.Topic, r.Partition, r.Offset, r.Value[0])
 		}
 	}
+	if err := t.flushPending(ctx); err != nil {
+		return err
+	}
 	return t.flushStages(ctx, false)
+}
+
+// flushPending processes the records a windowed GroupByKey holds back to
+// merge their windows together (mergewindows.go). Nothing may observe the
+// task's state or move its input watermark while records are held.
+func (t *task) flushPending(ctx context.Context) error {
+	if t.ev == nil || t.ev.gbk == nil {
+		return nil
+	}
+	return t.ev.gbk.flushPending(ctx)
 }
 
 func (t *task) handleData(r *kgo.Record) error {

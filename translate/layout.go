@@ -115,8 +115,14 @@ func (t *translator) layout() (*Plan, error) {
 			}
 			tp := &Topic{Name: sanitizeTopicName(t.name(rootID)) + "-repartition", Kind: TopicRepartition, PCollection: in, Producers: []string{in}}
 			sinkTo(tp.Name, in)
-			if _, err := newSub(tp, Root{Kind: RootGroupByKey, TransformID: rootID, Output: out, WindowingStrategy: t.inWS(in), Windowed: windowed}); err != nil {
+			sb, err := newSub(tp, Root{Kind: RootGroupByKey, TransformID: rootID, Output: out, WindowingStrategy: t.inWS(in), Windowed: windowed})
+			if err != nil {
 				return nil, err
+			}
+			if isCustomMerging(t.comps.GetWindowingStrategies()[t.inWS(in)]) {
+				if sb.st.Root.MergeWindows, err = t.mergeStage(rootID, in, fmt.Sprintf("stage-%d-merge", sb.st.ID)); err != nil {
+					return nil, err
+				}
 			}
 
 		case kindRedistribute:

@@ -145,6 +145,11 @@ type Root struct {
 	// then prefixes each element with its length (varint).
 	TestStream             *pipepb.TestStreamPayload
 	TestStreamLengthPrefix bool
+	// MergeWindows (RootGroupByKey over a custom merging WindowFn only) is
+	// the harness stage that merges windows in the SDK that defined the
+	// WindowFn (see merge.go for its input and output). It is not part of
+	// Stages: the root runs it on the side, with one element per key.
+	MergeWindows *Stage
 }
 
 // Flatten forwards Inputs to Output inside one sub-topology.
@@ -238,4 +243,13 @@ type TimerFamily struct {
 type OrderedListState struct {
 	TransformID, StateID string
 	ElementCoderID       string
+}
+
+// ExecutorStages returns every stage of st the host starts an executor for:
+// Root.MergeWindows, if set, then Stages.
+func (st *SubTopology) ExecutorStages() []*Stage {
+	if st.Root.MergeWindows == nil {
+		return st.Stages
+	}
+	return append([]*Stage{st.Root.MergeWindows}, st.Stages...)
 }

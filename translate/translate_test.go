@@ -121,11 +121,17 @@ func describe(p *Plan) string {
 		fmt.Fprintf(&b, "topic %s kind=%d pc=%s producers=%v\n", tp.Name, tp.Kind, tp.PCollection, tp.Producers)
 	}
 	for _, st := range p.SubTopologies {
-		fmt.Fprintf(&b, "sub %d input=%s root=%+v sinks=%v\n", st.ID, st.Input, st.Root, st.Sinks)
+		root := st.Root
+		root.MergeWindows = nil
+		fmt.Fprintf(&b, "sub %d input=%s root=%+v sinks=%v\n", st.ID, st.Input, root, st.Sinks)
+		stages := st.Stages
+		if ms := st.Root.MergeWindows; ms != nil {
+			stages = append([]*Stage{ms}, stages...)
+		}
 		for _, f := range st.Flattens {
 			fmt.Fprintf(&b, "  flatten %+v\n", *f)
 		}
-		for _, s := range st.Stages {
+		for _, s := range stages {
 			fmt.Fprintf(&b, "  stage %s exec=%d env=%s transforms=%v in=%s outs=%v wasm=%v src=%s sinks=%v\n", s.ID, s.Executor, s.EnvironmentID, s.Transforms, s.Input, s.Outputs, s.WASMModules, s.InputTransform, s.OutputTransforms)
 			b.WriteString(prototext.MarshalOptions{Multiline: false}.Format(s.Descriptor))
 			b.WriteString("\n")
@@ -485,18 +491,25 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{`transform "CoGBK"`, "RETRACTING"},
 	}, {
-		name: "custom window fn",
+		name: "custom merging window fn without an environment",
 		build: func(t *testing.T) *pipepb.Pipeline {
-			p, s := beam.NewPipelineWithRoot()
-			kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
-			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
-			pp := marshal(t, p)
+			pp := customWindowFnPipeline(t, pipepb.MergeStatus_NEEDS_MERGE)
 			for _, ws := range pp.GetComponents().GetWindowingStrategies() {
-				ws.WindowFn = &pipepb.FunctionSpec{Urn: "beam:window_fn:custom:v1"}
+				ws.EnvironmentId = ""
 			}
 			return pp
 		},
-		want: []string{`transform "CoGBK"`, "custom WindowFn", "beam:window_fn:custom:v1"},
+		want: []string{`transform "CoGBK"`, "custom merging WindowFn", "beam:window_fn:custom:v1", "no SDK environment"},
+	}, {
+		name: "custom window coder",
+		build: func(t *testing.T) *pipepb.Pipeline {
+			pp := customWindowFnPipeline(t, pipepb.MergeStatus_NON_MERGING)
+			for _, ws := range pp.GetComponents().GetWindowingStrategies() {
+				pp.GetComponents().GetCoders()[ws.GetWindowCoderId()].Spec.Urn = "beam:coder:my_window:v1"
+			}
+			return pp
+		},
+		want: []string{"beam:coder:my_window:v1", "not supported"},
 	}, {
 		name: "unknown requirement",
 		build: func(t *testing.T) *pipepb.Pipeline {
@@ -690,5 +703,71 @@ func TestWASMFusionPerModule(t *testing.T) {
 	two := wasmStages(Options{StageWASM: map[string]string{"translate.splitWords": "a.wasm", "translate.pairWithOne": "b.wasm"}})
 	if len(two) != 2 {
 		t.Errorf("two modules: WASM stages %v, want two", two)
+	}
+}
+
+// customWindowFnPipeline is a GroupByKey whose windowing strategy has a
+// window fn the host does not know, with the given merge status, defined
+// by the pipeline's SDK environment.
+func customWindowFnPipeline(t *testing.T, ms pipepb.MergeStatus_Enum) *pipepb.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+	beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
+	pp := marshal(t, p)
+	var env string
+	for id := range pp.GetComponents().GetEnvironments() {
+		env = id
+	}
+	for _, ws := range pp.GetComponents().GetWindowingStrategies() {
+		ws.WindowFn = &pipepb.FunctionSpec{Urn: "beam:window_fn:custom:v1", Payload: []byte("fn")}
+		ws.MergeStatus = ms
+		ws.EnvironmentId = env
+	}
+	return pp
+}
+
+// A custom WindowFn's windows are assigned in the SDK; a merging one gets a
+// merge stage that runs the SDK's merge_windows transform on its windows.
+func TestCustomWindowFn(t *testing.T) {
+	plan := mustTranslate(t, customWindowFnPipeline(t, pipepb.MergeStatus_NON_MERGING), Options{})
+	for _, st := range plan.SubTopologies {
+		if st.Root.MergeWindows != nil {
+			t.Errorf("sub-topology %d: a merge stage for a non-merging window fn", st.ID)
+		}
+	}
+
+	plan = mustTranslate(t, customWindowFnPipeline(t, pipepb.MergeStatus_NEEDS_MERGE), Options{})
+	var gbk *SubTopology
+	for _, st := range plan.SubTopologies {
+		if st.Root.Kind == RootGroupByKey {
+			gbk = st
+		}
+	}
+	if gbk == nil || !gbk.Root.Windowed || gbk.Root.MergeWindows == nil {
+		t.Fatalf("GroupByKey root %+v: want Windowed with a merge stage", gbk)
+	}
+	ms := gbk.Root.MergeWindows
+	d := ms.Descriptor
+	merge := d.GetTransforms()[ms.Transforms[0]]
+	if merge.GetSpec().GetUrn() != "beam:transform:merge_windows:v1" || merge.GetEnvironmentId() != ms.EnvironmentID || ms.EnvironmentID == "" {
+		t.Errorf("merge transform %v in environment %q", merge, ms.EnvironmentID)
+	}
+	fn := &pipepb.FunctionSpec{}
+	if err := proto.Unmarshal(merge.GetSpec().GetPayload(), fn); err != nil || fn.GetUrn() != "beam:window_fn:custom:v1" || string(fn.GetPayload()) != "fn" {
+		t.Errorf("merge transform payload: %v %v, want the window fn", fn, err)
+	}
+	if d.GetTransforms()[ms.InputTransform].GetSpec().GetUrn() != urnDataSource || len(ms.OutputTransforms) != 1 {
+		t.Errorf("merge stage wiring: source %q, sinks %v", ms.InputTransform, ms.OutputTransforms)
+	}
+	for _, pc := range []string{ms.Input, ms.Outputs[0]} {
+		if plan.WireCoders[pc] == "" || d.GetCoders()[plan.WireCoders[pc]] == nil {
+			t.Errorf("PCollection %s: wire coder %q missing from the descriptor", pc, plan.WireCoders[pc])
+		}
+	}
+	// The stage input is KV<bytes, iterable<window>> in the global window.
+	in := plan.Pipeline.GetComponents().GetCoders()[plan.WireCoders[ms.Input]]
+	kv := plan.Pipeline.GetComponents().GetCoders()[in.GetComponentCoderIds()[0]]
+	if kv.GetSpec().GetUrn() != urnCoderKV || plan.Pipeline.GetComponents().GetCoders()[in.GetComponentCoderIds()[1]].GetSpec().GetUrn() != urnCoderGlobalWindow {
+		t.Errorf("merge input coder %v", in)
 	}
 }

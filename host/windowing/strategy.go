@@ -46,7 +46,9 @@ func NewStrategy(ws *pipepb.WindowingStrategy, comps *pipepb.Components) (*Strat
 		return nil, fmt.Errorf("windowing: nil windowing strategy: %w", ErrUnsupportedStrategy)
 	}
 	fn, err := WindowFnFromSpec(ws.GetWindowFn())
-	if err != nil {
+	if errors.Is(err, ErrUnsupportedWindowFn) && ws.GetWindowFn().GetUrn() != "" {
+		fn = WindowFn{Kind: CustomWindows, URN: ws.GetWindowFn().GetUrn(), Merging: ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING}
+	} else if err != nil {
 		return nil, err
 	}
 	c := comps.GetCoders()[ws.GetWindowCoderId()]

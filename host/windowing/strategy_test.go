@@ -199,8 +199,23 @@ func TestUnsupportedStrategy(t *testing.T) {
 		t.Errorf("retracting: %v, want ErrUnsupportedStrategy", err)
 	}
 	pb.AccumulationMode = pipepb.AccumulationMode_DISCARDING
-	pb.WindowFn = &pipepb.FunctionSpec{Urn: "beam:window_fn:custom:v1"}
+	pb.WindowFn = nil
 	if _, err := NewStrategy(pb, comps); !errors.Is(err, ErrUnsupportedWindowFn) {
-		t.Errorf("custom window fn: %v, want ErrUnsupportedWindowFn", err)
+		t.Errorf("missing window fn: %v, want ErrUnsupportedWindowFn", err)
+	}
+	pb.WindowFn = &pipepb.FunctionSpec{Urn: "beam:window_fn:custom:v1"}
+	for _, ms := range []pipepb.MergeStatus_Enum{pipepb.MergeStatus_NON_MERGING, pipepb.MergeStatus_NEEDS_MERGE, pipepb.MergeStatus_ALREADY_MERGED} {
+		pb.MergeStatus = ms
+		s, err := NewStrategy(pb, comps)
+		if err != nil {
+			t.Fatalf("custom window fn, %v: %v", ms, err)
+		}
+		if s.WindowFn.Kind != CustomWindows || s.WindowFn.URN != "beam:window_fn:custom:v1" || s.WindowFn.IsMerging() != (ms != pipepb.MergeStatus_NON_MERGING) {
+			t.Errorf("custom window fn, %v: %+v", ms, s.WindowFn)
+		}
+	}
+	comps.Coders[pb.WindowCoderId] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: "beam:coder:my_window:v1"}}
+	if _, err := NewStrategy(pb, comps); !errors.Is(err, ErrUnsupportedWindowCoder) {
+		t.Errorf("custom window coder: %v, want ErrUnsupportedWindowCoder", err)
 	}
 }

@@ -33,16 +33,25 @@ const (
 	FixedWindows
 	SlidingWindows
 	SessionWindows
+	// CustomWindows is a WindowFn the host does not implement (its URN is
+	// in WindowFn.URN): the SDK assigns its windows (WindowInto runs in the
+	// SDK harness) and, if it merges, merges them (the host runs the Fn
+	// API's merge_windows transform). The host only needs to read its
+	// windows, so their coder must be the global or interval window coder.
+	CustomWindows
 )
 
 // WindowFn is one of the standard window fns with its parameters, in
-// milliseconds. The zero value is GlobalWindows.
+// milliseconds, or a custom one. The zero value is GlobalWindows.
 type WindowFn struct {
 	Kind   WindowFnKind
 	Size   int64 // fixed, sliding
 	Period int64 // sliding
 	Offset int64 // fixed, sliding
 	Gap    int64 // sessions
+
+	URN     string // custom
+	Merging bool   // custom: the windowing strategy's merge status is not NON_MERGING
 }
 
 // WindowFnFromSpec parses a window fn FunctionSpec.
@@ -107,13 +116,16 @@ func Sessions(gap time.Duration) WindowFn {
 }
 
 // IsMerging reports whether windows of this fn must be merged (sessions).
-func (f WindowFn) IsMerging() bool { return f.Kind == SessionWindows }
+func (f WindowFn) IsMerging() bool {
+	return f.Kind == SessionWindows || f.Kind == CustomWindows && f.Merging
+}
 
 // mod is the non-negative remainder, as Beam's window fns compute it.
 func mod(a, b int64) int64 { return ((a % b) + b) % b }
 
 // AssignWindows returns the windows of an element at timestamp ts, in the
-// order Beam's window fns produce them (sliding: latest start first).
+// order Beam's window fns produce them (sliding: latest start first). It
+// must not be called for CustomWindows, which only the SDK can assign.
 func (f WindowFn) AssignWindows(ts mtime.Time) []Window {
 	t := int64(ts)
 	switch f.Kind {
@@ -130,6 +142,8 @@ func (f WindowFn) AssignWindows(ts mtime.Time) []Window {
 		return ws
 	case SessionWindows:
 		return []Window{IntervalWindow(ts, ts+mtime.Time(f.Gap))}
+	case CustomWindows:
+		panic("windowing: AssignWindows on the custom window fn " + f.URN)
 	default:
 		return []Window{GlobalWindow()}
 	}
