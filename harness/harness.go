@@ -16,6 +16,7 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -135,6 +136,10 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		// Stop must not return while a handler still runs: Close promises
 		// that every goroutine has exited.
 		grpc.WaitForHandlers(true),
+		// The Python SDK pings its streams every 20s, idle or not; gRPC's
+		// default policy (at most every 5 minutes) answers that with
+		// GOAWAY too_many_pings and the worker is lost.
+		grpc.KeepaliveEnforcementPolicy(sdkKeepalive),
 	)
 	services := &services{h: h}
 	fnpb.RegisterBeamFnControlServer(h.server, services)
@@ -159,6 +164,10 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 
 // Endpoint is the host:port of the harness's gRPC server, as given to SDK
 // workers for every service.
+// sdkKeepalive admits the SDKs' keepalive pings (Python: every 20s, with
+// or without active streams).
+var sdkKeepalive = keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}
+
 func (h *Harness) Endpoint() string { return h.endpoint }
 
 func (h *Harness) apiDescriptor() *pipepb.ApiServiceDescriptor {

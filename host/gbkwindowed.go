@@ -226,7 +226,7 @@ func (g *windowedGBK) deleteWindow(key, win []byte, old storedWindow) error {
 
 func (g *windowedGBK) clearValues(key, win []byte) error {
 	lower := g.valuePrefix(key, win)
-	return g.t.batch.DeleteRange(lower, prefixEnd(lower), nil)
+	return deleteRange(g.t.batch, lower, prefixEnd(lower))
 }
 
 func (g *windowedGBK) ctx(w windowing.Window, now int64, sync int64) windowing.Context {
@@ -425,7 +425,7 @@ func (g *windowedGBK) moveValues(key, from, to []byte) error {
 	if err := it.Close(); err != nil {
 		return err
 	}
-	return g.t.batch.DeleteRange(lower, prefixEnd(lower), nil)
+	return deleteRange(g.t.batch, lower, prefixEnd(lower))
 }
 
 // apply carries out a driver Result for one key and window, in the order

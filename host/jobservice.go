@@ -21,6 +21,7 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -73,7 +74,9 @@ func NewJobServer(addr string, defaults Options, logger *slog.Logger) (*JobServe
 		defaults: defaults,
 		logger:   logger,
 		lis:      lis,
-		srv:      grpc.NewServer(grpc.MaxRecvMsgSize(512<<20), grpc.MaxSendMsgSize(512<<20)),
+		srv: grpc.NewServer(grpc.MaxRecvMsgSize(512<<20), grpc.MaxSendMsgSize(512<<20),
+			// SDK clients (Python) ping every 20s while they follow a job.
+			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})),
 		stageDir: dir,
 		prepared: map[string]*preparedJob{},
 		jobs:     map[string]*Job{},

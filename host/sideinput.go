@@ -302,14 +302,3 @@ func (s *sideState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) (
 
 const debugSide = false
 
-// prefixEnd is the smallest key greater than every key with prefix p.
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}

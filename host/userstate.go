@@ -232,7 +232,7 @@ func (s *stageState) Clear(ctx context.Context, key *fnpb.StateKey) error {
 		lower, upper := s.orderedRange(k)
 		s.user.mu.Lock()
 		defer s.user.mu.Unlock()
-		return s.user.batch.DeleteRange(lower, upper, nil)
+		return deleteRange(s.user.batch, lower, upper)
 	}
 	_, prefix, _, ok := s.prefix(key)
 	if !ok {
@@ -240,7 +240,7 @@ func (s *stageState) Clear(ctx context.Context, key *fnpb.StateKey) error {
 	}
 	s.user.mu.Lock()
 	defer s.user.mu.Unlock()
-	return s.user.batch.DeleteRange(prefix, prefixEnd(prefix), nil)
+	return deleteRange(s.user.batch, prefix, prefixEnd(prefix))
 }
 
 func timerID(transform, family string, tm shuffle.Timer, win []byte) []byte {

@@ -1,0 +1,211 @@
+// Package pythontest runs Beam Python SDK pipelines through ksrunner's job
+// server (PortableRunner, LOOPBACK workers in the Python process) and
+// compares their results with the Python SDK's own DirectRunner on the same
+// pipeline.
+//
+// The tests need python3 (3.10 or newer) and the apache-beam package at the
+// Beam version of go.mod. KSRUNNER_PYTHON names a python that has it;
+// otherwise the tests make a virtual environment under the user cache
+// directory (ksrunner/pyvenv-beam-VERSION) with pip, once. Without python3
+// they skip, unless KSRUNNER_REQUIRE_PYTHON is set (CI sets it).
+package pythontest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// beamVersion is the apache-beam release the tests install: the Beam
+// version of go.mod, so both SDKs speak the same model.
+const beamVersion = "2.77.0"
+
+// beamPython returns a python interpreter that can import apache_beam.
+func beamPython(t *testing.T) string {
+	t.Helper()
+	if py := os.Getenv("KSRUNNER_PYTHON"); py != "" {
+		return py
+	}
+	sys, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("KSRUNNER_REQUIRE_PYTHON") != "" {
+			t.Fatalf("python3 is required (KSRUNNER_REQUIRE_PYTHON is set): %v", err)
+		}
+		t.Skipf("python3 not found (%v): the Python SDK tests need it", err)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-"+beamVersion)
+	py := filepath.Join(dir, "bin", "python")
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Test packages run in parallel: one installs, the others wait.
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	ready := filepath.Join(dir, ".ksrunner-ready")
+	if _, err := os.Stat(ready); err == nil {
+		return py
+	}
+	os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	for _, args := range [][]string{
+		{sys, "-m", "venv", dir},
+		{py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "apache-beam==" + beamVersion},
+	} {
+		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("installing the Beam Python SDK: %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if err := os.WriteFile(ready, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("installed apache-beam %s in %s (%v)", beamVersion, dir, time.Since(start).Round(time.Second))
+	return py
+}
+
+// runPipeline runs a pipeline script of testdata, which writes its results
+// one per line to its first argument, and returns the lines sorted.
+func runPipeline(ctx context.Context, t *testing.T, py, script string, args ...string) []string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "results.txt")
+	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join("testdata", script), out}, args...)...)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", script, args, err, log.Bytes())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	slices.Sort(lines)
+	return lines
+}
+
+// startJobServer starts a job server with the test broker and returns its
+// endpoint.
+func startJobServer(t *testing.T, opts host.Options) string {
+	t.Helper()
+	opts.BootstrapServers = kafkatest.Broker(t)
+	logOut := &syncBuffer{}
+	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(logOut, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() {
+		srv.Stop()
+		if t.Failed() || os.Getenv("KSRUNNER_DEBUG") != "" {
+			t.Logf("job server log:\n%s", logOut.String())
+		}
+	})
+	return srv.Endpoint()
+}
+
+// Custom WindowFns written in Python: a non-merging one whose windows depend
+// on the element and a merging one (sessions with a per-element gap), under
+// GroupByKey, CombinePerKey and a second GroupByKey of merged windows. The
+// SDK assigns the windows and merges them (merge_windows); ksrunner must
+// give exactly the DirectRunner's results, at parallelism 1 and 4.
+func TestCustomWindowFns(t *testing.T) {
+	py := beamPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	want := runPipeline(ctx, t, py, "windowfns.py")
+	kinds := map[string]int{}
+	for _, l := range want {
+		kinds[strings.Fields(l)[0]]++
+	}
+	// The reference must be substantial for the comparison to mean much.
+	for _, k := range []string{"group-fixed", "sum-fixed", "group-sessions", "sum-sessions", "regroup-sessions"} {
+		if kinds[k] < 50 {
+			t.Fatalf("reference run: %d %s results, want at least 50 (%v)", kinds[k], k, kinds)
+		}
+	}
+	for _, par := range []int{1, 4} {
+		t.Run(fmt.Sprintf("internal_parallelism=%d", par), func(t *testing.T) {
+			opts := host.DefaultOptions()
+			opts.InternalParallelism = par
+			endpoint := startJobServer(t, opts)
+			got := runPipeline(ctx, t, py, "windowfns.py",
+				"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK")
+			if d := diff(want, got); d != "" {
+				t.Errorf("results differ from the DirectRunner's (%d lines, want %d):\n%s", len(got), len(want), d)
+			}
+		})
+	}
+}
+
+// diff lists up to 20 lines only in want (-) or only in got (+); both sorted.
+func diff(want, got []string) string {
+	var b strings.Builder
+	n := 0
+	add := func(prefix, l string) {
+		if n < 20 {
+			fmt.Fprintf(&b, "%s %s\n", prefix, l)
+		}
+		n++
+	}
+	i, j := 0, 0
+	for i < len(want) || j < len(got) {
+		switch {
+		case j == len(got) || i < len(want) && want[i] < got[j]:
+			add("-", want[i])
+			i++
+		case i == len(want) || got[j] < want[i]:
+			add("+", got[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	if n > 20 {
+		fmt.Fprintf(&b, "... %d more\n", n-20)
+	}
+	return b.String()
+}
+
+// syncBuffer is a log destination the job server's goroutines share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
