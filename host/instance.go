@@ -9,10 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
@@ -351,11 +349,7 @@ func (i *instance) buildTimerCodecs() error {
 	for _, st := range i.cfg.plan.SubTopologies {
 		for _, s := range st.Stages {
 			for _, f := range s.TimerFamilies {
-				pd := &pipepb.ParDoPayload{}
-				if err := proto.Unmarshal(comps.GetTransforms()[f.TransformID].GetSpec().GetPayload(), pd); err != nil {
-					return fmt.Errorf("transform %s: %w", f.TransformID, err)
-				}
-				c, err := shuffle.NewTimerCodec(comps.GetCoders(), pd.GetTimerFamilySpecs()[f.FamilyID].GetTimerFamilyCoderId())
+				c, err := shuffle.NewTimerCodec(comps.GetCoders(), f.CoderID)
 				if err != nil {
 					return fmt.Errorf("transform %s timer family %s: %w", f.TransformID, f.FamilyID, err)
 				}

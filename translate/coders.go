@@ -22,6 +22,20 @@ func (t *translator) safeCoder(cid string) (string, error) {
 	urn := c.GetSpec().GetUrn()
 	var out string
 	switch {
+	case urn == urnCoderTimer:
+		// Key and window: the host reads both (timers are stored per key
+		// and window), so only the key may need a length prefix.
+		if len(c.GetComponentCoderIds()) != 2 {
+			return "", fmt.Errorf("coder %q: %s needs 2 components, has %d", cid, urn, len(c.GetComponentCoderIds()))
+		}
+		key, err := t.safeCoder(c.GetComponentCoderIds()[0])
+		if err != nil {
+			return "", fmt.Errorf("coder %q: %w", cid, err)
+		}
+		out = cid
+		if key != c.GetComponentCoderIds()[0] {
+			out = t.addCoder(cid+"_safe", &pipepb.Coder{Spec: c.GetSpec(), ComponentCoderIds: []string{key, c.GetComponentCoderIds()[1]}})
+		}
 	case !hostCoderURNs[urn]:
 		out = t.addCoder(cid+"_lp", &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urnCoderLengthPrefix}, ComponentCoderIds: []string{cid}})
 	case urn == urnCoderLengthPrefix:

@@ -107,7 +107,16 @@ func (t *translator) buildDescriptor(s *Stage) error {
 				}
 			}
 			for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
-				addCoder(pd.GetTimerFamilySpecs()[fam].GetTimerFamilyCoderId())
+				spec := pd.GetTimerFamilySpecs()[fam]
+				safe, e := t.safeCoder(spec.GetTimerFamilyCoderId())
+				if e != nil {
+					return fmt.Errorf("transform %q: timer family %q: %w", tr.GetUniqueName(), fam, e)
+				}
+				if safe != spec.GetTimerFamilyCoderId() {
+					spec.TimerFamilyCoderId = safe
+					rewritten = true
+				}
+				addCoder(safe)
 			}
 			if rewritten {
 				b, e := proto.Marshal(pd)

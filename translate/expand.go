@@ -84,9 +84,17 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 		}
 		t.statefulOf[id] = true
 		for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
+			spec := pd.GetTimerFamilySpecs()[fam]
+			// The host stores and fires timers, so it must parse them:
+			// buildDescriptor gives the SDK this coder.
+			coder, err := t.safeCoder(spec.GetTimerFamilyCoderId())
+			if err != nil {
+				return fmt.Errorf("transform %q: timer family %q: %w", name, fam, err)
+			}
 			t.timersOf[id] = append(t.timersOf[id], TimerFamily{
 				TransformID: id, FamilyID: fam,
-				EventTime: pd.GetTimerFamilySpecs()[fam].GetTimeDomain() == pipepb.TimeDomain_EVENT_TIME,
+				EventTime: spec.GetTimeDomain() == pipepb.TimeDomain_EVENT_TIME,
+				CoderID:   coder,
 			})
 		}
 	}

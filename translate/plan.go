@@ -234,6 +234,10 @@ type SideInput struct {
 type TimerFamily struct {
 	TransformID, FamilyID string
 	EventTime             bool // else processing time
+	// CoderID is the timer coder (beam:coder:timer:v1) the SDK encodes the
+	// family's timers in, with its key coder made host-parseable (the
+	// descriptor's ParDo payload is rewritten to it).
+	CoderID string
 }
 
 // OrderedListState is one ordered list state of a stateful ParDo. Its values

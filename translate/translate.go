@@ -127,6 +127,9 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 	if err := t.checkRequirements(); err != nil {
 		return nil, fmt.Errorf("translate: %w", err)
 	}
+	if err := t.transcodeFlattens(); err != nil {
+		return nil, fmt.Errorf("translate: %w", err)
+	}
 	t.gcPCollections()
 	if err := t.link(); err != nil {
 		return nil, fmt.Errorf("translate: %w", err)

@@ -3,6 +3,7 @@ package translate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -770,4 +771,69 @@ func TestCustomWindowFn(t *testing.T) {
 	if kv.GetSpec().GetUrn() != urnCoderKV || plan.Pipeline.GetComponents().GetCoders()[in.GetComponentCoderIds()[1]].GetSpec().GetUrn() != urnCoderGlobalWindow {
 		t.Errorf("merge input coder %v", in)
 	}
+}
+
+// A Flatten input whose coder differs from the output's (the Python SDK's
+// CoGroupByKey does this) is re-encoded by a one-input Flatten run in the
+// SDK, fused after the input's producer; the topic then carries one
+// encoding.
+func TestFlattenTranscodesInputs(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	a := beam.Create(s, "a")
+	bb := beam.ParDo(s, identity, beam.Create(s, "b"))
+	beam.ParDo(s, splitWords, beam.Flatten(s, a, bb))
+	pp := marshal(t, p)
+	comps := pp.GetComponents()
+	flatten := findTransform(t, pp, "Flatten")
+	in := comps.GetTransforms()[flatten].GetInputs()
+	var local, other string
+	for l, pc := range in {
+		if comps.GetTransforms()[findProducer(t, pp, pc)].GetSpec().GetUrn() == urnParDo {
+			local, other = l, pc
+		}
+	}
+	if local == "" {
+		t.Fatal("no flatten input produced by a ParDo")
+	}
+	comps.Coders["custom_string"] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: "beam:coder:my_string:v1"}}
+	comps.GetPcollections()[other].CoderId = "custom_string"
+
+	plan := mustTranslate(t, pp, Options{})
+	got := plan.Pipeline.GetComponents()
+	newIn := got.GetTransforms()[flatten].GetInputs()[local]
+	if newIn == other {
+		t.Fatalf("flatten still reads %s", other)
+	}
+	tc := got.GetTransforms()[findProducer(t, plan.Pipeline, newIn)]
+	if tc.GetSpec().GetUrn() != urnFlatten || tc.GetInputs()["0"] != other || tc.GetEnvironmentId() == "" ||
+		got.GetPcollections()[newIn].GetCoderId() != got.GetPcollections()[got.GetTransforms()[flatten].GetOutputs()["i0"]].GetCoderId() {
+		t.Errorf("transcoding transform %v, output coder %s", tc, got.GetPcollections()[newIn].GetCoderId())
+	}
+	fused := false
+	for _, st := range plan.SubTopologies {
+		for _, stg := range st.Stages {
+			if slices.Contains(stg.Transforms, findProducer(t, plan.Pipeline, newIn)) && slices.Contains(stg.Transforms, findProducer(t, plan.Pipeline, other)) {
+				fused = true
+			}
+		}
+	}
+	if !fused {
+		t.Errorf("the transcoding flatten is not fused with its input's producer: %v", stageNames(plan))
+	}
+}
+
+func findProducer(t *testing.T, p *pipepb.Pipeline, pc string) string {
+	t.Helper()
+	for id, tr := range p.GetComponents().GetTransforms() {
+		if len(tr.GetSubtransforms()) > 0 {
+			continue
+		}
+		for _, o := range tr.GetOutputs() {
+			if o == pc {
+				return id
+			}
+		}
+	}
+	t.Fatalf("no producer of %s", pc)
+	return ""
 }

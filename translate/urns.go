@@ -51,6 +51,7 @@ var (
 	urnCoderGlobalWindow   = beamURN(pipepb.StandardCoders_GLOBAL_WINDOW)
 	urnCoderIntervalWindow = beamURN(pipepb.StandardCoders_INTERVAL_WINDOW)
 	urnCoderWindowedValue  = beamURN(pipepb.StandardCoders_WINDOWED_VALUE)
+	urnCoderTimer          = beamURN(pipepb.StandardCoders_TIMER)
 
 	urnReqSplittableDoFn     = beamURN(pipepb.StandardRequirements_REQUIRES_SPLITTABLE_DOFN)
 	urnReqStatefulProcessing = beamURN(pipepb.StandardRequirements_REQUIRES_STATEFUL_PROCESSING)

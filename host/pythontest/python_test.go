@@ -131,21 +131,40 @@ func startJobServer(t *testing.T, opts host.Options) string {
 // Custom WindowFns written in Python: a non-merging one whose windows depend
 // on the element and a merging one (sessions with a per-element gap), under
 // GroupByKey, CombinePerKey and a second GroupByKey of merged windows. The
-// SDK assigns the windows and merges them (merge_windows); ksrunner must
-// give exactly the DirectRunner's results, at parallelism 1 and 4.
+// SDK assigns the windows and merges them (merge_windows).
 func TestCustomWindowFns(t *testing.T) {
+	matchDirectRunner(t, "windowfns.py", map[string]int{
+		"group-fixed": 500, "sum-fixed": 500, "group-sessions": 500, "sum-sessions": 500, "regroup-sessions": 50,
+	})
+}
+
+// The model's main features from Python: multiple outputs, side inputs
+// (singleton, list, dict), combines, Flatten and CoGroupByKey over inputs
+// of different coders, Reshuffle, fixed, sliding and session windows, and a
+// stateful DoFn with bag state and an event-time timer.
+func TestFeatures(t *testing.T) {
+	matchDirectRunner(t, "features.py", map[string]int{
+		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50,
+	})
+}
+
+// matchDirectRunner runs a pipeline script on the Python DirectRunner and
+// through ksrunner at internal_parallelism 1 and 4; ksrunner's results must
+// be exactly the DirectRunner's. minimum gives, per result kind (a line's
+// first word), how many results the reference must have at least, so the
+// comparison means something.
+func matchDirectRunner(t *testing.T, script string, minimum map[string]int) {
 	py := beamPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	want := runPipeline(ctx, t, py, "windowfns.py")
+	want := runPipeline(ctx, t, py, script)
 	kinds := map[string]int{}
 	for _, l := range want {
 		kinds[strings.Fields(l)[0]]++
 	}
-	// The reference must be substantial for the comparison to mean much.
-	for _, k := range []string{"group-fixed", "sum-fixed", "group-sessions", "sum-sessions", "regroup-sessions"} {
-		if kinds[k] < 50 {
-			t.Fatalf("reference run: %d %s results, want at least 50 (%v)", kinds[k], k, kinds)
+	for k, n := range minimum {
+		if kinds[k] < n {
+			t.Fatalf("reference run: %d %s results, want at least %d (%v)", kinds[k], k, n, kinds)
 		}
 	}
 	for _, par := range []int{1, 4} {
@@ -153,7 +172,7 @@ func TestCustomWindowFns(t *testing.T) {
 			opts := host.DefaultOptions()
 			opts.InternalParallelism = par
 			endpoint := startJobServer(t, opts)
-			got := runPipeline(ctx, t, py, "windowfns.py",
+			got := runPipeline(ctx, t, py, script,
 				"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK")
 			if d := diff(want, got); d != "" {
 				t.Errorf("results differ from the DirectRunner's (%d lines, want %d):\n%s", len(got), len(want), d)

@@ -1,0 +1,116 @@
+"""A Python pipeline over the Beam model's main features, for ksrunner's
+Python tests (usage as windowfns.py): multiple outputs, side inputs (list,
+dict, singleton), CombineGlobally and CombinePerKey, Flatten, Reshuffle,
+CoGroupByKey, fixed and sliding windows, sessions, and a stateful DoFn with
+bag state and an event-time timer. Results are deterministic."""
+import random
+import sys
+import threading
+
+import apache_beam as beam
+from apache_beam.coders import coders
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms import window
+from apache_beam.transforms import userstate
+from apache_beam.transforms.timeutil import TimeDomain
+
+
+class SplitParity(beam.DoFn):
+    def process(self, kv):
+        k, v = kv
+        if v % 2:
+            yield beam.pvalue.TaggedOutput("odd", (k, v))
+        else:
+            yield (k, v)
+
+
+class BufferUntilWindowEnd(beam.DoFn):
+    """Stateful: buffers each key's values and emits their count and sum
+    when an event-time timer at the end of the window fires."""
+    BUF = userstate.BagStateSpec("buf", coders.VarIntCoder())
+    END = userstate.TimerSpec("end", TimeDomain.WATERMARK)
+
+    def process(self, kv, w=beam.DoFn.WindowParam,
+                buf=beam.DoFn.StateParam(BUF), end=beam.DoFn.TimerParam(END)):
+        buf.add(kv[1])
+        end.set(w.max_timestamp())
+
+    @userstate.on_timer(END)
+    def flush(self, key=beam.DoFn.KeyParam, buf=beam.DoFn.StateParam(BUF)):
+        vals = list(buf.read())
+        buf.clear()
+        yield (key, (len(vals), sum(vals)))
+
+
+def data():
+    rnd = random.Random(11)
+    return [("k%02d" % rnd.randrange(25), rnd.randrange(1000), rnd.randrange(300)) for _ in range(2000)]
+
+
+_lock = threading.Lock()
+
+
+def main():
+    out_file = sys.argv[1]
+    open(out_file, "w").close()
+
+    def write(name):
+        def w(x):
+            with _lock, open(out_file, "a") as f:
+                f.write("%s %r\n" % (name, x))
+        return w
+
+    def sorted_values(kv):
+        return (kv[0], sorted(kv[1]))
+
+    with beam.Pipeline(options=PipelineOptions(sys.argv[2:])) as p:
+        raw = p | beam.Create(data())
+        kvs = raw | "KV" >> beam.Map(lambda e: (e[0], e[1]))
+        stamped = raw | "Stamp" >> beam.Map(lambda e: window.TimestampedValue((e[0], e[1]), e[2]))
+
+        parts = kvs | beam.ParDo(SplitParity()).with_output_types(beam.typehints.Tuple[str, int]).with_outputs("odd", main="even")
+        parts.even | "CountEven" >> beam.combiners.Count.PerKey() | "WCountEven" >> beam.Map(write("count-even"))
+        parts.odd | "SumOdd" >> beam.CombinePerKey(sum) | "WSumOdd" >> beam.Map(write("sum-odd"))
+
+        total = kvs | "Values" >> beam.Values() | "Total" >> beam.CombineGlobally(sum)
+        keys = kvs | "Keys" >> beam.Keys() | "Distinct" >> beam.Distinct()
+        maxes = kvs | "Max" >> beam.CombinePerKey(max)
+        (kvs
+         | "Reshuffle" >> beam.Reshuffle()
+         | "Side" >> beam.Map(lambda kv, total, keys, maxes: (kv[0], kv[1] * 1000 // total, kv[1] == maxes[kv[0]], len(keys)),
+                              total=beam.pvalue.AsSingleton(total),
+                              keys=beam.pvalue.AsList(keys),
+                              maxes=beam.pvalue.AsDict(maxes))
+         | "FilterMax" >> beam.Filter(lambda r: r[2])
+         | "WSide" >> beam.Map(write("side")))
+
+        merged = (parts.even, parts.odd) | beam.Flatten()
+        ({"all": merged, "max": maxes}
+         | beam.CoGroupByKey()
+         | "Cogbk" >> beam.MapTuple(lambda k, g: (k, len(list(g["all"])), list(g["max"])))
+         | "WCogbk" >> beam.Map(write("cogbk")))
+
+        (stamped
+         | "Fixed" >> beam.WindowInto(window.FixedWindows(60))
+         | "FixedSum" >> beam.CombinePerKey(sum)
+         | "FixedWin" >> beam.Map(lambda kv, w=beam.DoFn.WindowParam: (kv, str(w)))
+         | "WFixed" >> beam.Map(write("fixed")))
+        (stamped
+         | "Sliding" >> beam.WindowInto(window.SlidingWindows(60, 20))
+         | "SlidingCount" >> beam.combiners.Count.PerKey()
+         | "SlidingWin" >> beam.Map(lambda kv, w=beam.DoFn.WindowParam: (kv, str(w)))
+         | "WSliding" >> beam.Map(write("sliding")))
+        (stamped
+         | "Sessions" >> beam.WindowInto(window.Sessions(10))
+         | "SessionGroup" >> beam.GroupByKey()
+         | "SessionWin" >> beam.Map(lambda kv, w=beam.DoFn.WindowParam: (sorted_values(kv), str(w)))
+         | "WSessions" >> beam.Map(write("sessions")))
+        (stamped
+         | "StateWindows" >> beam.WindowInto(window.FixedWindows(100))
+         | "Stateful" >> beam.ParDo(BufferUntilWindowEnd())
+         | "StateWin" >> beam.Map(lambda kv, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam: (kv, str(w), ts.micros // 1000))
+         | "WState" >> beam.Map(write("state")))
+
+
+if __name__ == "__main__":
+    main()
