@@ -148,6 +148,12 @@ func TestFeatures(t *testing.T) {
 	})
 }
 
+// Wordcount with the SDK's file IO: ReadFromText (a splittable DoFn) and
+// WriteToText (sharded temporary files, then a finalizing step).
+func TestWordCount(t *testing.T) {
+	matchDirectRunner(t, "wordcount.py", map[string]int{"count": 300})
+}
+
 // matchDirectRunner runs a pipeline script on the Python DirectRunner and
 // through ksrunner at internal_parallelism 1 and 4; ksrunner's results must
 // be exactly the DirectRunner's. minimum gives, per result kind (a line's
