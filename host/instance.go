@@ -312,6 +312,7 @@ func (i *instance) commit(ctx context.Context) error {
 	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
 		return fmt.Errorf("committing offsets: %w", err)
 	}
+	sent := false
 	for _, t := range i.tasks {
 		for _, f := range t.finalizers {
 			if err := f(ctx); err != nil {
@@ -319,8 +320,14 @@ func (i *instance) commit(ctx context.Context) error {
 			}
 		}
 		t.finalizers = nil
+		sent = t.sendStatus() || sent
 	}
-	return nil
+	if sent {
+		if err := i.cl.Flush(ctx); err != nil {
+			return fmt.Errorf("flushing task status: %w", err)
+		}
+	}
+	return i.failure()
 }
 
 func (i *instance) produce(r *kgo.Record) {

@@ -52,6 +52,9 @@ type task struct {
 	impulseSeen bool
 	reportedWM  int64
 	statusDirty bool
+	// pendingStatus is the status to send once the commit in progress is
+	// done (see sendStatus).
+	pendingStatus *taskStatus
 	gateSeq     uint64 // next sequence number of held input
 	// user holds the user state and timers of stateful stages; nil if none.
 	user *userStore
@@ -621,11 +624,25 @@ func (t *task) reportWatermark(wm int64) {
 			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.full(s.Topic), Partition: p, Value: val})
 		}
 	}
+	// The status goes out after the commit (sendStatus): the job server
+	// ends a bounded job on it, and by then the bundles it covers must be
+	// committed and finalized.
+	t.pendingStatus = &taskStatus{watermark: wm}
+}
+
+// sendStatus produces the status recorded by the last watermark report, if
+// any; it reports whether it did.
+func (t *task) sendStatus() bool {
+	if t.pendingStatus == nil {
+		return false
+	}
 	t.inst.produce(&kgo.Record{
 		Topic: t.inst.cfg.topics.full(shuffle.StatusTopic),
 		Key:   []byte(t.producer),
-		Value: encodeTaskStatus(taskStatus{watermark: wm}),
+		Value: encodeTaskStatus(*t.pendingStatus),
 	})
+	t.pendingStatus = nil
+	return true
 }
 
 func (t *task) commitState() error {
