@@ -218,13 +218,9 @@ func (j *Job) execute(ctx context.Context) (err error) {
 	}()
 	defer wg.Wait()
 
-	if !j.plan.Bounded {
-		err := <-instErr
-		if cause := context.Cause(ctx); cause != nil {
-			return cause
-		}
-		return err
-	}
+	// A job is DONE when every task has reported the final watermark: for
+	// a bounded pipeline always eventually, for an unbounded one when its
+	// sources end (a splittable DoFn that stops, a TestStream).
 	doneErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
