@@ -80,19 +80,20 @@ func emitFunc[O any](e *Emitter, c Coder[O]) func(O) {
 			// data pointer and the length: read either as a string.
 			return func(o O) {
 				s := *(*string)(unsafe.Pointer(&o))
-				// outString, inlined by hand (too big for the compiler).
+				// The common case inline (outString is too big for the
+				// compiler to inline), laid out so that it runs straight
+				// through: a taken branch costs a dispatch in Go's wasm.
 				p := rt.outN
-				end := p + abi.RecordHeaderSize + 1 + len(s)
-				if len(s) >= 0x80 || end > len(rt.out) {
-					outStringSlow(w, e.src, s)
+				if len(s) <= 16 && p+abi.RecordHeaderSize+1+16 <= len(rt.out) && inInput(s) {
+					r := (*[abi.RecordHeaderSize + 1 + 16]byte)(rt.out[p:])
+					store64((*[8]byte)(r[abi.RecordOutput:]), uint64(w)|uint64(e.src)<<32)
+					store32((*[4]byte)(r[abi.RecordLen:]), uint32(1+len(s)))
+					r[abi.RecordHeaderSize] = byte(len(s))
+					copy16((*[16]byte)(r[abi.RecordHeaderSize+1:]), s)
+					rt.outN = p + abi.RecordHeaderSize + 1 + len(s)
 					return
 				}
-				r := rt.out[p:end]
-				store64((*[8]byte)(r), uint64(w)|uint64(e.src)<<32)
-				store32((*[4]byte)(r[abi.RecordLen:]), uint32(1+len(s)))
-				r[abi.RecordHeaderSize] = byte(len(s))
-				copy(r[abi.RecordHeaderSize+1:], s)
-				rt.outN = end
+				outString(w, e.src, s)
 			}
 		}
 	}

@@ -198,8 +198,8 @@ func NewCounter(namespace, name string) *Counter {
 // Inc adds n to the counter.
 func (c *Counter) Inc(n int64) {
 	i := rt.cur
-	for i >= len(c.vals) { // only before setup: it sizes vals (keeps Inc inlinable)
-		c.vals = append(c.vals, counterValue{})
+	if i >= len(c.vals) { // only before setup, which sizes vals
+		c.vals = append(c.vals, make([]counterValue, i+1-len(c.vals))...)
 	}
 	v := &c.vals[i]
 	v.v += n
