@@ -361,15 +361,11 @@ func (b *Bundle) Process(data []byte) error {
 	}
 	i := b.i
 	for off := 0; off < len(data); {
-		vals, end := i.vals[:0], off
-		for end < len(data) && (len(vals) == 0 || end-off < i.m.cfg.BatchBytes) {
-			v, err := nextValue(i.codec, data, end)
-			if err != nil {
-				return i.fail(abi.ExportProcess, fmt.Errorf("input of %d bytes: %w", len(data), err))
-			}
-			vals, end = append(vals, v), v.End
-		}
+		vals, end, err := scanValues(i.codec, data, off, i.m.cfg.BatchBytes, i.vals[:0])
 		i.vals = vals
+		if err != nil {
+			return i.fail(abi.ExportProcess, fmt.Errorf("input of %d bytes: %w", len(data), err))
+		}
 		if err := b.batch(data, off, end); err != nil {
 			return i.fail(abi.ExportProcess, err)
 		}
@@ -647,14 +643,20 @@ type value struct {
 	Start, Pane, Elem, End int
 }
 
-// nextValue locates the windowed value starting at data[off:]; the input is
-// whole values only, so a short one is an error.
-func nextValue(c *shuffle.ElementCodec, data []byte, off int) (value, error) {
-	wv, err := c.Next(data[off:])
-	if err != nil {
-		return value{}, fmt.Errorf("value at offset %d: %w", off, err)
+// scanValues appends to vals the windowed values of data from off on, up to
+// the first whose end is limit bytes or more past off (at least one value),
+// and returns them and where they end.
+func scanValues(c *shuffle.ElementCodec, data []byte, off, limit int, vals []value) ([]value, int, error) {
+	end := off
+	for end < len(data) && (len(vals) == 0 || end-off < limit) {
+		wv, err := c.Next(data[end:])
+		if err != nil {
+			return vals, end, fmt.Errorf("value at offset %d: %w", end, err)
+		}
+		start := end
+		end += len(wv.Raw)
+		elem := end - len(wv.Elem)
+		vals = append(vals, value{Timestamp: wv.Timestamp, Start: start, Pane: elem - len(wv.Pane), Elem: elem, End: end})
 	}
-	end := off + len(wv.Raw)
-	elem := end - len(wv.Elem)
-	return value{Timestamp: wv.Timestamp, Start: off, Pane: elem - len(wv.Pane), Elem: elem, End: end}, nil
+	return vals, end, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/wasmabi/internal/abi"
 )
 
@@ -65,6 +66,24 @@ func TestAppendRecords(t *testing.T) {
 	for _, bad := range [][]byte{out[:len(out)-1], append(out, 0, 0, 0), append(out[:0:0], 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)} {
 		if _, err := appendRecords(make([][]byte, 2), vals, data, bad); err == nil {
 			t.Errorf("no error for %d bytes of records", len(bad))
+		}
+	}
+}
+
+// BenchmarkScanValues scans a chunk of bench wasm's input (4096 short
+// strings as windowed values in the global window).
+func BenchmarkScanValues(b *testing.B) {
+	chunk := benchInput(b)[0]
+	codec, err := shuffle.NewElementCodec(testCoders(), "wv")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var vals []value
+	b.SetBytes(int64(len(chunk)))
+	for b.Loop() {
+		vals, _, err = scanValues(codec, chunk, 0, DefaultBatchBytes, vals[:0])
+		if err != nil || len(vals) != benchChunk {
+			b.Fatal(len(vals), err)
 		}
 	}
 }
