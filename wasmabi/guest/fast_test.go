@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ksrunner/ksrunner/wasmabi/internal/abi"
 )
@@ -275,4 +276,69 @@ func TestCounters(t *testing.T) {
 	if got := fmt.Sprint(early.vals, late.vals); got != "[{0 false} {0 false}] [{0 false} {0 false}]" {
 		t.Fatalf("after flush: %s", got)
 	}
+}
+
+func TestInInput(t *testing.T) {
+	defer func() { rt = runtimeState{} }()
+	buf := make([]byte, 64)
+	rt.in = buf[8:40]
+	for _, c := range []struct {
+		s    string
+		want bool
+	}{
+		{stringOf(buf[8:10]), true},
+		{stringOf(buf[24:30]), true}, // 16 bytes from the end
+		{stringOf(buf[25:30]), false},
+		{stringOf(buf[0:4]), false}, // just below the buffer
+		{stringOf(buf[7:9]), false},
+		{"elsewhere", false},
+		{"", false},
+	} {
+		if got := inInput(c.s); got != c.want {
+			t.Errorf("inInput(%q at %p): %v, want %v", c.s, unsafe.StringData(c.s), got, c.want)
+		}
+	}
+}
+
+// The fast path allocates nothing per element (Go's wasm GC is slow).
+func TestFlatMapBatchAllocs(t *testing.T) {
+	line := strings.Repeat("word ", 3)
+	var elems []string
+	for range 1000 {
+		elems = append(elems, line)
+	}
+	counter := NewCounter("ns", "words")
+	fn := FlatMap("split", StringRef, String, func(s string, emit func(string)) error {
+		return split2(s, func(w string) {
+			counter.Inc(1)
+			emit(w)
+		})
+	})
+	if _, err := runStage(t, oneTransform("split"), []DoFn{fn}, encStrings(elems...)...); err != nil {
+		t.Fatal(err)
+	}
+	descOff := (len(rt.in) - len(elems)*abi.DescSize) // runStage put the descriptors at the end
+	if a := testing.AllocsPerRun(10, func() {
+		if err := process(len(elems), descOff); err != nil {
+			t.Fatal(err)
+		}
+	}); a != 0 {
+		t.Fatalf("%v allocations per batch", a)
+	}
+}
+
+// split2 is split without strings.Fields' allocation.
+func split2(s string, emit func(string)) error {
+	for len(s) > 0 {
+		i := strings.IndexByte(s, ' ')
+		if i < 0 {
+			emit(s)
+			return nil
+		}
+		if i > 0 {
+			emit(s[:i])
+		}
+		s = s[i+1:]
+	}
+	return nil
 }

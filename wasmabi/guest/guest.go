@@ -36,8 +36,24 @@
 //
 // The module is single-threaded: the host never calls into one instance
 // concurrently, so DoFns need no locking. Memory handed to a DoFn (element
-// bytes, Bytes-decoded values, window and pane bytes) is valid only during the
-// call that received it.
+// bytes, Bytes- and StringRef-decoded values, window and pane bytes) is a
+// view of the input batch: valid only during the call that received it (the
+// host does not touch the batch while the guest processes it).
+//
+// # Performance
+//
+// A Go guest pays for what is cheap natively: every call is a resumable
+// state machine in Go's wasm port (arguments and live values pass through
+// memory, each taken branch is a table dispatch), and its garbage collector
+// is single-threaded. The SDK keeps its own share per element small: a DoFn
+// made by Map or FlatMap runs a whole batch in one call when it is the
+// stage's only transform reading the input, decodes StringRef and Bytes
+// elements under 128 bytes inline, and hands fn an emit func
+// that writes the output record in place, with no allocation or interface
+// call. What remains is the DoFn's own code and the call of emit per output.
+// So: prefer StringRef or Bytes for input elements (no allocation per element;
+// the value must not outlive the call, see StringRef), avoid allocating per
+// element, and create Counters once (Inc is inlined).
 //
 // The package also builds for other platforms (without the exports) so DoFn
 // code and coders can be unit-tested and benchmarked natively.

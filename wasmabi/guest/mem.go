@@ -50,7 +50,8 @@ func store64(b *[8]byte, v uint64) {
 // such strings.
 func inInput(s string) bool {
 	off := uintptr(unsafe.Pointer(unsafe.StringData(s))) - uintptr(unsafe.Pointer(unsafe.SliceData(rt.in)))
-	return off+16 <= uintptr(len(rt.in)) // off wraps around below the buffer
+	n := uintptr(len(rt.in))
+	return n >= 16 && off <= n-16 // below the buffer, off wraps around to a huge value
 }
 
 // copy16 copies s, at most 16 bytes and satisfying inInput, to dst with two
