@@ -66,35 +66,50 @@ func decode[T any](k int, c Coder[T], elem []byte) (T, error) {
 	return DecodeAll(c, elem)
 }
 
+// directOutput reports whether e's main output goes only to the host with
+// c a string or bytes coder, and if so its stage output index: then an
+// output o is written with outString(w, src, *(*string)(unsafe.Pointer(&o))),
+// reading a string or []byte by its first two words, the data pointer and
+// the length.
+func directOutput[O any](e *Emitter, c Coder[O]) (w uint32, ok bool) {
+	if len(e.t.routes) == 0 {
+		return 0, false
+	}
+	r := e.t.routes[0]
+	if k := kindOf(c); r.stageOutput < 0 || len(r.consumers) != 0 || (k != kindString && k != kindStringRef && k != kindBytes) {
+		return 0, false
+	}
+	return uint32(r.stageOutput), true
+}
+
 // emitFunc returns the func that emits to e's main output with c: when only
 // the host consumes that output, one that writes the record in place
 // (inline for the string and bytes coders), else Emit.
 func emitFunc[O any](e *Emitter, c Coder[O]) func(O) {
+	if w, ok := directOutput(e, c); ok {
+		return func(o O) {
+			s := *(*string)(unsafe.Pointer(&o))
+			// A short string from the input (a DoFn emitting parts of
+			// its element) inline: outString is too big for the compiler
+			// to inline, and this is laid out to run straight through (a
+			// taken branch costs a table dispatch in Go's wasm).
+			p := rt.outN
+			if len(s) <= 16 && p+abi.RecordHeaderSize+1+16 <= len(rt.out) && inInput(s) {
+				r := (*[abi.RecordHeaderSize + 1 + 16]byte)(rt.out[p:])
+				store64((*[8]byte)(r[abi.RecordOutput:]), uint64(w)|uint64(e.src)<<32)
+				store32((*[4]byte)(r[abi.RecordLen:]), uint32(1+len(s)))
+				r[abi.RecordHeaderSize] = byte(len(s))
+				copy16((*[16]byte)(r[abi.RecordHeaderSize+1:]), s)
+				rt.outN = p + abi.RecordHeaderSize + 1 + len(s)
+				return
+			}
+			outString(w, e.src, s)
+		}
+	}
 	if len(e.t.routes) > 0 {
 		if r := e.t.routes[0]; r.stageOutput >= 0 && len(r.consumers) == 0 {
 			w := uint32(r.stageOutput)
-			if k := kindOf(c); k == kindOther {
-				return func(o O) { outValue(w, e.src, c, o) }
-			}
-			// O is string or []byte, whose first two words are the
-			// data pointer and the length: read either as a string.
-			return func(o O) {
-				s := *(*string)(unsafe.Pointer(&o))
-				// The common case inline (outString is too big for the
-				// compiler to inline), laid out so that it runs straight
-				// through: a taken branch costs a dispatch in Go's wasm.
-				p := rt.outN
-				if len(s) <= 16 && p+abi.RecordHeaderSize+1+16 <= len(rt.out) && inInput(s) {
-					r := (*[abi.RecordHeaderSize + 1 + 16]byte)(rt.out[p:])
-					store64((*[8]byte)(r[abi.RecordOutput:]), uint64(w)|uint64(e.src)<<32)
-					store32((*[4]byte)(r[abi.RecordLen:]), uint32(1+len(s)))
-					r[abi.RecordHeaderSize] = byte(len(s))
-					copy16((*[16]byte)(r[abi.RecordHeaderSize+1:]), s)
-					rt.outN = p + abi.RecordHeaderSize + 1 + len(s)
-					return
-				}
-				outString(w, e.src, s)
-			}
+			return func(o O) { outValue(w, e.src, c, o) }
 		}
 	}
 	return func(o O) { Emit(e, 0, c, o) }
@@ -140,6 +155,7 @@ func Map[I, O any](name string, in Coder[I], out Coder[O], fn func(I) (O, error)
 			emit(o)
 			return nil
 		}
+		w, direct := directOutput(e, out)
 		batch := func(n int) error {
 			for i := range n {
 				e.src = uint32(i)
@@ -155,7 +171,11 @@ func Map[I, O any](name string, in Coder[I], out Coder[O], fn func(I) (O, error)
 				if err != nil {
 					return err
 				}
-				emit(o)
+				if direct { // no call of emit
+					outString(w, uint32(i), *(*string)(unsafe.Pointer(&o)))
+				} else {
+					emit(o)
+				}
 				if rt.failed != nil {
 					return errFailed
 				}

@@ -31,21 +31,19 @@ func outHeader(p int, w, src uint32, size int) {
 // outString appends a record of output w, derived from source element src,
 // whose element is s in the encoding of the string_utf8 and bytes coders (a
 // varint length and the bytes). The common case, fewer than 128 bytes that
-// fit in the buffer, is small enough to be inlined into the emit funcs of
-// Map and FlatMap.
+// fit in the buffer, runs straight through.
 func outString(w, src uint32, s string) {
 	p := rt.outN
-	end := p + abi.RecordHeaderSize + 1 + len(s)
-	if len(s) >= 0x80 || end > len(rt.out) {
-		outStringSlow(w, src, s)
+	if end := p + abi.RecordHeaderSize + 1 + len(s); len(s) < 0x80 && end <= len(rt.out) {
+		r := rt.out[p:end]
+		store64((*[8]byte)(r), uint64(w)|uint64(src)<<32)
+		store32((*[4]byte)(r[abi.RecordLen:]), uint32(1+len(s)))
+		r[abi.RecordHeaderSize] = byte(len(s))
+		copy(r[abi.RecordHeaderSize+1:], s)
+		rt.outN = end
 		return
 	}
-	r := rt.out[p:end]
-	store64((*[8]byte)(r), uint64(w)|uint64(src)<<32)
-	store32((*[4]byte)(r[abi.RecordLen:]), uint32(1+len(s)))
-	r[abi.RecordHeaderSize] = byte(len(s))
-	copy(r[abi.RecordHeaderSize+1:], s)
-	rt.outN = end
+	outStringSlow(w, src, s)
 }
 
 func outStringSlow(w, src uint32, s string) {
