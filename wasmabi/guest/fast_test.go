@@ -342,3 +342,30 @@ func split2(s string, emit func(string)) error {
 	}
 	return nil
 }
+
+// Emit from a hand-made DoFn: string/bytes coders and others, to the host.
+func TestEmitCoders(t *testing.T) {
+	fn := DoFn{Name: "emit", Process: func(elem []byte, e *Emitter) error {
+		s, err := DecodeAll(StringRef, elem)
+		if err != nil {
+			return err
+		}
+		Emit(e, 0, Bytes, []byte(s+"!"))
+		Emit(e, 0, String, s+"?")
+		Emit(e, 0, KVOf(String, String), KV[string, string]{s, "v"})
+		return nil
+	}}
+	recs, err := runStage(t, oneTransform("emit"), []DoFn{fn}, encStrings("a", strings.Repeat("b", 130))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%d:%x", r.src, r.elem))
+	}
+	long := strings.Repeat("62", 130)
+	want := "0:0261 21 0:0261 3f 0:0161 0176 1:8301" + long + "21 1:8301" + long + "3f 1:8201" + long + "0176"
+	if g := strings.ReplaceAll(strings.Join(got, " "), " ", ""); g != strings.ReplaceAll(want, " ", "") {
+		t.Fatalf("got %s\nwant %s", strings.Join(got, " "), want)
+	}
+}

@@ -125,7 +125,13 @@ func Emit[T any](e *Emitter, out int, c Coder[T], v T) {
 		if r := &e.t.routes[out]; r.stageOutput >= 0 && len(r.consumers) == 0 {
 			// Only the host consumes it: encode straight into the output
 			// records.
-			outValue(uint32(r.stageOutput), e.src, c, v)
+			switch any(c).(type) {
+			case stringCoder, stringRefCoder, bytesCoder:
+				// T is string or []byte: read as a string (see directOutput).
+				outString(uint32(r.stageOutput), e.src, *(*string)(unsafe.Pointer(&v)))
+			default:
+				outValue(uint32(r.stageOutput), e.src, c, v)
+			}
 			return
 		}
 	}
