@@ -215,16 +215,35 @@ func FlatMap[I, O any](name string, in Coder[I], out Coder[O], fn func(I, func(O
 			}
 			return fn(v, emit)
 		}
+		ref := inKind == kindStringRef || inKind == kindBytes
 		batch := func(n int) error {
-			for i := range n {
-				e.src = uint32(i)
-				elem := element(i)
-				v, ok := decodeRef[I](inKind, elem)
-				if !ok {
-					var err error
-					if v, err = decode(inKind, in, elem); err != nil {
-						return err
+			for i := 0; i < n; i++ {
+				if ref {
+					// Runs of elements decoded inline, in a loop of
+					// their own: falling through, no merge with the
+					// general decoding below.
+					for ; i < n; i++ {
+						e.src = uint32(i)
+						elem := element(i)
+						if len(elem) == 0 || elem[0] >= 0x80 || int(elem[0]) != len(elem)-1 {
+							break
+						}
+						b := elem[1:len(elem):len(elem)] // read as a string, its first two words
+						if err := fn(*(*I)(unsafe.Pointer(&b)), emit); err != nil {
+							return err
+						}
+						if rt.failed != nil {
+							return errFailed
+						}
 					}
+					if i == n {
+						return nil
+					}
+				}
+				e.src = uint32(i)
+				v, err := decode(inKind, in, element(i))
+				if err != nil {
+					return err
 				}
 				if err := fn(v, emit); err != nil {
 					return err
