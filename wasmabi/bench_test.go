@@ -2,6 +2,7 @@ package wasmabi
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"syscall"
@@ -162,4 +163,16 @@ func plainGo(b *testing.B, s *shuffle.ElementCodec, fn string, data, out []byte)
 		off = v.End
 	}
 	return out
+}
+
+// nextValue locates the windowed value starting at data[off:]; the input is
+// whole values only, so a short one is an error.
+func nextValue(c *shuffle.ElementCodec, data []byte, off int) (value, error) {
+	wv, err := c.Next(data[off:])
+	if err != nil {
+		return value{}, fmt.Errorf("value at offset %d: %w", off, err)
+	}
+	end := off + len(wv.Raw)
+	elem := end - len(wv.Elem)
+	return value{Timestamp: wv.Timestamp, Start: off, Pane: elem - len(wv.Pane), Elem: elem, End: end}, nil
 }

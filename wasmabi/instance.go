@@ -361,15 +361,11 @@ func (b *Bundle) Process(data []byte) error {
 	}
 	i := b.i
 	for off := 0; off < len(data); {
-		vals, end := i.vals[:0], off
-		for end < len(data) && (len(vals) == 0 || end-off < i.m.cfg.BatchBytes) {
-			v, err := nextValue(i.codec, data, end)
-			if err != nil {
-				return i.fail(abi.ExportProcess, fmt.Errorf("input of %d bytes: %w", len(data), err))
-			}
-			vals, end = append(vals, v), v.End
-		}
+		vals, end, err := scanValues(i.codec, data, off, i.m.cfg.BatchBytes, i.vals[:0])
 		i.vals = vals
+		if err != nil {
+			return i.fail(abi.ExportProcess, fmt.Errorf("input of %d bytes: %w", len(data), err))
+		}
 		if err := b.batch(data, off, end); err != nil {
 			return i.fail(abi.ExportProcess, err)
 		}
@@ -421,39 +417,73 @@ func (b *Bundle) collect(data []byte) error {
 	if !ok1 || !ok2 || !ok3 {
 		return fmt.Errorf("%w: output [%d, +%d) is outside guest memory", ErrTrap, ptr, n)
 	}
+	records, err := appendRecords(i.chunks, i.vals, data, out)
+	b.stats.Outputs += int64(records)
+	return err
+}
+
+// appendRecords appends the windowed values of the output records in out to
+// chunks (one per stage output): for each, the header of its source element
+// (vals index data) and its element bytes. It returns the number of records.
+func appendRecords(chunks [][]byte, vals []value, data, out []byte) (int, error) {
+	// The records of a batch usually all go to one output: its chunk is
+	// kept in c (and stored back when the output changes) rather than
+	// loaded and stored per record.
+	cur, c := -1, []byte(nil)
+	outputs := 0
 	for p := 0; p < len(out); {
 		if len(out)-p < abi.RecordHeaderSize {
-			return fmt.Errorf("%w: truncated output record at %d", ErrTrap, p)
+			return outputs, fmt.Errorf("%w: truncated output record at %d", ErrTrap, p)
 		}
-		w := binary.LittleEndian.Uint32(out[p+abi.RecordOutput:])
-		src := binary.LittleEndian.Uint32(out[p+abi.RecordSource:])
-		size := int(binary.LittleEndian.Uint32(out[p+abi.RecordLen:]))
+		h := (*[abi.RecordHeaderSize]byte)(out[p:])
+		w := binary.LittleEndian.Uint32(h[abi.RecordOutput:])
+		src := binary.LittleEndian.Uint32(h[abi.RecordSource:])
+		size := int(binary.LittleEndian.Uint32(h[abi.RecordLen:]))
 		p += abi.RecordHeaderSize
 		o := int(w & abi.RecordOutputMask)
-		if o >= len(i.chunks) || int(src) >= len(i.vals) {
-			return fmt.Errorf("%w: output record for output %d, source %d; the stage has %d outputs, the batch %d elements",
-				ErrTrap, o, src, len(i.chunks), len(i.vals))
+		if o >= len(chunks) || int(src) >= len(vals) {
+			return outputs, fmt.Errorf("%w: output record for output %d, source %d; the stage has %d outputs, the batch %d elements",
+				ErrTrap, o, src, len(chunks), len(vals))
 		}
-		v := &i.vals[src]
-		c := i.chunks[o]
+		if o != cur {
+			if cur >= 0 {
+				chunks[cur] = c
+			}
+			cur, c = o, chunks[o]
+		}
+		v := &vals[src]
 		if w&abi.RecordHasTimestamp != 0 {
 			if len(out)-p < 8 {
-				return fmt.Errorf("%w: truncated output record at %d", ErrTrap, p)
+				return outputs, fmt.Errorf("%w: truncated output record at %d", ErrTrap, p)
 			}
 			c = binary.BigEndian.AppendUint64(c, uint64(int64(binary.LittleEndian.Uint64(out[p:])))^(1<<63)) // Beam's event-time encoding
 			c = append(c, data[v.Start+8:v.Elem]...)
 			p += 8
+		} else if h, n := v.Elem-v.Start, len(c); h <= 16 && size <= 16 && cap(c)-n >= 32 &&
+			len(data)-v.Start >= 16 && len(out)-p >= 16 {
+			// Header and element of up to 16 bytes each, the usual case:
+			// two fixed-size copies (no memmove calls), trimmed after.
+			c = c[:n+32]
+			*(*[16]byte)(c[n:]) = *(*[16]byte)(data[v.Start:])
+			*(*[16]byte)(c[n+h:]) = *(*[16]byte)(out[p:])
+			c = c[:n+h+size]
+			p += size
+			outputs++
+			continue
 		} else {
 			c = append(c, data[v.Start:v.Elem]...)
 		}
 		if len(out)-p < size {
-			return fmt.Errorf("%w: output record of %d bytes at %d overruns the %d-byte output", ErrTrap, size, p, len(out))
+			return outputs, fmt.Errorf("%w: output record of %d bytes at %d overruns the %d-byte output", ErrTrap, size, p, len(out))
 		}
-		i.chunks[o] = append(c, out[p:p+size]...)
+		c = append(c, out[p:p+size]...)
 		p += size
-		b.stats.Outputs++
+		outputs++
 	}
-	return nil
+	if cur >= 0 {
+		chunks[cur] = c
+	}
+	return outputs, nil
 }
 
 // flush emits the non-empty output chunks.
@@ -613,14 +643,20 @@ type value struct {
 	Start, Pane, Elem, End int
 }
 
-// nextValue locates the windowed value starting at data[off:]; the input is
-// whole values only, so a short one is an error.
-func nextValue(c *shuffle.ElementCodec, data []byte, off int) (value, error) {
-	wv, err := c.Next(data[off:])
-	if err != nil {
-		return value{}, fmt.Errorf("value at offset %d: %w", off, err)
+// scanValues appends to vals the windowed values of data from off on, up to
+// the first whose end is limit bytes or more past off (at least one value),
+// and returns them and where they end.
+func scanValues(c *shuffle.ElementCodec, data []byte, off, limit int, vals []value) ([]value, int, error) {
+	end := off
+	for end < len(data) && (len(vals) == 0 || end-off < limit) {
+		wv, err := c.Next(data[end:])
+		if err != nil {
+			return vals, end, fmt.Errorf("value at offset %d: %w", end, err)
+		}
+		start := end
+		end += len(wv.Raw)
+		elem := end - len(wv.Elem)
+		vals = append(vals, value{Timestamp: wv.Timestamp, Start: start, Pane: elem - len(wv.Pane), Elem: elem, End: end})
 	}
-	end := off + len(wv.Raw)
-	elem := end - len(wv.Elem)
-	return value{Timestamp: wv.Timestamp, Start: off, Pane: elem - len(wv.Pane), Elem: elem, End: end}, nil
+	return vals, end, nil
 }

@@ -50,14 +50,15 @@ func TestDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for p := 0; p < len(rt.out); {
-		w := binary.LittleEndian.Uint32(rt.out[p:])
-		n := int(binary.LittleEndian.Uint32(rt.out[p+abi.RecordLen:]))
+	out := outputs()
+	for p := 0; p < len(out); {
+		w := binary.LittleEndian.Uint32(out[p:])
+		n := int(binary.LittleEndian.Uint32(out[p+abi.RecordLen:]))
 		p += abi.RecordHeaderSize
 		if w&abi.RecordHasTimestamp != 0 {
 			p += 8
 		}
-		s, _ := DecodeAll(String, rt.out[p:p+n])
+		s, _ := DecodeAll(String, out[p:p+n])
 		got = append(got, fmt.Sprintf("%d:%s", w&abi.RecordOutputMask, s))
 		p += n
 	}

@@ -45,7 +45,7 @@ func ksrProcess(n, descOff int32) int32 {
 
 //go:wasmexport ksr_finish_bundle
 func ksrFinishBundle() int32 {
-	rt.out = rt.out[:0]
+	rt.outN = 0
 	return finish(status(finishBundle))
 }
 
@@ -59,7 +59,7 @@ func finish(code int32) int32 {
 		result[abi.ResultErrPtr/4], result[abi.ResultErrLen/4] = addr(rt.msg), uint32(len(rt.msg))
 		return code
 	}
-	result[abi.ResultOutPtr/4], result[abi.ResultOutLen/4] = addr(rt.out), uint32(len(rt.out))
+	result[abi.ResultOutPtr/4], result[abi.ResultOutLen/4] = addr(outputs()), uint32(rt.outN)
 	return code
 }
 

@@ -36,20 +36,36 @@
 //
 // The module is single-threaded: the host never calls into one instance
 // concurrently, so DoFns need no locking. Memory handed to a DoFn (element
-// bytes, Bytes-decoded values, window and pane bytes) is valid only during the
-// call that received it.
+// bytes, Bytes- and StringRef-decoded values, window and pane bytes) is a
+// view of the input batch: valid only during the call that received it (the
+// host does not touch the batch while the guest processes it).
+//
+// # Performance
+//
+// A Go guest pays for what is cheap natively: every call is a resumable
+// state machine in Go's wasm port (arguments and live values pass through
+// memory, each taken branch is a table dispatch), and its garbage collector
+// is single-threaded. The SDK keeps its own share per element small: a DoFn
+// made by Map or FlatMap runs a whole batch in one call when it is the
+// stage's only transform reading the input, decodes StringRef and Bytes
+// elements under 128 bytes inline, and hands fn an emit func
+// that writes the output record in place, with no allocation or interface
+// call. What remains is the DoFn's own code and the call of emit per output.
+// So: prefer StringRef or Bytes for input elements (no allocation per element;
+// the value must not outlive the call, see StringRef), avoid allocating per
+// element, and create Counters once (Inc is inlined).
 //
 // The package also builds for other platforms (without the exports) so DoFn
 // code and coders can be unit-tested and benchmarked natively.
 package guest
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/ksrunner/ksrunner/wasmabi/internal/abi"
 )
@@ -74,6 +90,10 @@ type DoFn struct {
 	Process      func(elem []byte, e *Emitter) error
 	FinishBundle func() error
 	Teardown     func() error
+
+	// fast is how Map and FlatMap run Process with their coders and func
+	// specialised to a transform; nil for a DoFn built by hand.
+	fast *fastPath
 }
 
 var registry = map[string]*DoFn{}
@@ -92,47 +112,10 @@ func Register(fn DoFn) {
 	registry[fn.Name] = &fn
 }
 
-// Map returns a DoFn emitting fn(v) for every element v.
-func Map[I, O any](name string, in Coder[I], out Coder[O], fn func(I) (O, error)) DoFn {
-	return DoFn{Name: name, Process: func(elem []byte, e *Emitter) error {
-		v, err := DecodeAll(in, elem)
-		if err != nil {
-			return err
-		}
-		o, err := fn(v)
-		if err != nil {
-			return err
-		}
-		Emit(e, 0, out, o)
-		return nil
-	}}
-}
-
-// FlatMap returns a DoFn calling fn for every element with an emit func for
-// the main output.
-func FlatMap[I, O any](name string, in Coder[I], out Coder[O], fn func(I, func(O)) error) DoFn {
-	var (
-		last *Emitter
-		emit func(O)
-	)
-	return DoFn{Name: name, Process: func(elem []byte, e *Emitter) error {
-		v, err := DecodeAll(in, elem)
-		if err != nil {
-			return err
-		}
-		if e != last { // one closure per transform, not per element
-			last = e
-			emit = func(o O) { Emit(e, 0, out, o) }
-		}
-		return fn(v, emit)
-	}}
-}
-
 // Emitter sends a DoFn's outputs. Each transform has its own.
 type Emitter struct {
 	t       *transform
 	src     uint32 // index in the batch of the element being processed
-	desc    []byte // its descriptor
 	scratch []byte // encoding buffer of Emit
 }
 
@@ -141,13 +124,14 @@ func Emit[T any](e *Emitter, out int, c Coder[T], v T) {
 	if out >= 0 && out < len(e.t.routes) {
 		if r := &e.t.routes[out]; r.stageOutput >= 0 && len(r.consumers) == 0 {
 			// Only the host consumes it: encode straight into the output
-			// records, then fill the length in.
-			start := len(rt.out)
-			o := binary.LittleEndian.AppendUint32(rt.out, uint32(r.stageOutput))
-			o = binary.LittleEndian.AppendUint32(o, e.src)
-			o = c.Append(append(o, 0, 0, 0, 0), v)
-			binary.LittleEndian.PutUint32(o[start+abi.RecordLen:], uint32(len(o)-start-abi.RecordHeaderSize))
-			rt.out = o
+			// records.
+			switch any(c).(type) {
+			case stringCoder, stringRefCoder, bytesCoder:
+				// T is string or []byte: read as a string (see directOutput).
+				outString(uint32(r.stageOutput), e.src, *(*string)(unsafe.Pointer(&v)))
+			default:
+				outValue(uint32(r.stageOutput), e.src, c, v)
+			}
 			return
 		}
 	}
@@ -171,22 +155,25 @@ func (e *Emitter) EmitAt(out int, timestamp int64, elem []byte) { e.emit(out, ti
 // Timestamp is the event time of the element being processed, in
 // milliseconds since the Unix epoch.
 func (e *Emitter) Timestamp() int64 {
-	return int64(binary.LittleEndian.Uint64(e.desc[abi.DescTimestamp:]))
+	return int64(load64((*[8]byte)(e.desc()[abi.DescTimestamp:])))
 }
 
 // Windows are the element's windows in Beam's encoding (big-endian i32 count,
 // then each window in the window coder's encoding), valid during the call.
 func (e *Emitter) Windows() []byte {
-	v := binary.LittleEndian.Uint32(e.desc[abi.DescValue:])
-	p := binary.LittleEndian.Uint32(e.desc[abi.DescPane:])
-	return rt.in[v+8 : p]
+	d := e.desc()
+	return rt.in[load32((*[4]byte)(d[abi.DescValue:]))+8 : load32((*[4]byte)(d[abi.DescPane:]))]
 }
 
 // Pane is the element's pane in Beam's encoding, valid during the call.
 func (e *Emitter) Pane() []byte {
-	p := binary.LittleEndian.Uint32(e.desc[abi.DescPane:])
-	el := binary.LittleEndian.Uint32(e.desc[abi.DescElement:])
-	return rt.in[p:el]
+	d := e.desc()
+	return rt.in[load32((*[4]byte)(d[abi.DescPane:])):load32((*[4]byte)(d[abi.DescElement:]))]
+}
+
+// desc is the descriptor of the element being processed.
+func (e *Emitter) desc() *[abi.DescSize]byte {
+	return (*[abi.DescSize]byte)(rt.descs[int(e.src)*abi.DescSize:])
 }
 
 func (e *Emitter) emit(out int, ts int64, hasTS bool, elem []byte) {
@@ -198,18 +185,7 @@ func (e *Emitter) emit(out int, ts int64, hasTS bool, elem []byte) {
 	}
 	r := &e.t.routes[out]
 	if r.stageOutput >= 0 {
-		w := uint32(r.stageOutput)
-		if hasTS {
-			w |= abi.RecordHasTimestamp
-		}
-		o := rt.out
-		o = binary.LittleEndian.AppendUint32(o, w)
-		o = binary.LittleEndian.AppendUint32(o, e.src)
-		o = binary.LittleEndian.AppendUint32(o, uint32(len(elem)))
-		if hasTS {
-			o = binary.LittleEndian.AppendUint64(o, uint64(ts))
-		}
-		rt.out = append(o, elem...)
+		outElement(uint32(r.stageOutput), e.src, ts, hasTS, elem)
 	}
 	for _, c := range r.consumers {
 		// Fused in the guest: the consumer sees the same source element.
@@ -217,7 +193,7 @@ func (e *Emitter) emit(out int, ts int64, hasTS bool, elem []byte) {
 		if rt.failed != nil {
 			return
 		}
-		rt.transforms[c].processOne(e.src, e.desc, elem)
+		rt.transforms[c].processOne(e.src, elem)
 	}
 }
 
@@ -225,14 +201,18 @@ func (e *Emitter) emit(out int, ts int64, hasTS bool, elem []byte) {
 // whose DoFn is running and reported to the host when the bundle finishes.
 type Counter struct {
 	ns, name string
-	vals     []int64 // by transform index
-	touched  []bool
+	vals     []counterValue // by transform index
+}
+
+type counterValue struct {
+	v       int64
+	touched bool
 }
 
 // NewCounter returns the counter namespace/name. Create counters once (in
 // init or Setup), not per element.
 func NewCounter(namespace, name string) *Counter {
-	c := &Counter{ns: namespace, name: name}
+	c := &Counter{ns: namespace, name: name, vals: make([]counterValue, len(rt.transforms))}
 	counters = append(counters, c)
 	return c
 }
@@ -240,12 +220,12 @@ func NewCounter(namespace, name string) *Counter {
 // Inc adds n to the counter.
 func (c *Counter) Inc(n int64) {
 	i := rt.cur
-	if i >= len(c.vals) {
-		c.vals = slices.Grow(c.vals, i+1-len(c.vals))[:i+1]
-		c.touched = slices.Grow(c.touched, i+1-len(c.touched))[:i+1]
+	if i >= len(c.vals) { // only before setup, which sizes vals
+		c.vals = append(c.vals, make([]counterValue, i+1-len(c.vals))...)
 	}
-	c.vals[i] += n
-	c.touched[i] = true
+	v := &c.vals[i]
+	v.v += n
+	v.touched = true
 }
 
 // Distribution is a Beam distribution metric (count, sum, min, max of int64
@@ -310,9 +290,14 @@ type runtimeState struct {
 	roots      []int // transforms consuming the stage input
 	cur        int   // index of the transform whose DoFn is running (metrics)
 
-	in  []byte // input buffer (ksr_reserve); the host writes batches here
-	out []byte // output records of the current call
-	msg []byte // error message of the last failed call
+	in    []byte // input buffer (ksr_reserve); the host writes batches here
+	descs []byte // the element descriptors of the current batch, in rt.in
+	// out holds the output records of the current call in out[:outN]; all
+	// of it is room (len(out) == cap(out)), grown geometrically by outGrow.
+	// Records are written in place, without a slice header per append.
+	out  []byte
+	outN int
+	msg  []byte // error message of the last failed call
 	// failed is the first error of the current call, set by fused consumers
 	// that cannot return it through Emitter.EmitTo.
 	failed error
@@ -324,6 +309,11 @@ type transform struct {
 	fn     *DoFn
 	routes []route // by DoFn output index
 	em     Emitter
+	// one and batch run the DoFn, bound to this transform, on one element
+	// (from a fused producer) or on every element of the batch (the only
+	// transform reading the stage input); see bind.
+	one   func(elem []byte) error
+	batch func(n int) error
 }
 
 // route is where one output of a transform goes: to a stage output and/or to
@@ -333,15 +323,57 @@ type route struct {
 	consumers   []int
 }
 
-// processOne runs the transform's Process on one element. A panic unwinds
-// to process, which reports it against rt.cur, the innermost transform
-// running (no defer per element: it is the hot path).
-func (t *transform) processOne(src uint32, desc, elem []byte) {
+// bind sets t.one and t.batch: the DoFn's specialised versions if Map or
+// FlatMap made it (and its Process is still theirs), otherwise loops over
+// Process.
+func (t *transform) bind() {
+	if f := t.fn.fast; f != nil && funcID(t.fn.Process) == f.process {
+		t.one, t.batch = f.bind(&t.em)
+		return
+	}
+	process, e := t.fn.Process, &t.em
+	t.one = func(elem []byte) error { return process(elem, e) }
+	t.batch = func(n int) error {
+		for i := range n {
+			e.src = uint32(i)
+			if err := process(element(i), e); err != nil {
+				return err
+			}
+			if rt.failed != nil {
+				return errFailed
+			}
+		}
+		return nil
+	}
+}
+
+// errFailed is what a batch func returns when a fused consumer failed (the
+// error is rt.failed).
+var errFailed = errors.New("a fused transform failed")
+
+// funcID identifies a func value: the address of its closure, distinct for
+// every evaluation of a func literal that captures variables.
+func funcID[F any](f F) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&f)) }
+
+// element returns the element bytes of the batch's i-th element.
+func element(i int) []byte {
+	d := (*[abi.DescSize]byte)(rt.descs[i*abi.DescSize:])
+	return rt.in[load32((*[4]byte)(d[abi.DescElement:])):load32((*[4]byte)(d[abi.DescEnd:]))]
+}
+
+// processOne runs the transform's Process on one element of a fused
+// producer. A panic unwinds to process, which reports it against rt.cur,
+// the innermost transform running (no defer per element: it is the hot
+// path).
+func (t *transform) processOne(src uint32, elem []byte) {
 	prev := rt.cur
 	rt.cur = t.idx
-	t.em.src, t.em.desc = src, desc
-	if err := t.fn.Process(elem, &t.em); err != nil && rt.failed == nil {
-		rt.failed = fmt.Errorf("%s: %w", t.name(), err)
+	t.em.src = src
+	if err := t.one(elem); err != nil && rt.failed == nil {
+		if err != errFailed {
+			err = fmt.Errorf("%s: %w", t.name(), err)
+		}
+		rt.failed = err
 	}
 	rt.cur = prev
 }
@@ -404,8 +436,18 @@ func setup(desc []byte) error {
 		}
 	}
 	for _, t := range rt.transforms {
+		t.bind()
+	}
+	for _, t := range rt.transforms {
 		if err := t.call("Setup", t.fn.Setup); err != nil {
 			return err
+		}
+	}
+	// Counters created so far get a slot per transform now (later ones get
+	// theirs from NewCounter), so that Inc never grows vals.
+	for _, c := range counters {
+		for len(c.vals) < len(rt.transforms) {
+			c.vals = append(c.vals, counterValue{})
 		}
 	}
 	return nil
@@ -468,7 +510,7 @@ func startBundle() error {
 // process runs the batch of n elements whose descriptors start at
 // rt.in[descOff:], writing output records to rt.out.
 func process(n, descOff int) (err error) {
-	rt.out = rt.out[:0]
+	rt.outN = 0
 	rt.failed = nil
 	rt.cur = 0
 	defer func() {
@@ -479,11 +521,24 @@ func process(n, descOff int) (err error) {
 	if descOff < 0 || n < 0 || descOff+n*abi.DescSize > len(rt.in) {
 		return fmt.Errorf("batch of %d elements at %d exceeds the %d-byte input buffer", n, descOff, len(rt.in))
 	}
+	rt.descs = rt.in[descOff : descOff+n*abi.DescSize]
+	if len(rt.roots) == 1 {
+		// The usual stage: one transform reads the input; it runs the
+		// whole batch in one call.
+		t := rt.transforms[rt.roots[0]]
+		rt.cur = t.idx
+		if err := t.batch(n); err != nil {
+			if rt.failed != nil {
+				return rt.failed
+			}
+			return fmt.Errorf("%s: %w", t.name(), err)
+		}
+		return rt.failed
+	}
 	for i := range n {
-		d := rt.in[descOff+i*abi.DescSize : descOff+(i+1)*abi.DescSize]
-		elem := rt.in[binary.LittleEndian.Uint32(d[abi.DescElement:]):binary.LittleEndian.Uint32(d[abi.DescEnd:])]
+		elem := element(i)
 		for _, r := range rt.roots {
-			rt.transforms[r].processOne(uint32(i), d, elem)
+			rt.transforms[r].processOne(uint32(i), elem)
 			if rt.failed != nil {
 				return rt.failed
 			}
@@ -506,11 +561,12 @@ func finishBundle() error {
 // them: one host call per touched (metric, transform).
 func flushMetrics() {
 	for _, c := range counters {
-		for i, ok := range c.touched {
-			if ok && i < len(rt.transforms) {
-				hostCounter(int32(i), c.ns, c.name, c.vals[i])
+		for i := range c.vals {
+			v := &c.vals[i]
+			if v.touched && i < len(rt.transforms) {
+				hostCounter(int32(i), c.ns, c.name, v.v)
 			}
-			c.vals[i], c.touched[i] = 0, false
+			*v = counterValue{}
 		}
 	}
 	for _, d := range distributions {
