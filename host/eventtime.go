@@ -85,6 +85,13 @@ func newEventTime(t *task) (*eventTime, error) {
 	}
 	if root.Kind == translate.RootTestStream {
 		e.ts = &testStreamRoot{payload: root.TestStream}
+		if root.TestStreamOuterContext && !root.TestStreamLengthPrefix {
+			nest, err := outerToNested(plan.Pipeline.GetComponents().GetCoders(), root.TestStream.GetCoderId())
+			if err != nil {
+				return nil, fmt.Errorf("TestStream %s: %w", root.TransformID, err)
+			}
+			e.ts.nest = nest
+		}
 	}
 	if err := e.load(); err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"fmt"
 	"encoding/binary"
 	"time"
 
@@ -34,6 +35,45 @@ type testStreamRoot struct {
 	clock     int64 // the synthetic processing time
 	wm        int64 // the output watermark so far
 	started   bool
+	// nest appends an element given in its coder's outer context in the
+	// nested form (Root.TestStreamOuterContext); nil: elements are nested.
+	nest func(dst, elem []byte) ([]byte, error)
+}
+
+// outerToNested returns the conversion of values of coder id from Beam's
+// outer context (the whole value is the buffer: bytes and strings carry no
+// length) to the nested one, or nil when both encode alike. Only bytes and
+// strings differ, at the top or as the last component of a KV (whose key is
+// nested either way); the other coders the host parses encode alike in
+// both contexts.
+func outerToNested(coders map[string]*pipepb.Coder, id string) (func(dst, elem []byte) ([]byte, error), error) {
+	c := coders[id]
+	switch c.GetSpec().GetUrn() {
+	case "beam:coder:bytes:v1", "beam:coder:string_utf8:v1":
+		return func(dst, elem []byte) ([]byte, error) {
+			return append(binary.AppendUvarint(dst, uint64(len(elem))), elem...), nil
+		}, nil
+	case "beam:coder:kv:v1":
+		if len(c.GetComponentCoderIds()) != 2 {
+			return nil, fmt.Errorf("coder %q: a KV needs 2 components", id)
+		}
+		value, err := outerToNested(coders, c.GetComponentCoderIds()[1])
+		if err != nil || value == nil {
+			return nil, err
+		}
+		keyLen, err := shuffle.ValueLength(coders, c.GetComponentCoderIds()[0])
+		if err != nil {
+			return nil, fmt.Errorf("coder %q: key: %w", id, err)
+		}
+		return func(dst, elem []byte) ([]byte, error) {
+			n, err := keyLen(elem)
+			if err != nil {
+				return nil, fmt.Errorf("key: %w", err)
+			}
+			return value(append(dst, elem[:n]...), elem[n:])
+		}, nil
+	}
+	return nil, nil
 }
 
 func (r *testStreamRoot) watermark() int64 {
@@ -75,10 +115,18 @@ func (e *eventTime) runTestStream(ctx context.Context) error {
 				b := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(el.GetEncodedElement())), eventTimeBits(el.GetTimestamp()))
 				b = binary.BigEndian.AppendUint32(b, 1) // the global window, encoded as nothing
 				b = append(b, noFiringPane...)
-				if t.sub.Root.TestStreamLengthPrefix {
+				switch {
+				case t.sub.Root.TestStreamLengthPrefix:
 					b = binary.AppendUvarint(b, uint64(len(el.GetEncodedElement())))
+					b = append(b, el.GetEncodedElement()...)
+				case r.nest != nil:
+					var err error
+					if b, err = r.nest(b, el.GetEncodedElement()); err != nil {
+						return fmt.Errorf("TestStream %s: element %x: %w", t.sub.Root.TransformID, el.GetEncodedElement(), err)
+					}
+				default:
+					b = append(b, el.GetEncodedElement()...)
 				}
-				b = append(b, el.GetEncodedElement()...)
 				if err := t.route(t.sub.Root.Output, b); err != nil {
 					return err
 				}

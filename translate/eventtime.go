@@ -3,6 +3,7 @@ package translate
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/protobuf/proto"
@@ -80,7 +81,7 @@ func (t *translator) testStreamRoot(id string) (Root, error) {
 		return Root{}, fmt.Errorf("transform %q: %w", tr.GetUniqueName(), err)
 	}
 	elem := t.comps.GetCoders()[w].GetComponentCoderIds()[0]
-	root := Root{Kind: RootTestStream, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), TestStream: ts}
+	root := Root{Kind: RootTestStream, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), TestStream: ts, TestStreamOuterContext: !t.goSDK(tr)}
 	if !t.coderEqual(elem, ts.GetCoderId()) {
 		// The wire coder wraps the whole element in a length prefix (a coder
 		// the host cannot parse): the host adds the prefix.
@@ -94,6 +95,30 @@ func (t *translator) testStreamRoot(id string) (Root, error) {
 		root.TestStreamLengthPrefix = t.comps.GetCoders()[ts.GetCoderId()].GetSpec().GetUrn() != urnGoCustomCoder
 	}
 	return root, nil
+}
+
+// goSDK reports whether tr comes from the Go SDK: its environment (or, for
+// a transform without one, the pipeline's environments) declares the Go
+// SDK's base version capability.
+func (t *translator) goSDK(tr *pipepb.PTransform) bool {
+	isGo := func(env *pipepb.Environment) bool {
+		for _, c := range env.GetCapabilities() {
+			if strings.HasPrefix(c, "beam:version:sdk_base:go") {
+				return true
+			}
+		}
+		return false
+	}
+	if env := tr.GetEnvironmentId(); env != "" {
+		return isGo(t.comps.GetEnvironments()[env])
+	}
+	envs := t.comps.GetEnvironments()
+	for _, id := range sortedKeys(envs) {
+		if !isGo(envs[id]) {
+			return false
+		}
+	}
+	return len(envs) > 0
 }
 
 // checkStrategy checks that the host's windowing driver can run the

@@ -145,6 +145,12 @@ type Root struct {
 	// then prefixes each element with its length (varint).
 	TestStream             *pipepb.TestStreamPayload
 	TestStreamLengthPrefix bool
+	// TestStreamOuterContext says the events' elements are in the coder's
+	// outer context, as the Java and Python SDKs encode them (a string or
+	// bytes value without its length); the Go SDK encodes them nested. The
+	// host nests them (a length before bytes and strings, also as a KV's
+	// value) unless TestStreamLengthPrefix already wraps them whole.
+	TestStreamOuterContext bool
 	// MergeWindows (RootGroupByKey over a custom merging WindowFn only) is
 	// the harness stage that merges windows in the SDK that defined the
 	// WindowFn (see merge.go for its input and output). It is not part of

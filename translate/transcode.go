@@ -6,15 +6,16 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 )
 
-// transcodeFlattens makes every input of a Flatten use the Flatten's
-// output coder. SDKs let a Flatten's inputs use other coders than its
-// output (the Python SDK's CoGroupByKey flattens FastPrimitivesCoder tuples
-// into a TupleCoder PCollection), but elements the host forwards between
-// sub-topologies or through a runner-side flatten keep their bytes. So,
+// transcodeFlattens makes every input of a Flatten or a Reshuffle
+// (redistribute) use the transform's output coder. SDKs let their inputs
+// use other coders than their output (the Python SDK's CoGroupByKey
+// flattens FastPrimitivesCoder tuples into a TupleCoder PCollection; its
+// Reshuffle may change the tuple coder's components), but elements the
+// host forwards between sub-topologies keep their bytes. So,
 // as Prism does, an input whose coder differs gets a one-input Flatten of
 // its own, run in the SDK, that decodes with the input's coder and
 // encodes with the output's (an SDK flatten transcodes); the original
-// Flatten then reads its output.
+// transform then reads its output.
 func (t *translator) transcodeFlattens() error {
 	producer := map[string]string{}
 	consumers := map[string][]string{}
@@ -30,7 +31,15 @@ func (t *translator) transcodeFlattens() error {
 	var leaves []string
 	for _, id := range t.leaves {
 		tr := t.comps.GetTransforms()[id]
-		if t.kind[id] != kindFlatten {
+		if t.kind[id] == kindTestStream {
+			extra, err := t.transcodeTestStream(id, consumers)
+			if err != nil {
+				return err
+			}
+			leaves = append(append(leaves, id), extra...)
+			continue
+		}
+		if t.kind[id] != kindFlatten && t.kind[id] != kindRedistribute {
 			leaves = append(leaves, id)
 			continue
 		}
@@ -64,6 +73,50 @@ func (t *translator) transcodeFlattens() error {
 	}
 	t.leaves = leaves
 	return nil
+}
+
+// transcodeTestStream re-encodes a TestStream's elements when they are in
+// another coder than its output's (a Python TestStream(coder=StrUtf8Coder())
+// feeding a FastPrimitivesCoder PCollection): the TestStream then emits a
+// PCollection in its events' coder, and a one-input Flatten in the SDK
+// re-encodes it into the original output. It returns that Flatten's id, if
+// it added one.
+func (t *translator) transcodeTestStream(id string, consumers map[string][]string) ([]string, error) {
+	tr := t.comps.GetTransforms()[id]
+	ts, err := decodeTestStream(tr)
+	if err != nil {
+		return nil, err
+	}
+	local := sortedKeys(tr.GetOutputs())[0]
+	out := tr.GetOutputs()[local]
+	outPC := t.comps.GetPcollections()[out]
+	if outPC == nil || t.comps.GetCoders()[ts.GetCoderId()] == nil || t.coderEqual(ts.GetCoderId(), outPC.GetCoderId()) {
+		return nil, nil
+	}
+	if safe, err := t.safeCoder(outPC.GetCoderId()); err == nil && safe != outPC.GetCoderId() {
+		// A length prefix around the events' coder is added by the host
+		// (testStreamRoot).
+		if c := t.comps.GetCoders()[safe]; len(c.GetComponentCoderIds()) == 1 && t.coderEqual(c.GetComponentCoderIds()[0], ts.GetCoderId()) {
+			return nil, nil
+		}
+	}
+	env := t.transcodeEnv("", "", consumers[out])
+	if env == "" {
+		return nil, fmt.Errorf("transform %q: TestStream events in coder %q must be re-encoded to the output's coder %q, and no SDK environment is known to do it in", tr.GetUniqueName(), ts.GetCoderId(), outPC.GetCoderId())
+	}
+	events := t.addPCollection(out+"_events", outPC, ts.GetCoderId())
+	tid := uniqueID(id+"_transcode", func(s string) bool { return t.comps.GetTransforms()[s] != nil })
+	t.comps.Transforms[tid] = &pipepb.PTransform{
+		UniqueName:    t.uniqueName(tr.GetUniqueName() + "/Transcode"),
+		Spec:          &pipepb.FunctionSpec{Urn: urnFlatten},
+		Inputs:        map[string]string{"0": events},
+		Outputs:       map[string]string{"0": out},
+		EnvironmentId: env,
+	}
+	t.parent[tid] = t.parent[id]
+	t.kind[tid] = kindSDK
+	tr.Outputs[local] = events
+	return []string{tid}, nil
 }
 
 // transcodeEnv picks the SDK environment of a transcoding flatten: the
