@@ -11,6 +11,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/host/windowing"
 	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
 )
 
 // testStreamRoot runs a TestStream (translate.RootTestStream). Its topic
@@ -35,6 +36,8 @@ type testStreamRoot struct {
 	clock     int64 // the synthetic processing time
 	wm        int64 // the output watermark so far
 	started   bool
+	// tagWM is each output's watermark (several outputs only).
+	tagWM map[string]int64
 	// nest appends an element given in its coder's outer context in the
 	// nested form (Root.TestStreamOuterContext); nil: elements are nested.
 	nest func(dst, elem []byte) ([]byte, error)
@@ -74,6 +77,14 @@ func outerToNested(coders map[string]*pipepb.Coder, id string) (func(dst, elem [
 		}, nil
 	}
 	return nil, nil
+}
+
+// output is the PCollection of an event's tag.
+func (r *testStreamRoot) output(root translate.Root, tag string) string {
+	if pc, ok := root.TestStreamOutputs[tag]; ok {
+		return pc
+	}
+	return root.Output
 }
 
 func (r *testStreamRoot) watermark() int64 {
@@ -127,12 +138,30 @@ func (e *eventTime) runTestStream(ctx context.Context) error {
 				default:
 					b = append(b, el.GetEncodedElement()...)
 				}
-				if err := t.route(t.sub.Root.Output, b); err != nil {
+				if err := t.route(r.output(t.sub.Root, x.ElementEvent.GetTag()), b); err != nil {
 					return err
 				}
 			}
 		case *pipepb.TestStreamPayload_Event_WatermarkEvent:
 			wm := min(max(x.WatermarkEvent.GetNewWatermark(), minWatermark), maxWatermark)
+			if outs := t.sub.Root.TestStreamOutputs; len(outs) > 1 {
+				// One watermark per output; the task has one: the least.
+				if r.tagWM == nil {
+					r.tagWM = map[string]int64{}
+				}
+				tag := x.WatermarkEvent.GetTag()
+				if old, ok := r.tagWM[tag]; !ok || wm > old {
+					r.tagWM[tag] = wm
+				}
+				wm = maxWatermark
+				for tag := range outs {
+					w, ok := r.tagWM[tag]
+					if !ok {
+						w = minWatermark // no watermark event for this output yet
+					}
+					wm = min(wm, w)
+				}
+			}
 			if wm <= r.wm {
 				continue
 			}

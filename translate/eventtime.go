@@ -20,14 +20,14 @@ const urnGoCustomCoder = "beam:go:coder:custom:v1"
 
 // addTestStream validates a TestStream leaf. One TestStream per pipeline (it
 // is the single source of the synthetic processing-time clock, as in Prism),
-// with a single output, events inline (no remote endpoint).
+// events inline (no remote endpoint), every event's tag one of its outputs.
 func (t *translator) addTestStream(id string, tr *pipepb.PTransform) error {
 	name := tr.GetUniqueName()
 	if len(tr.GetInputs()) != 0 {
 		return fmt.Errorf("transform %q: a TestStream has no inputs, has %d", name, len(tr.GetInputs()))
 	}
-	if len(tr.GetOutputs()) != 1 {
-		return fmt.Errorf("transform %q: a TestStream with %d outputs (tags) is not supported yet (only one output)", name, len(tr.GetOutputs()))
+	if len(tr.GetOutputs()) == 0 {
+		return fmt.Errorf("transform %q: a TestStream needs an output", name)
 	}
 	if t.testStream != "" {
 		return fmt.Errorf("transform %q: a second TestStream (the first is %q) is not supported: one TestStream drives the pipeline's processing-time clock", name, t.name(t.testStream))
@@ -45,10 +45,13 @@ func (t *translator) addTestStream(id string, tr *pipepb.PTransform) error {
 	for i, ev := range ts.GetEvents() {
 		switch e := ev.GetEvent().(type) {
 		case *pipepb.TestStreamPayload_Event_ElementEvent:
-			if tag := e.ElementEvent.GetTag(); tag != "" && tag != sortedKeys(tr.GetOutputs())[0] {
-				return fmt.Errorf("transform %q: event %d adds elements to tag %q, the TestStream's output is %q", name, i, tag, sortedKeys(tr.GetOutputs())[0])
+			if _, err := testStreamTag(tr, e.ElementEvent.GetTag()); err != nil {
+				return fmt.Errorf("transform %q: event %d: %w", name, i, err)
 			}
 		case *pipepb.TestStreamPayload_Event_WatermarkEvent:
+			if _, err := testStreamTag(tr, e.WatermarkEvent.GetTag()); err != nil {
+				return fmt.Errorf("transform %q: event %d: %w", name, i, err)
+			}
 		case *pipepb.TestStreamPayload_Event_ProcessingTimeEvent:
 		default:
 			return fmt.Errorf("transform %q: event %d is of unknown kind %T", name, i, e)
@@ -57,6 +60,18 @@ func (t *translator) addTestStream(id string, tr *pipepb.PTransform) error {
 	t.testStream = id
 	t.addLeaf(id, kindTestStream)
 	return nil
+}
+
+// testStreamTag resolves an event's tag to the local name of a TestStream
+// output: the tag itself, or for the empty tag the only output.
+func testStreamTag(tr *pipepb.PTransform, tag string) (string, error) {
+	if _, ok := tr.GetOutputs()[tag]; ok {
+		return tag, nil
+	}
+	if tag == "" && len(tr.GetOutputs()) == 1 {
+		return sortedKeys(tr.GetOutputs())[0], nil
+	}
+	return "", fmt.Errorf("tag %q is not one of the TestStream's outputs %v", tag, sortedKeys(tr.GetOutputs()))
 }
 
 func decodeTestStream(tr *pipepb.PTransform) (*pipepb.TestStreamPayload, error) {
@@ -75,13 +90,26 @@ func (t *translator) testStreamRoot(id string) (Root, error) {
 	if err != nil {
 		return Root{}, err
 	}
-	out := onlyValue(tr.GetOutputs())
+	tags := sortedKeys(tr.GetOutputs())
+	out := tr.GetOutputs()[tags[0]]
 	w, err := t.wire(out)
 	if err != nil {
 		return Root{}, fmt.Errorf("transform %q: %w", tr.GetUniqueName(), err)
 	}
-	elem := t.comps.GetCoders()[w].GetComponentCoderIds()[0]
 	root := Root{Kind: RootTestStream, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), TestStream: ts, TestStreamOuterContext: !t.goSDK(tr)}
+	if len(tags) > 1 {
+		root.TestStreamOutputs = map[string]string{}
+		for _, tag := range tags {
+			pc := tr.GetOutputs()[tag]
+			// Every output gets the events' bytes handled alike (see
+			// transcodeTestStream, which gives them all the events' coder).
+			if err := t.sameWire(tr.GetUniqueName(), out, pc); err != nil {
+				return Root{}, err
+			}
+			root.TestStreamOutputs[tag] = pc
+		}
+	}
+	elem := t.comps.GetCoders()[w].GetComponentCoderIds()[0]
 	if !t.coderEqual(elem, ts.GetCoderId()) {
 		// The wire coder wraps the whole element in a length prefix (a coder
 		// the host cannot parse): the host adds the prefix.

@@ -8,6 +8,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window/trigger"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/protobuf/proto"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
 )
 
@@ -106,6 +107,66 @@ func TestTestStream(t *testing.T) {
 		t.Errorf("two TestStreams accepted")
 	} else {
 		errContains(t, err, "second TestStream")
+	}
+}
+
+// A TestStream with two outputs (the Python SDK's tagged TestStream): both
+// outputs are roots' outputs of its sub-topology, and an event naming
+// another tag is refused.
+func TestTestStreamTwoOutputs(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	cfg := teststream.NewConfig()
+	cfg.AddElements(1000, "a", "b")
+	beam.ParDo(s, pairWithOne, teststream.Create(s, cfg))
+	pp := marshal(t, p)
+	comps := pp.GetComponents()
+	var tsID string
+	for id, tr := range comps.GetTransforms() {
+		if tr.GetSpec().GetUrn() == urnTestStream {
+			tsID = id
+		}
+	}
+	tr := comps.GetTransforms()[tsID]
+	main := tr.GetOutputs()[sortedKeys(tr.GetOutputs())[0]]
+	side := proto.Clone(comps.GetPcollections()[main]).(*pipepb.PCollection)
+	side.UniqueName = "side"
+	comps.Pcollections["side"] = side
+	tr.Outputs["zside"] = "side"
+	payload := &pipepb.TestStreamPayload{}
+	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), payload); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range payload.GetEvents() {
+		if e := ev.GetElementEvent(); e != nil {
+			e.Tag = sortedKeys(tr.GetOutputs())[0]
+		}
+	}
+	payload.Events = append(payload.Events,
+		&pipepb.TestStreamPayload_Event{Event: &pipepb.TestStreamPayload_Event_ElementEvent{ElementEvent: &pipepb.TestStreamPayload_Event_AddElements{Tag: "zside", Elements: payload.GetEvents()[0].GetElementEvent().GetElements()}}},
+		&pipepb.TestStreamPayload_Event{Event: &pipepb.TestStreamPayload_Event_WatermarkEvent{WatermarkEvent: &pipepb.TestStreamPayload_Event_AdvanceWatermark{Tag: "zside", NewWatermark: 5000}}})
+	setPayload := func() {
+		b, err := proto.Marshal(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Spec.Payload = b
+	}
+	setPayload()
+	plan := mustTranslate(t, pp, Options{})
+	root := plan.SubTopologies[0].Root
+	if root.Kind != RootTestStream || len(root.TestStreamOutputs) != 2 || root.TestStreamOutputs["zside"] != "side" || root.Output != main {
+		t.Fatalf("root %+v", root)
+	}
+	if plan.WireCoders["side"] == "" {
+		t.Error("the second output has no wire coder")
+	}
+
+	payload.Events[0].GetElementEvent().Tag = "nope"
+	setPayload()
+	if _, err := Translate(pp, Options{}); err == nil {
+		t.Error("an event with an unknown tag was accepted")
+	} else {
+		errContains(t, err, `tag "nope"`)
 	}
 }
 

@@ -88,8 +88,12 @@ func (t *translator) layout() (*Plan, error) {
 			}
 			tp := &Topic{Name: fmt.Sprintf("teststream-%d", nImpulse), Kind: TopicImpulse, PCollection: root.Output}
 			nImpulse++
-			if _, err := newSub(tp, root); err != nil {
+			sb, err := newSub(tp, root)
+			if err != nil {
 				return nil, err
+			}
+			for _, pc := range root.TestStreamOutputs {
+				subOf[pc] = sb
 			}
 
 		case kindImpulse:

@@ -151,6 +151,11 @@ type Root struct {
 	// host nests them (a length before bytes and strings, also as a KV's
 	// value) unless TestStreamLengthPrefix already wraps them whole.
 	TestStreamOuterContext bool
+	// TestStreamOutputs (a TestStream with several outputs only) maps each
+	// output tag to its PCollection, Output among them; all use the same
+	// wire coder. Each tag has a watermark of its own; the sub-topology's
+	// output watermark is the least of them.
+	TestStreamOutputs map[string]string
 	// MergeWindows (RootGroupByKey over a custom merging WindowFn only) is
 	// the harness stage that merges windows in the SDK that defined the
 	// WindowFn (see merge.go for its input and output). It is not part of

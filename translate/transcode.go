@@ -76,47 +76,50 @@ func (t *translator) transcodeFlattens() error {
 }
 
 // transcodeTestStream re-encodes a TestStream's elements when they are in
-// another coder than its output's (a Python TestStream(coder=StrUtf8Coder())
-// feeding a FastPrimitivesCoder PCollection): the TestStream then emits a
-// PCollection in its events' coder, and a one-input Flatten in the SDK
-// re-encodes it into the original output. It returns that Flatten's id, if
-// it added one.
+// another coder than an output's (a Python TestStream(coder=StrUtf8Coder())
+// feeding a FastPrimitivesCoder PCollection): the TestStream then emits, for
+// that output, a PCollection in its events' coder, and a one-input Flatten
+// in the SDK re-encodes it into the original output. It returns the ids of
+// the Flattens it added.
 func (t *translator) transcodeTestStream(id string, consumers map[string][]string) ([]string, error) {
 	tr := t.comps.GetTransforms()[id]
 	ts, err := decodeTestStream(tr)
 	if err != nil {
 		return nil, err
 	}
-	local := sortedKeys(tr.GetOutputs())[0]
-	out := tr.GetOutputs()[local]
-	outPC := t.comps.GetPcollections()[out]
-	if outPC == nil || t.comps.GetCoders()[ts.GetCoderId()] == nil || t.coderEqual(ts.GetCoderId(), outPC.GetCoderId()) {
-		return nil, nil
-	}
-	if safe, err := t.safeCoder(outPC.GetCoderId()); err == nil && safe != outPC.GetCoderId() {
-		// A length prefix around the events' coder is added by the host
-		// (testStreamRoot).
-		if c := t.comps.GetCoders()[safe]; len(c.GetComponentCoderIds()) == 1 && t.coderEqual(c.GetComponentCoderIds()[0], ts.GetCoderId()) {
-			return nil, nil
+	var added []string
+	for _, local := range sortedKeys(tr.GetOutputs()) {
+		out := tr.GetOutputs()[local]
+		outPC := t.comps.GetPcollections()[out]
+		if outPC == nil || t.comps.GetCoders()[ts.GetCoderId()] == nil || t.coderEqual(ts.GetCoderId(), outPC.GetCoderId()) {
+			continue
 		}
+		if safe, err := t.safeCoder(outPC.GetCoderId()); err == nil && safe != outPC.GetCoderId() {
+			// A length prefix around the events' coder is added by the
+			// host (testStreamRoot).
+			if c := t.comps.GetCoders()[safe]; len(c.GetComponentCoderIds()) == 1 && t.coderEqual(c.GetComponentCoderIds()[0], ts.GetCoderId()) {
+				continue
+			}
+		}
+		env := t.transcodeEnv("", "", consumers[out])
+		if env == "" {
+			return nil, fmt.Errorf("transform %q: TestStream events in coder %q must be re-encoded to output %q's coder %q, and no SDK environment is known to do it in", tr.GetUniqueName(), ts.GetCoderId(), local, outPC.GetCoderId())
+		}
+		events := t.addPCollection(out+"_events", outPC, ts.GetCoderId())
+		tid := uniqueID(id+"_transcode_"+local, func(s string) bool { return t.comps.GetTransforms()[s] != nil })
+		t.comps.Transforms[tid] = &pipepb.PTransform{
+			UniqueName:    t.uniqueName(tr.GetUniqueName() + "/Transcode " + local),
+			Spec:          &pipepb.FunctionSpec{Urn: urnFlatten},
+			Inputs:        map[string]string{"0": events},
+			Outputs:       map[string]string{"0": out},
+			EnvironmentId: env,
+		}
+		t.parent[tid] = t.parent[id]
+		t.kind[tid] = kindSDK
+		tr.Outputs[local] = events
+		added = append(added, tid)
 	}
-	env := t.transcodeEnv("", "", consumers[out])
-	if env == "" {
-		return nil, fmt.Errorf("transform %q: TestStream events in coder %q must be re-encoded to the output's coder %q, and no SDK environment is known to do it in", tr.GetUniqueName(), ts.GetCoderId(), outPC.GetCoderId())
-	}
-	events := t.addPCollection(out+"_events", outPC, ts.GetCoderId())
-	tid := uniqueID(id+"_transcode", func(s string) bool { return t.comps.GetTransforms()[s] != nil })
-	t.comps.Transforms[tid] = &pipepb.PTransform{
-		UniqueName:    t.uniqueName(tr.GetUniqueName() + "/Transcode"),
-		Spec:          &pipepb.FunctionSpec{Urn: urnFlatten},
-		Inputs:        map[string]string{"0": events},
-		Outputs:       map[string]string{"0": out},
-		EnvironmentId: env,
-	}
-	t.parent[tid] = t.parent[id]
-	t.kind[tid] = kindSDK
-	tr.Outputs[local] = events
-	return []string{tid}, nil
+	return added, nil
 }
 
 // transcodeEnv picks the SDK environment of a transcoding flatten: the

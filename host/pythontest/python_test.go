@@ -171,11 +171,9 @@ var pythonVRFiles = []string{
 	"apache_beam/metrics/metric_test.py",
 }
 
-// pythonVRExpectedFailures fail at submission, naming what is missing.
-var pythonVRExpectedFailures = map[string]string{
-	// A TestStream with two output tags and per-tag watermarks.
-	"apache_beam/transforms/sideinputs_test.py::SideInputsTest::test_multi_triggered_gbk_side_input": "a TestStream with 2 outputs",
-}
+// pythonVRExpectedFailures fail, by test id, with the given message in
+// pytest's output (none today).
+var pythonVRExpectedFailures = map[string]string{}
 
 // The Beam Python SDK's own ValidatesRunner tests (the it_validatesrunner
 // mark) from the files above, through ksrunner: every test passes but the
