@@ -56,17 +56,7 @@ func (t *translator) transcodeFlattens() error {
 				return fmt.Errorf("transform %q: input %q (coder %q) must be re-encoded to the output's coder %q, and no SDK environment is known to do it in", tr.GetUniqueName(), in, inPC.GetCoderId(), outPC.GetCoderId())
 			}
 			pc := t.addPCollection(in+"_transcoded", outPC, outPC.GetCoderId())
-			tid := uniqueID(id+"_transcode_"+l, func(s string) bool { return t.comps.GetTransforms()[s] != nil })
-			t.comps.Transforms[tid] = &pipepb.PTransform{
-				UniqueName:    t.uniqueName(tr.GetUniqueName() + "/Transcode " + l),
-				Spec:          &pipepb.FunctionSpec{Urn: urnFlatten},
-				Inputs:        map[string]string{"0": in},
-				Outputs:       map[string]string{"0": pc},
-				EnvironmentId: env,
-			}
-			t.parent[tid] = t.parent[id]
-			t.kind[tid] = kindSDK
-			leaves = append(leaves, tid)
+			leaves = append(leaves, t.addTranscode(id, l, in, pc, env))
 			tr.Inputs[l] = pc
 		}
 		leaves = append(leaves, id)
@@ -106,20 +96,27 @@ func (t *translator) transcodeTestStream(id string, consumers map[string][]strin
 			return nil, fmt.Errorf("transform %q: TestStream events in coder %q must be re-encoded to output %q's coder %q, and no SDK environment is known to do it in", tr.GetUniqueName(), ts.GetCoderId(), local, outPC.GetCoderId())
 		}
 		events := t.addPCollection(out+"_events", outPC, ts.GetCoderId())
-		tid := uniqueID(id+"_transcode_"+local, func(s string) bool { return t.comps.GetTransforms()[s] != nil })
-		t.comps.Transforms[tid] = &pipepb.PTransform{
-			UniqueName:    t.uniqueName(tr.GetUniqueName() + "/Transcode " + local),
-			Spec:          &pipepb.FunctionSpec{Urn: urnFlatten},
-			Inputs:        map[string]string{"0": events},
-			Outputs:       map[string]string{"0": out},
-			EnvironmentId: env,
-		}
-		t.parent[tid] = t.parent[id]
-		t.kind[tid] = kindSDK
+		added = append(added, t.addTranscode(id, local, events, out, env))
 		tr.Outputs[local] = events
-		added = append(added, tid)
 	}
 	return added, nil
+}
+
+// addTranscode adds the SDK-side one-input Flatten that re-encodes from
+// into to (their PCollection coders) for the input or output local of
+// transform id, in environment env, and returns its id.
+func (t *translator) addTranscode(id, local, from, to, env string) string {
+	tid := uniqueID(id+"_transcode_"+local, func(s string) bool { return t.comps.GetTransforms()[s] != nil })
+	t.comps.Transforms[tid] = &pipepb.PTransform{
+		UniqueName:    t.uniqueName(t.name(id) + "/Transcode " + local),
+		Spec:          &pipepb.FunctionSpec{Urn: urnFlatten},
+		Inputs:        map[string]string{"0": from},
+		Outputs:       map[string]string{"0": to},
+		EnvironmentId: env,
+	}
+	t.parent[tid] = t.parent[id]
+	t.kind[tid] = kindSDK
+	return tid
 }
 
 // transcodeEnv picks the SDK environment of a transcoding flatten: the
