@@ -273,7 +273,11 @@ func TestRestoreFromChangelog(t *testing.T) {
 		t.Errorf("first run restored %d changelog records, want 0", restoredFirst)
 	}
 
-	id, r = env.Run(ctx, t, pipe, opts)
+	// Without its GroupByKey state (watermark reports included) the second
+	// run would never finish: bound it.
+	ctx2, cancel2 := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel2()
+	id, r = env.Run(ctx2, t, pipe, opts)
 	if r.State != jobpb.JobState_DONE {
 		t.Fatalf("second run: job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
 	}
