@@ -31,12 +31,14 @@ type instanceConfig struct {
 // Kafka client (consumer and producer), the Pebble store and the tasks of the
 // partitions assigned to it.
 //
-// Its loop alternates: poll records, hand each task its partition's records,
-// and every commit interval commit: every task closes its bundles and fires
-// what its watermark allows, then the producer is flushed, the tasks' state
-// batches are applied and the consumed offsets are committed. Rebalances only
-// happen between iterations (BlockRebalanceOnPoll), so a task never moves
-// with a bundle open.
+// Its loop alternates: poll records, (exactly_once) begin a transaction,
+// hand each task its partition's records, and commit: every task closes its
+// bundles, fires what its watermark allows and produces its state changes to
+// its changelog; then exactly_once ends the transaction (which commits the
+// consumed offsets) and applies the tasks' state batches only if it
+// committed; at_least_once flushes, applies the batches and commits the
+// offsets. Rebalances only happen between iterations (BlockRebalanceOnPoll),
+// so a task never moves with a bundle or a transaction open.
 type instance struct {
 	cfg    instanceConfig
 	cl     *kgo.Client
