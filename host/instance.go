@@ -233,8 +233,12 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 // holds exactly the committed cycles' state. The caller holds mu and makes
 // consumption restart at the committed offsets.
 func (i *instance) resetTasks() {
+	ids := make([]taskID, 0, len(i.tasks))
 	for id, t := range i.tasks {
 		t.abort()
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
 		delete(i.tasks, id)
 		nt, err := newTask(i, i.subByTopic[id.topic], id.partition)
 		if err != nil {
