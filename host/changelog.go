@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -158,8 +159,16 @@ func taskPrefix(sub int, partition int32) []byte {
 }
 
 // restoreTimeout bounds waiting for a changelog's open transaction to end
-// and replaying it.
-const restoreTimeout = 2 * time.Minute
+// (a crashed owner's ends at the transaction timeout) and replaying it.
+const restoreTimeout = transactionTimeout + time.Minute
+
+// transactionTimeout is the longest a commit cycle may take under
+// exactly_once (the broker aborts a transaction open longer; its
+// transaction.max.timeout.ms, default 15 minutes, must allow it). A cycle
+// processes one poll, up to 100,000 records: slow stages (user state
+// through the Fn API runs at a few thousand elements per second) need the
+// margin.
+const transactionTimeout = 5 * time.Minute
 
 // restoreTasks brings the local store of each (sub-topology, partition) up
 // to its changelog's committed end before the tasks are created.
@@ -194,15 +203,20 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 				err = lso.Error()
 			}
 		}
-		if err != nil {
+		stable := err == nil
+		if err != nil && !kerr.IsRetriable(err) && !errors.Is(err, kerr.UnknownTopicOrPartition) {
 			return fmt.Errorf("changelog end offsets: %w", err)
 		}
-		stable := true
+		// A topic just created may not be known to every broker yet
+		// (UNKNOWN_TOPIC_OR_PARTITION, or missing from the listing).
 		for _, id := range ids {
+			if !stable {
+				break
+			}
 			n := topics.full(topics.changelogs[i.subByTopic[id.topic].ID])
-			h, _ := hw.Lookup(n, id.partition)
-			l, _ := lso.Lookup(n, id.partition)
-			stable = stable && h.Offset == l.Offset
+			h, ok1 := hw.Lookup(n, id.partition)
+			l, ok2 := lso.Lookup(n, id.partition)
+			stable = ok1 && ok2 && h.Offset == l.Offset
 		}
 		if stable {
 			ends = lso
@@ -210,6 +224,9 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 		}
 		select {
 		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("changelog end offsets: %w", err)
+			}
 			return fmt.Errorf("changelog still has an open transaction: %w", ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}

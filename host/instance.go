@@ -134,6 +134,7 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		opts = append(opts,
 			kgo.TransactionalID(cfg.opts.ApplicationID+"-"+randomSuffix()),
 			kgo.RequireStableFetchOffsets(),
+			kgo.TransactionTimeout(transactionTimeout),
 		)
 		i.sess, err = kgo.NewGroupTransactSession(opts...)
 		if err == nil {

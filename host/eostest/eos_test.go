@@ -25,6 +25,8 @@ import (
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/ksrunner/ksrunner/host"
@@ -36,6 +38,34 @@ func init() {
 	register.Function1x2(toKV)
 	register.Function2x1(sumValues)
 	register.Iter1[int]()
+	register.DoFn6x0[beam.Window, state.Provider, timers.Provider, int, int, func(string)](&statefulSumFn{})
+	register.Emitter1[string]()
+}
+
+// statefulSumFn sums each key's values in user state and emits "key:sum"
+// when the window ends (an event-time timer).
+type statefulSumFn struct {
+	Sum  state.Value[int]
+	Fire timers.EventTime
+}
+
+func (fn *statefulSumFn) ProcessElement(w beam.Window, sp state.Provider, tp timers.Provider, k, v int, _ func(string)) {
+	s, _, err := fn.Sum.Read(sp)
+	if err != nil {
+		panic(err)
+	}
+	if err := fn.Sum.Write(sp, s+v); err != nil {
+		panic(err)
+	}
+	fn.Fire.Set(tp, w.MaxTimestamp().ToTime())
+}
+
+func (fn *statefulSumFn) OnTimer(_ context.Context, _ beam.EventTime, sp state.Provider, _ timers.Provider, k int, _ timers.Context, emit func(string)) {
+	s, _, err := fn.Sum.Read(sp)
+	if err != nil {
+		panic(err)
+	}
+	emit(fmt.Sprintf("%d:%d", k, s))
 }
 
 const keys = 1000
@@ -76,6 +106,18 @@ func sumPipeline(n int, out string) *beam.Pipeline {
 	kvs := beam.ParDo(s, toKV, beam.CreateList(s, in))
 	sums := beam.ParDo(s, sumValues, beam.GroupByKey(s, kvs))
 	textio.Write(s, out, sums)
+	return p
+}
+
+// statefulSumPipeline is sumPipeline with the sums kept in user state.
+func statefulSumPipeline(n int, out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	in := make([]int, n)
+	for i := range in {
+		in[i] = i
+	}
+	kvs := beam.ParDo(s, toKV, beam.CreateList(s, in))
+	textio.Write(s, out, beam.ParDo(s, &statefulSumFn{}, kvs))
 	return p
 }
 
@@ -227,14 +269,21 @@ var errInjected = errors.New("injected instance failure")
 // the GroupByKey's state comes back from the changelog, and every sum is
 // exact (without the changelog the values consumed before the failure would
 // be missing: their offsets are committed).
-func TestRestoreFromChangelog(t *testing.T) {
+func TestRestoreFromChangelog(t *testing.T) { testRestore(t, sumPipeline) }
+
+// TestRestoreUserStateFromChangelog is TestRestoreFromChangelog with the
+// sums in a stateful DoFn's value state, flushed by event-time timers: user
+// state and timers come back from the changelog.
+func TestRestoreUserStateFromChangelog(t *testing.T) { testRestore(t, statefulSumPipeline) }
+
+func testRestore(t *testing.T, build func(n int, out string) *beam.Pipeline) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	const n = 250_000 // over 100k records per poll: the GroupByKey's input takes several cycles
+	const n = 250_000 // over 100k records per poll: the stateful stage's input takes several cycles
 	bootstrap := kafkatest.Broker(t)
 	appID := kafkatest.UniqueName(t, "app")
 	out := filepath.Join(t.TempDir(), "sums.txt")
-	pipe := env.Marshal(t, sumPipeline(n, out))
+	pipe := env.Marshal(t, build(n, out))
 	opts := map[string]string{
 		"bootstrap_servers":    bootstrap,
 		"application_id":       appID,
@@ -284,10 +333,10 @@ func TestRestoreFromChangelog(t *testing.T) {
 	mu.Lock()
 	got := restored
 	mu.Unlock()
-	// One GroupByKey buffer entry per key and commit cycle, besides a few
-	// watermark and bookkeeping keys.
+	// One GroupByKey buffer entry (or value state and timer) per key, besides
+	// a few watermark and bookkeeping keys.
 	if got < keys/2 {
-		t.Errorf("second run restored %d changelog records, want the GroupByKey's buffered values (at least %d)", got, keys/2)
+		t.Errorf("second run restored %d changelog records, want the stateful stage's state (at least %d)", got, keys/2)
 	}
 	t.Logf("second run restored %d changelog records", got)
 	got2, dups := readSums(t, out)
