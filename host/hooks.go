@@ -19,6 +19,9 @@ type TestHooks struct {
 	// Restored runs after a task's state was restored from its changelog,
 	// with the number of changelog records replayed.
 	Restored func(subTopology int, partition int32, records int)
+	// MaxPollRecords, if positive, replaces the most records one commit
+	// cycle consumes (100,000), to spread small inputs over many cycles.
+	MaxPollRecords int
 }
 
 // ErrAbortCycle makes TestHooks.BeforeCommit abort the commit cycle.

@@ -290,7 +290,11 @@ func (i *instance) run(ctx context.Context) (err error) {
 	interval := i.cfg.opts.commitInterval()
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, interval)
-		fetches := i.cl.PollRecords(pollCtx, 100000)
+		maxRecords := 100000
+		if h := testHooks.Load(); h != nil && h.MaxPollRecords > 0 {
+			maxRecords = h.MaxPollRecords
+		}
+		fetches := i.cl.PollRecords(pollCtx, maxRecords)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
