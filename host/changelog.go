@@ -49,6 +49,14 @@ import (
 // stale by more than that may keep keys deleted meanwhile.
 const storeChangelog = 'C'
 
+// maxStoredValue bounds the values the host writes in one piece where a
+// value grows with the input (GroupByKey runs, input parked for side
+// inputs): each is one changelog record, and Kafka refuses records over
+// about 1 MB (max.message.bytes; franz-go's ProducerBatchMaxBytes). User
+// state values are as large as the SDK sends them: over 1 MB they fail the
+// job.
+const maxStoredValue = 256 << 10
+
 const changelogSuffix = "-changelog"
 
 // changelogTopic is the changelog topic of a sub-topology (within the

@@ -37,6 +37,9 @@ import (
 func init() {
 	register.Function1x2(toKV)
 	register.Function2x1(sumValues)
+	register.Function1x2(toHotKV)
+	register.Function2x1(sumPadded)
+	register.Iter1[string]()
 	register.Iter1[int]()
 	register.DoFn6x0[beam.Window, state.Provider, timers.Provider, int, int, func(string)](&statefulSumFn{})
 	register.Emitter1[string]()
@@ -71,6 +74,21 @@ func (fn *statefulSumFn) OnTimer(_ context.Context, _ beam.EventTime, sp state.P
 const keys = 1000
 
 func toKV(i int) (int, int) { return i % keys, i }
+
+// toHotKV puts every value under key 7, as a 100-byte string.
+func toHotKV(i int) (int, string) { return 7, fmt.Sprintf("%0100d", i) }
+
+func sumPadded(k int, vs func(*string) bool) string {
+	s, v := 0, ""
+	for vs(&v) {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			panic(err)
+		}
+		s += n
+	}
+	return fmt.Sprintf("%d:%d", k, s)
+}
 
 func sumValues(k int, vs func(*int) bool) string {
 	s, v := 0, 0
@@ -347,5 +365,30 @@ func testRestore(t *testing.T, build func(n int, out string) *beam.Pipeline) {
 	}
 	if wrong, ex := compare(got2, wantSums(n)); wrong > 0 {
 		t.Errorf("%d of %d sums are wrong after the restore, e.g. %s", wrong, keys, ex)
+	}
+}
+
+// TestHotKeyState groups 100,000 values of 100 bytes under one key, about
+// 10 MB of GroupByKey state in one commit cycle: it reaches the changelog in
+// records Kafka accepts (runs are split at maxStoredValue), and the sum is
+// exact.
+func TestHotKeyState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	const n = 100_000
+	out := filepath.Join(t.TempDir(), "sums.txt")
+	p, s := beam.NewPipelineWithRoot()
+	in := make([]int, n)
+	for i := range in {
+		in[i] = i
+	}
+	textio.Write(s, out, beam.ParDo(s, sumPadded, beam.GroupByKey(s, beam.ParDo(s, toHotKV, beam.CreateList(s, in)))))
+	id, r := env.Run(ctx, t, env.Marshal(t, p), map[string]string{"bootstrap_servers": kafkatest.Broker(t)})
+	if r.State != jobpb.JobState_DONE {
+		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
+	}
+	got, _ := readSums(t, out)
+	if want := n * (n - 1) / 2; len(got) != 1 || got[7] != want {
+		t.Errorf("sums %v, want {7: %d}", got, want)
 	}
 }
