@@ -18,8 +18,10 @@ import (
 func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 	codec := t.inst.codecs[sr.stage.Input]
 	for _, c := range in {
-		minTs, maxWin := maxWatermark, minWatermark
-		for b := c.data; len(b) > 0; {
+		// Each stored piece is whole elements of at most about
+		// maxStoredValue bytes: it is one changelog record.
+		minTs, maxWin, start, n := maxWatermark, minWatermark, 0, 0
+		for b, off := c.data, 0; len(b) > 0; {
 			wv, err := codec.Next(b)
 			if err != nil {
 				return nil, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
@@ -36,16 +38,15 @@ func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 				maxWin = max(maxWin, ts)
 			}
 			minTs = min(minTs, wv.Timestamp)
+			n++
 			b = b[len(wv.Raw):]
-		}
-		k := t.key(storeGate, []byte{sr.idx})
-		k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxWin))
-		k = binary.BigEndian.AppendUint64(k, t.gateSeq)
-		t.gateSeq++
-		v := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(c.data)), uint64(minTs))
-		v = binary.BigEndian.AppendUint64(v, uint64(c.elements))
-		if err := t.batch.Set(k, append(v, c.data...), nil); err != nil {
-			return nil, err
+			off += len(wv.Raw)
+			if len(b) == 0 || off-start >= maxStoredValue {
+				if err := t.park(sr, c.data[start:off], n, minTs, maxWin); err != nil {
+					return nil, err
+				}
+				minTs, maxWin, start, n = maxWatermark, minWatermark, off, 0
+			}
 		}
 	}
 	ready := maxWatermark
@@ -74,6 +75,17 @@ func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 		}
 	}
 	return out, nil
+}
+
+// park stores n whole elements of a gated stage's input.
+func (t *task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64) error {
+	k := t.key(storeGate, []byte{sr.idx})
+	k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxWin))
+	k = binary.BigEndian.AppendUint64(k, t.gateSeq)
+	t.gateSeq++
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(data)), uint64(minTs))
+	v = binary.BigEndian.AppendUint64(v, uint64(n))
+	return t.batch.Set(k, append(v, data...), nil)
 }
 
 // gateHold is the smallest timestamp of parked input, or the maximum

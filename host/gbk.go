@@ -95,6 +95,7 @@ func (t *task) buffer(raw []byte, offset int64) error {
 type gbkRuns struct {
 	codec *shuffle.ElementCodec // of the input, once looked up
 	runs  map[string]*gbkRun    // by len key | key | len win | win
+	full  []fullRun             // runs of this interval that reached maxStoredValue
 	kw    []byte                // scratch
 	key   []byte                // scratch state key
 }
@@ -118,9 +119,21 @@ func (g *gbkRuns) add(key, win, value []byte, offset int64) {
 		r = &gbkRun{first: offset, data: make([]byte, 0, 64)}
 		g.runs[string(g.kw)] = r
 	}
+	if len(r.data) >= maxStoredValue {
+		// A run is one changelog record: a full one is kept apart (its key
+		// has its own first offset) and a new one starts here.
+		g.full = append(g.full, fullRun{kw: string(g.kw), run: r})
+		r = &gbkRun{first: offset, data: make([]byte, 0, 64)}
+		g.runs[string(g.kw)] = r
+	}
 	r.data = binary.AppendUvarint(r.data, uint64(offset-r.first))
 	r.data = binary.AppendUvarint(r.data, uint64(len(value)))
 	r.data = append(r.data, value...)
+}
+
+type fullRun struct {
+	kw  string
+	run *gbkRun
 }
 
 // flushBuffered writes the interval's runs, and the timer of each key and
@@ -131,29 +144,42 @@ func (t *task) flushBuffered() error {
 	if len(g.runs) == 0 {
 		return nil
 	}
+	for _, f := range g.full {
+		if err := t.writeRun(f.kw, f.run); err != nil {
+			return err
+		}
+	}
+	g.full = g.full[:0]
 	for kw, r := range g.runs {
-		_, _, maxTs, err := splitKeyWindow([]byte(kw))
-		if err != nil {
-			return err
-		}
-		// Batch.Set copies key and value, so the scratch key is reused.
-		k := append(g.key[:0], t.prefix...)
-		k = append(k, storeBuffer)
-		k = append(k, kw...)
-		k = binary.BigEndian.AppendUint64(k, uint64(r.first))
-		if err := t.batch.Set(k, r.data, nil); err != nil {
-			return err
-		}
-		k = append(k[:len(t.prefix)], storeTimer)
-		k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxTs))
-		k = append(k, kw...)
-		g.key = k
-		if err := t.batch.Set(k, nil, nil); err != nil {
+		if err := t.writeRun(kw, r); err != nil {
 			return err
 		}
 	}
 	clear(g.runs)
 	return nil
+}
+
+// writeRun writes a run, and the timer of its key and window, to the state
+// batch.
+func (t *task) writeRun(kw string, r *gbkRun) error {
+	g := &t.gbk
+	_, _, maxTs, err := splitKeyWindow([]byte(kw))
+	if err != nil {
+		return err
+	}
+	// Batch.Set copies key and value, so the scratch key is reused.
+	k := append(g.key[:0], t.prefix...)
+	k = append(k, storeBuffer)
+	k = append(k, kw...)
+	k = binary.BigEndian.AppendUint64(k, uint64(r.first))
+	if err := t.batch.Set(k, r.data, nil); err != nil {
+		return err
+	}
+	k = append(k[:len(t.prefix)], storeTimer)
+	k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxTs))
+	k = append(k, kw...)
+	g.key = k
+	return t.batch.Set(k, nil, nil)
 }
 
 // earliestTimer is the smallest pending end-of-window timer, or the maximum

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,15 +31,19 @@ type instanceConfig struct {
 // Kafka client (consumer and producer), the Pebble store and the tasks of the
 // partitions assigned to it.
 //
-// Its loop alternates: poll records, hand each task its partition's records,
-// and every commit interval commit: every task closes its bundles and fires
-// what its watermark allows, then the producer is flushed, the tasks' state
-// batches are applied and the consumed offsets are committed. Rebalances only
-// happen between iterations (BlockRebalanceOnPoll), so a task never moves
-// with a bundle open.
+// Its loop alternates: poll records, (exactly_once) begin a transaction,
+// hand each task its partition's records, and commit: every task closes its
+// bundles, fires what its watermark allows and produces its state changes to
+// its changelog; then exactly_once ends the transaction (which commits the
+// consumed offsets) and applies the tasks' state batches only if it
+// committed; at_least_once flushes, applies the batches and commits the
+// offsets. Rebalances only happen between iterations (BlockRebalanceOnPoll),
+// so a task never moves with a bundle or a transaction open.
 type instance struct {
 	cfg    instanceConfig
 	cl     *kgo.Client
+	sess   *kgo.GroupTransactSession // exactly_once: the session cl belongs to; nil at_least_once
+	admin  *kgo.Client               // for changelog offsets
 	db     *pebble.DB
 	codecs map[string]*shuffle.ElementCodec // by PCollection id
 
@@ -50,6 +55,7 @@ type instance struct {
 
 	mu    sync.Mutex // guards tasks against the rebalance callbacks
 	tasks map[taskID]*task
+	inTxn bool // a transaction is open (only the loop touches it)
 
 	produceErr atomic.Pointer[error]
 	failed     atomic.Bool // run returned an error: revocation must not commit
@@ -101,32 +107,57 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 			i.execs[s.ID] = cfg.execs[s.ID]
 		}
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(cfg.opts.BootstrapServers, ",")...),
+	seeds := kgo.SeedBrokers(strings.Split(cfg.opts.BootstrapServers, ",")...)
+	if i.admin, err = kgo.NewClient(seeds); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	opts := []kgo.Opt{
+		seeds,
 		kgo.ConsumerGroup(cfg.opts.ApplicationID),
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RecordPartitioner(shuffle.Partitioner()),
+		kgo.RecordPartitioner(partitioner{data: shuffle.Partitioner()}),
 		kgo.ProducerLinger(0),
-		kgo.MaxBufferedRecords(1<<20),
-		kgo.FetchMaxBytes(64<<20),
+		kgo.MaxBufferedRecords(1 << 20),
+		kgo.FetchMaxBytes(64 << 20),
 		kgo.OnPartitionsAssigned(i.onAssigned),
 		kgo.OnPartitionsRevoked(i.onRevoked),
 		kgo.OnPartitionsLost(i.onLost),
-	)
+	}
+	if cfg.opts.exactlyOnce() {
+		// One transactional producer per instance, fenced by the group's
+		// generation (KIP-447), so the id only has to be unique.
+		opts = append(opts,
+			kgo.TransactionalID(cfg.opts.ApplicationID+"-"+randomSuffix()),
+			kgo.RequireStableFetchOffsets(),
+			kgo.TransactionTimeout(transactionTimeout),
+		)
+		i.sess, err = kgo.NewGroupTransactSession(opts...)
+		if err == nil {
+			i.cl = i.sess.Client()
+		}
+	} else {
+		i.cl, err = kgo.NewClient(opts...)
+	}
 	if err != nil {
+		i.admin.Close()
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	i.cl = cl
 	return i, nil
 }
 
 func (i *instance) close() {
-	i.cl.CloseAllowingRebalance()
+	if i.sess != nil {
+		i.sess.CloseAllowingRebalance()
+	} else {
+		i.cl.CloseAllowingRebalance()
+	}
+	i.admin.Close()
 	i.mu.Lock()
 	for id, t := range i.tasks {
 		t.abort()
@@ -139,33 +170,42 @@ func (i *instance) close() {
 func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	var ids []taskID
 	for topic, parts := range assigned {
-		st := i.subByTopic[topic]
-		if st == nil {
+		if i.subByTopic[topic] == nil {
 			continue
 		}
 		for _, p := range parts {
-			t, err := newTask(i, st, p)
-			if err != nil {
-				i.setProduceErr(fmt.Errorf("opening task %s/%d: %w", topic, p, err))
-				continue
-			}
-			i.tasks[taskID{topic, p}] = t
-			i.cfg.logger.Debug("task assigned", "topic", topic, "partition", p)
+			ids = append(ids, taskID{topic, p})
 		}
+	}
+	if err := i.restoreTasks(ctx, ids); err != nil {
+		i.setProduceErr(err)
+		return
+	}
+	for _, id := range ids {
+		t, err := newTask(i, i.subByTopic[id.topic], id.partition)
+		if err != nil {
+			i.setProduceErr(fmt.Errorf("opening task %s/%d: %w", id.topic, id.partition, err))
+			continue
+		}
+		i.tasks[id] = t
+		i.cfg.logger.Debug("task assigned", "topic", id.topic, "partition", id.partition)
 	}
 }
 
-// onRevoked commits the revoked tasks' work before giving them up, so the
-// next owner starts where this one stopped.
+// onRevoked gives up the revoked tasks. at_least_once commits their work
+// first, so the next owner starts where this one stopped; exactly_once has
+// nothing to commit: revocations only happen between transactions (the loop
+// allows rebalances after ending one), when every task's work is committed.
 func (i *instance) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	if i.failed.Load() {
+	if i.failed.Load() || i.sess != nil {
 		// A task failed (its failed input is no longer pending): committing
 		// now would commit the offsets of input that was never processed.
 		i.dropTasks(revoked)
 		return
 	}
-	if err := i.commit(ctx); err != nil {
+	if err := i.commit(ctx, 0); err != nil {
 		i.setProduceErr(fmt.Errorf("commit before revocation: %w", err))
 	}
 	i.dropTasks(revoked)
@@ -189,6 +229,27 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 	}
 }
 
+// resetTasks drops every task's uncommitted work (state batches, open
+// bundles, in-memory state) and opens the tasks again from the store, which
+// holds exactly the committed cycles' state. The caller holds mu and makes
+// consumption restart at the committed offsets.
+func (i *instance) resetTasks() {
+	ids := make([]taskID, 0, len(i.tasks))
+	for id, t := range i.tasks {
+		t.abort()
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		delete(i.tasks, id)
+		nt, err := newTask(i, i.subByTopic[id.topic], id.partition)
+		if err != nil {
+			i.setProduceErr(fmt.Errorf("reopening task %s/%d: %w", id.topic, id.partition, err))
+			continue
+		}
+		i.tasks[id] = nt
+	}
+}
+
 func (i *instance) setProduceErr(err error) { i.produceErr.CompareAndSwap(nil, &err) }
 
 func (i *instance) failure() error {
@@ -205,6 +266,16 @@ func (i *instance) run(ctx context.Context) (err error) {
 			// The tasks' current work failed: closing must not commit it.
 			i.failed.Store(true)
 		}
+		if i.inTxn {
+			// Abort now rather than leave the transaction to time out,
+			// holding back read_committed readers of its partitions.
+			actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if _, aerr := i.sess.End(actx, kgo.TryAbort); aerr != nil {
+				i.cfg.logger.Warn("aborting the open transaction", "error", aerr)
+			}
+			cancel()
+			i.inTxn = false
+		}
 	}()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -219,7 +290,11 @@ func (i *instance) run(ctx context.Context) (err error) {
 	interval := i.cfg.opts.commitInterval()
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, interval)
-		fetches := i.cl.PollRecords(pollCtx, 100000)
+		maxRecords := 100000
+		if h := testHooks.Load(); h != nil && h.MaxPollRecords > 0 {
+			maxRecords = h.MaxPollRecords
+		}
+		fetches := i.cl.PollRecords(pollCtx, maxRecords)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -236,10 +311,16 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if err := i.failure(); err != nil {
 			return err
 		}
+		if i.sess != nil {
+			if err := i.sess.Begin(); err != nil {
+				return fmt.Errorf("beginning a transaction: %w", err)
+			}
+			i.inTxn = true
+		}
 		if err := i.process(ctx, fetches); err != nil {
 			return err
 		}
-		if err := i.commit(ctx); err != nil {
+		if err := i.commit(ctx, fetches.NumRecords()); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -276,12 +357,21 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) error {
 	return <-errs
 }
 
-// commit closes every task's bundles, fires due windows, reports watermarks,
-// flushes the producer, applies the state batches and commits offsets, in
-// that order: state and offsets never get ahead of the data they cover.
-func (i *instance) commit(ctx context.Context) error {
+// commit ends a commit cycle that consumed records records (exactly_once:
+// the open transaction). The caller holds no lock.
+func (i *instance) commit(ctx context.Context, records int) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	if i.sess != nil {
+		return i.commitTransaction(ctx, records)
+	}
+	return i.commitAtLeastOnce(ctx, records)
+}
+
+// prepareTasks closes every task's bundles, fires due windows and timers,
+// reports watermarks and produces the cycle's changelog records; tasks run
+// in parallel.
+func (i *instance) prepareTasks(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(i.tasks))
 	for _, t := range i.tasks {
@@ -290,12 +380,92 @@ func (i *instance) commit(ctx context.Context) error {
 			defer wg.Done()
 			if err := t.prepareCommit(ctx); err != nil {
 				errs <- err
+				return
+			}
+			if err := t.produceChangelog(ctx); err != nil {
+				errs <- err
 			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
-	if err := <-errs; err != nil {
+	return <-errs
+}
+
+// beforeCommit runs the test hook, if any, on a cycle that consumed
+// records; it reports whether the cycle must abort.
+func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, err error) {
+	h := testHooks.Load()
+	if h == nil || h.BeforeCommit == nil || records == 0 {
+		return false, nil
+	}
+	err = h.BeforeCommit(records)
+	if errors.Is(err, ErrAbortCycle) {
+		return true, nil
+	}
+	return false, err
+}
+
+// commitTransaction ends the cycle's transaction. Invariants:
+//   - Everything the cycle produced is in the transaction: outputs,
+//     watermark reports, the changelog records of every state mutation, the
+//     statuses of the previous cycle's tasks, and (End) the consumed
+//     offsets.
+//   - The Pebble batches are applied and bundles finalized only after the
+//     transaction committed. If it aborts (or the group rebalanced, which
+//     makes End abort), the session rewinds consumption to the committed
+//     offsets and every task is reopened from the store, which holds
+//     exactly the state of the committed cycles.
+//   - A task's status goes out in the transaction after the one whose
+//     commit and bundle finalizations it reports: the job server ends a
+//     bounded job on it.
+func (i *instance) commitTransaction(ctx context.Context, records int) error {
+	for _, t := range i.tasks {
+		t.sendStatus()
+	}
+	if err := i.prepareTasks(ctx); err != nil {
+		return err
+	}
+	// Flush before End (which flushes too) so that a failed produce is seen
+	// here and fails the instance: End would commit without the record.
+	if err := i.cl.Flush(ctx); err != nil {
+		return fmt.Errorf("flushing the producer: %w", err)
+	}
+	if err := i.failure(); err != nil {
+		return err
+	}
+	abort, err := i.beforeCommit(ctx, records)
+	if err != nil {
+		return err
+	}
+	try := kgo.TryCommit
+	if abort {
+		try = kgo.TryAbort
+	}
+	committed, err := i.sess.End(ctx, try)
+	i.inTxn = false
+	if err != nil {
+		return fmt.Errorf("ending the transaction: %w", err)
+	}
+	if !committed {
+		i.cfg.logger.Info("transaction aborted: tasks restart from the last committed cycle", "injected", abort)
+		i.resetTasks()
+		return i.failure()
+	}
+	for _, t := range i.tasks {
+		if err := t.commitState(); err != nil {
+			return err
+		}
+	}
+	i.finalize(ctx)
+	return i.failure()
+}
+
+// commitAtLeastOnce produces, flushes, applies the state batches and commits
+// offsets, in that order: state and offsets never get ahead of the data they
+// cover (a failure in between repeats output, never loses it).
+func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
+	if err := i.prepareTasks(ctx); err != nil {
 		return err
 	}
 	if err := i.cl.Flush(ctx); err != nil {
@@ -303,6 +473,17 @@ func (i *instance) commit(ctx context.Context) error {
 	}
 	if err := i.failure(); err != nil {
 		return err
+	}
+	abort, err := i.beforeCommit(ctx, records)
+	if err != nil {
+		return err
+	}
+	if abort {
+		// As a crash after the flush would: the output stays, the state
+		// and offsets do not.
+		i.resetTasks()
+		i.rewind()
+		return i.failure()
 	}
 	for _, t := range i.tasks {
 		if err := t.commitState(); err != nil {
@@ -312,14 +493,9 @@ func (i *instance) commit(ctx context.Context) error {
 	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
 		return fmt.Errorf("committing offsets: %w", err)
 	}
+	i.finalize(ctx)
 	sent := false
 	for _, t := range i.tasks {
-		for _, f := range t.finalizers {
-			if err := f(ctx); err != nil {
-				i.cfg.logger.Warn("bundle finalization failed", "task", t.producer, "error", err)
-			}
-		}
-		t.finalizers = nil
 		sent = t.sendStatus() || sent
 	}
 	if sent {
@@ -328,6 +504,36 @@ func (i *instance) commit(ctx context.Context) error {
 		}
 	}
 	return i.failure()
+}
+
+// rewind moves consumption back to the committed offsets (the start of
+// partitions never committed), at_least_once after an injected abort.
+func (i *instance) rewind() {
+	committed := i.cl.CommittedOffsets()
+	to := map[string]map[int32]kgo.EpochOffset{}
+	for topic, ps := range i.cl.UncommittedOffsets() {
+		to[topic] = map[int32]kgo.EpochOffset{}
+		for p := range ps {
+			o, ok := committed[topic][p]
+			if !ok {
+				o = kgo.EpochOffset{Epoch: -1, Offset: 0}
+			}
+			to[topic][p] = o
+		}
+	}
+	i.cl.SetOffsets(to)
+}
+
+// finalize runs the finalizers of the committed cycle's bundles.
+func (i *instance) finalize(ctx context.Context) {
+	for _, t := range i.tasks {
+		for _, f := range t.finalizers {
+			if err := f(ctx); err != nil {
+				i.cfg.logger.Warn("bundle finalization failed", "task", t.producer, "error", err)
+			}
+		}
+		t.finalizers = nil
+	}
 }
 
 func (i *instance) produce(r *kgo.Record) {

@@ -33,6 +33,11 @@ type Options struct {
 	StateDir string `koanf:"state_dir"`
 	// KeepInternalTopics keeps internal topics after a bounded job is DONE.
 	KeepInternalTopics bool `koanf:"keep_internal_topics"`
+	// ProcessingGuarantee is "exactly_once" (each commit interval is one
+	// Kafka transaction: outputs, changelog and consumed offsets) or
+	// "at_least_once" (produce, flush, then commit offsets). The embedded
+	// broker supports transactions, so the default is exactly_once there too.
+	ProcessingGuarantee string `koanf:"processing_guarantee"`
 
 	// StageWASM maps transforms to WASM modules, one "PATTERN=MODULE[#DOFN]"
 	// per entry: PATTERN is a transform's unique name or a path.Match glob
@@ -60,9 +65,19 @@ func DefaultOptions() Options {
 		TopicReplicationFactor: -1,
 		MaxBundleSize:          100000,
 		CommitIntervalMs:       100,
+		ProcessingGuarantee:    ExactlyOnce,
 		WASMBundleDeadline:     5 * time.Minute,
 	}
 }
+
+// The values of option processing_guarantee.
+const (
+	ExactlyOnce = "exactly_once"
+	AtLeastOnce = "at_least_once"
+)
+
+// exactlyOnce reports whether commit cycles are Kafka transactions.
+func (o Options) exactlyOnce() bool { return o.ProcessingGuarantee != AtLeastOnce }
 
 // Validate reports the first invalid option, naming it.
 func (o Options) Validate() error {
@@ -77,6 +92,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option max_bundle_size: %d, must be at least 1", o.MaxBundleSize)
 	case o.CommitIntervalMs < 1:
 		return fmt.Errorf("option commit_interval_ms: %d, must be at least 1", o.CommitIntervalMs)
+	case o.ProcessingGuarantee != ExactlyOnce && o.ProcessingGuarantee != AtLeastOnce:
+		return fmt.Errorf("option processing_guarantee: %q, must be %s or %s", o.ProcessingGuarantee, ExactlyOnce, AtLeastOnce)
 	case o.WASMBundleDeadline < 0:
 		return fmt.Errorf("option wasm_bundle_deadline: %v, must not be negative", o.WASMBundleDeadline)
 	}
@@ -219,6 +236,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	}
 	str("application_id", &o.ApplicationID)
 	str("state_dir", &o.StateDir)
+	str("processing_guarantee", &o.ProcessingGuarantee)
 	for name, dst := range map[string]*int{
 		"internal_parallelism":     &o.InternalParallelism,
 		"topic_replication_factor": &o.TopicReplicationFactor,
@@ -267,6 +285,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("max_bundle_size", "input elements per bundle at most", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleSize)),
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
 		d("state_dir", "directory of the Pebble state stores", jobpb.PipelineOptionType_STRING, ""),
+		d("processing_guarantee", "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)", jobpb.PipelineOptionType_STRING, def.ProcessingGuarantee),
 		d("keep_internal_topics", "keep internal topics after a bounded job is done", jobpb.PipelineOptionType_BOOLEAN, "false"),
 		d("stage_wasm", "PATTERN=MODULE[#DOFN] entries: run the transforms whose unique name matches PATTERN as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME)", jobpb.PipelineOptionType_ARRAY, ""),
 		d("wasm_interruptible", "stop WASM guest code past wasm_bundle_deadline (slower guests)", jobpb.PipelineOptionType_BOOLEAN, "false"),

@@ -55,3 +55,33 @@ func TestBootstrapServersSDKDefault(t *testing.T) {
 		}
 	}
 }
+
+func TestProcessingGuaranteeOption(t *testing.T) {
+	if d := DefaultOptions(); d.ProcessingGuarantee != ExactlyOnce || !d.exactlyOnce() {
+		t.Errorf("default processing_guarantee %q, want %q", d.ProcessingGuarantee, ExactlyOnce)
+	}
+	for js, want := range map[string]string{
+		`{"beam:option:go_options:v1": {"options": {"processing_guarantee": "at_least_once"}}}`: AtLeastOnce,
+		`{"beam:option:processing_guarantee:v1": "exactly_once"}`:                               ExactlyOnce,
+		`{}`: ExactlyOnce,
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(js), &s); err != nil {
+			t.Fatal(err)
+		}
+		o, err := DefaultOptions().WithPipelineOptions(&s)
+		if err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		if o.ProcessingGuarantee != want {
+			t.Errorf("%s: processing_guarantee %q, want %q", js, o.ProcessingGuarantee, want)
+		}
+	}
+	var s structpb.Struct
+	if err := protojson.Unmarshal([]byte(`{"beam:option:processing_guarantee:v1": "at_most_once"}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil {
+		t.Error("processing_guarantee at_most_once was accepted")
+	}
+}

@@ -63,6 +63,10 @@ type task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
+	// changelogNext is the offset after the task's last changelog record
+	// produced this cycle; 0: none (changelog.go).
+	changelogNext atomic.Int64
+
 	ev  *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
 	gbk gbkRuns    // group-by-key root only: values not yet in batch (gbk.go)
 
@@ -132,8 +136,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		reportedWM: minWatermark,
 		batch:      inst.db.NewIndexedBatch(),
 	}
-	t.prefix = binary.BigEndian.AppendUint32(nil, uint32(sub.ID))
-	t.prefix = binary.BigEndian.AppendUint32(t.prefix, uint32(partition))
+	t.prefix = taskPrefix(sub.ID, partition)
 	for _, s := range sub.Stages {
 		exec := inst.execs[s.ID]
 		if exec == nil {
@@ -649,6 +652,11 @@ func (t *task) commitState() error {
 	if t.user != nil {
 		if err := t.user.commit(); err != nil {
 			return fmt.Errorf("task %s: committing user state: %w", t.producer, err)
+		}
+	}
+	if n := t.changelogNext.Swap(0); n > 0 {
+		if err := t.batch.Set(t.key(storeChangelog), binary.BigEndian.AppendUint64(nil, uint64(n)), nil); err != nil {
+			return err
 		}
 	}
 	if err := t.batch.Commit(pebble.NoSync); err != nil {

@@ -23,6 +23,9 @@ type topicSet struct {
 	consumer    map[string]*translate.SubTopology // topic name → sub-topology reading it
 	producers   map[string]int                    // topic name → number of producing tasks
 	fullNames   map[string]string                 // topic name → Kafka name (full), precomputed
+	// changelogs are the changelog topic names by sub-topology id; a
+	// changelog has one partition per task (partition of the input).
+	changelogs map[int]string
 }
 
 func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
@@ -34,6 +37,7 @@ func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
 		consumer:    map[string]*translate.SubTopology{},
 		producers:   map[string]int{},
 		fullNames:   map[string]string{},
+		changelogs:  map[int]string{},
 	}
 	for _, tp := range plan.Topics {
 		t.fullNames[tp.Name] = shuffle.TopicName(t.appID, tp.Name)
@@ -46,6 +50,9 @@ func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
 	}
 	for _, st := range plan.SubTopologies {
 		t.consumer[st.Input] = st
+		name := changelogTopic(st.ID)
+		t.changelogs[st.ID] = name
+		t.fullNames[name] = shuffle.TopicName(t.appID, name)
 	}
 	// A producing task reports once per topic it writes, whichever of its
 	// PCollections it writes there.
@@ -117,12 +124,31 @@ func (t *topicSet) create(ctx context.Context, adm *kadm.Client) error {
 		}
 	}
 	compact := "compact"
+	for id, name := range t.changelogs {
+		if err := create(name, t.changelogPartitions(id), map[string]*string{"cleanup.policy": &compact}); err != nil {
+			return err
+		}
+	}
 	return create(shuffle.StatusTopic, 1, map[string]*string{"cleanup.policy": &compact})
+}
+
+// changelogPartitions is the partition count of a sub-topology's changelog:
+// that of its input topic.
+func (t *topicSet) changelogPartitions(sub int) int32 {
+	for name, st := range t.consumer {
+		if st.ID == sub {
+			return t.partitions[name]
+		}
+	}
+	return 1
 }
 
 func (t *topicSet) delete(ctx context.Context, adm *kadm.Client) error {
 	names := []string{t.full(shuffle.StatusTopic)}
 	for name := range t.partitions {
+		names = append(names, t.full(name))
+	}
+	for _, name := range t.changelogs {
 		names = append(names, t.full(name))
 	}
 	resps, err := adm.DeleteTopics(ctx, names...)

@@ -20,7 +20,8 @@ import (
 // one task. They are written to the task's user batch, which only the Fn API
 // state service (one request at a time per worker), the SDK's timer output
 // and the task's timer firing touch, under userMu; the batch is applied with
-// the task's other state after the Kafka flush, like every other write.
+// the task's other state once the commit cycle committed (its changes are in
+// the changelog, see changelog.go), like every other write.
 //
 // Store layout after the task prefix:
 //

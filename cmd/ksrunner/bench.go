@@ -47,6 +47,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	parallelism := fs.Int("internal_parallelism", def.InternalParallelism, "ksrunner: partitions of repartition topics")
 	bundle := fs.Int("max_bundle_size", def.MaxBundleSize, "ksrunner: input elements per bundle at most")
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "ksrunner: commit interval")
+	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the ksrunner runs to this file (run i>1 to FILE.i)")
 	logLevel := fs.String("log_level", "warn", "ksrunner and SDK log level: debug, info, warn or error")
@@ -76,6 +77,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	opts.InternalParallelism = *parallelism
 	opts.MaxBundleSize = *bundle
 	opts.CommitIntervalMs = *commitMs
+	opts.ProcessingGuarantee = *guarantee
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -92,8 +94,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if *combine {
 		variant = "CombinePerKey(sum), lifted"
 	}
-	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d commit_interval_ms=%d; GOMAXPROCS=%d\n",
-		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.CommitIntervalMs, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
+		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
 
 	prismEndpoint := ""
 	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}

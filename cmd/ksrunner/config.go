@@ -46,6 +46,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.Int("max_bundle_size", def.MaxBundleSize, "input elements per bundle at most")
 	fs.Int("commit_interval_ms", def.CommitIntervalMs, "how often tasks commit")
 	fs.String("state_dir", def.StateDir, "directory of the Pebble state stores (default: a temporary directory per job)")
+	fs.String("processing_guarantee", def.ProcessingGuarantee, "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)")
 	fs.Bool("keep_internal_topics", def.KeepInternalTopics, "keep internal topics after a bounded job is done")
 	fs.StringSlice("stage_wasm", nil, "PATTERN=MODULE[#DOFN]: run the transforms whose unique name matches PATTERN (a name or glob) as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME); repeatable, or comma-separated")
 	fs.Bool("wasm_interruptible", def.WASMInterruptible, "stop WASM guest code past wasm_bundle_deadline (costs guest throughput)")
@@ -105,7 +106,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 func knownKey(key string) bool {
 	switch key {
 	case "config", "job_host", "job_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
-		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "state_dir", "keep_internal_topics",
+		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline":
 		return true
 	}

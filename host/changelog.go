@@ -1,0 +1,336 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Changelogs (DESIGN.md §6). Every sub-topology has a compacted changelog
+// topic with one partition per task. In each commit cycle a task produces
+// every mutation of its state batches (the task batch and the user batch)
+// to its changelog partition: key = the store key, value = 0x01 | value for
+// a set, no value (a tombstone) for a delete. The batches are applied to
+// Pebble only after the cycle commits (in exactly_once, the Kafka
+// transaction that holds the changelog records, the outputs and the
+// consumed offsets).
+//
+// Invariants:
+//   - A task's changelog partition has exactly one writer: the instance
+//     owning the task. Its records are the task's committed state history;
+//     replaying them in order onto an empty key range rebuilds the store.
+//   - The store key storeChangelog ('C') of a task holds P, the changelog
+//     offset up to which (exclusive) the local store has applied every
+//     committed changelog record. It is written into the task batch after
+//     the cycle's changelog records were produced, so it is itself never in
+//     the changelog, and it is applied atomically with the state it covers.
+//   - Task batches hold only point sets and deletes (no range deletions,
+//     see store.go, no merges): produceChangelog refuses anything else.
+//   - A task is restored (restoreTasks) before it is created, while the
+//     instance processes nothing: it waits until the changelog partition
+//     has no open transaction (last stable offset = high watermark), then
+//     replays the committed records in [P, end). When P is 0 the task's key
+//     range is cleared first, so stale local state (a store written
+//     without a changelog) cannot survive.
+//
+// Differences from a full design: standby replicas do not exist; a store
+// that resumes from P > 0 relies on the changelog still holding the
+// tombstones written after P (Kafka drops tombstones of compacted topics
+// after delete.retention.ms, default one day), so a local store that is
+// stale by more than that may keep keys deleted meanwhile.
+const storeChangelog = 'C'
+
+// maxStoredValue bounds the values the host writes in one piece where a
+// value grows with the input (GroupByKey runs, input parked for side
+// inputs): each is one changelog record, and Kafka refuses records over
+// about 1 MB (max.message.bytes; franz-go's ProducerBatchMaxBytes). User
+// state values are as large as the SDK sends them: over 1 MB they fail the
+// job.
+const maxStoredValue = 256 << 10
+
+const changelogSuffix = "-changelog"
+
+// changelogTopic is the changelog topic of a sub-topology (within the
+// application).
+func changelogTopic(sub int) string { return fmt.Sprintf("subtopology-%d%s", sub, changelogSuffix) }
+
+// changelogValue encodes a set (value != nil) or a delete (a tombstone).
+func changelogValue(set bool, v []byte) []byte {
+	if !set {
+		return nil
+	}
+	out := make([]byte, 1+len(v))
+	out[0] = 1
+	copy(out[1:], v)
+	return out
+}
+
+// partitioner partitions data records as shuffle.Partitioner does and
+// changelog records by their Partition field (the task's partition).
+type partitioner struct{ data kgo.Partitioner }
+
+func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
+	if strings.HasSuffix(topic, changelogSuffix) {
+		return kgo.ManualPartitioner().ForTopic(topic)
+	}
+	return p.data.ForTopic(topic)
+}
+
+// produceChangelog produces every mutation of the task's batches of this
+// cycle to its changelog partition; the promise records the next offset
+// (see commitState). The caller has closed every bundle.
+func (t *task) produceChangelog(ctx context.Context) error {
+	topic := t.inst.cfg.topics.full(t.inst.cfg.topics.changelogs[t.sub.ID])
+	batches := []*pebble.Batch{t.batch}
+	if t.user != nil {
+		t.user.mu.Lock()
+		defer t.user.mu.Unlock()
+		// The sequence is state too (a restored store must not reuse it);
+		// commit writes it again, with the same value.
+		if err := t.user.batch.Set(t.key(storeSeq), binary.BigEndian.AppendUint64(nil, t.user.seq), nil); err != nil {
+			return err
+		}
+		batches = append(batches, t.user.batch)
+	}
+	for _, b := range batches {
+		if b.Empty() {
+			continue
+		}
+		r := b.Reader()
+		for {
+			kind, k, v, ok, err := r.Next()
+			if err != nil {
+				return fmt.Errorf("task %s: reading the state batch: %w", t.producer, err)
+			}
+			if !ok {
+				break
+			}
+			var val []byte
+			switch kind {
+			case pebble.InternalKeyKindSet:
+				val = changelogValue(true, v)
+			case pebble.InternalKeyKindDelete, pebble.InternalKeyKindSingleDelete, pebble.InternalKeyKindDeleteSized:
+			case pebble.InternalKeyKindLogData:
+				continue
+			default:
+				return fmt.Errorf("task %s: state batch holds a %v record, which the changelog cannot carry", t.producer, kind)
+			}
+			rec := &kgo.Record{Topic: topic, Partition: t.partition, Key: append([]byte(nil), k...), Value: val}
+			t.inst.cl.Produce(ctx, rec, t.changelogPromise)
+		}
+	}
+	return nil
+}
+
+// changelogPromise records the offset after the task's latest changelog
+// record.
+func (t *task) changelogPromise(r *kgo.Record, err error) {
+	if err != nil {
+		t.inst.setProduceErr(fmt.Errorf("producing to %s: %w", r.Topic, err))
+		return
+	}
+	for {
+		old := t.changelogNext.Load()
+		if r.Offset+1 <= old || t.changelogNext.CompareAndSwap(old, r.Offset+1) {
+			return
+		}
+	}
+}
+
+// changelogPosition is P of the task's store (see the invariants), read
+// before the task exists.
+func changelogPosition(db *pebble.DB, prefix []byte) (int64, error) {
+	k := append(append([]byte(nil), prefix...), storeChangelog)
+	v, closer, err := db.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+func taskPrefix(sub int, partition int32) []byte {
+	p := binary.BigEndian.AppendUint32(nil, uint32(sub))
+	return binary.BigEndian.AppendUint32(p, uint32(partition))
+}
+
+// restoreTimeout bounds waiting for a changelog's open transaction to end
+// (a crashed owner's ends at the transaction timeout) and replaying it.
+const restoreTimeout = transactionTimeout + time.Minute
+
+// transactionTimeout is the longest a commit cycle may take under
+// exactly_once (the broker aborts a transaction open longer; its
+// transaction.max.timeout.ms, default 15 minutes, must allow it). A cycle
+// processes one poll, up to 100,000 records: slow stages (user state
+// through the Fn API runs at a few thousand elements per second) need the
+// margin.
+const transactionTimeout = 5 * time.Minute
+
+// restoreTasks brings the local store of each (sub-topology, partition) up
+// to its changelog's committed end before the tasks are created.
+func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	defer cancel()
+	topics := i.cfg.topics
+	names := map[string]bool{}
+	for _, id := range ids {
+		names[topics.full(topics.changelogs[i.subByTopic[id.topic].ID])] = true
+	}
+	var list []string
+	for n := range names {
+		list = append(list, n)
+	}
+	adm := kadm.NewClient(i.admin)
+	// Wait until no changelog partition of ours has an open transaction: a
+	// previous owner's last commit may still be writing its markers.
+	var ends kadm.ListedOffsets
+	for {
+		hw, err := adm.ListEndOffsets(ctx, list...)
+		if err == nil {
+			err = hw.Error()
+		}
+		var lso kadm.ListedOffsets
+		if err == nil {
+			lso, err = adm.ListCommittedOffsets(ctx, list...)
+			if err == nil {
+				err = lso.Error()
+			}
+		}
+		stable := err == nil
+		if err != nil && !kerr.IsRetriable(err) && !errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("changelog end offsets: %w", err)
+		}
+		// A topic just created may not be known to every broker yet
+		// (UNKNOWN_TOPIC_OR_PARTITION, or missing from the listing).
+		for _, id := range ids {
+			if !stable {
+				break
+			}
+			n := topics.full(topics.changelogs[i.subByTopic[id.topic].ID])
+			h, ok1 := hw.Lookup(n, id.partition)
+			l, ok2 := lso.Lookup(n, id.partition)
+			stable = ok1 && ok2 && h.Offset == l.Offset
+		}
+		if stable {
+			ends = lso
+			break
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return fmt.Errorf("changelog end offsets: %w", err)
+			}
+			return fmt.Errorf("changelog still has an open transaction: %w", ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		st := i.subByTopic[id.topic]
+		n := topics.full(topics.changelogs[st.ID])
+		end, _ := ends.Lookup(n, id.partition)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := i.restoreTask(ctx, st.ID, id.partition, n, end.Offset); err != nil {
+				errs <- fmt.Errorf("restoring task %d/%d from %s: %w", st.ID, id.partition, n, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, topic string, end int64) error {
+	prefix := taskPrefix(sub, partition)
+	pos, err := changelogPosition(i.db, prefix)
+	if err != nil {
+		return err
+	}
+	// P is the offset after our last record, that is its commit marker's
+	// (or, at_least_once, the end): nothing committed since.
+	if pos+1 >= end && !(pos == 0 && end > 0) {
+		return nil
+	}
+	if pos == 0 {
+		if err := i.db.DeleteRange(prefix, prefixEnd(prefix), pebble.NoSync); err != nil {
+			return err
+		}
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(strings.Split(i.cfg.opts.BootstrapServers, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(pos)}}),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	b := i.db.NewBatch()
+	defer func() { b.Close() }()
+	n := 0
+	for done := false; !done; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fs.Err0(); err != nil {
+			return err
+		}
+		var perr error
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Offset >= end-1 {
+				done = true
+			}
+			if r.Offset >= end || r.Attrs.IsControl() || perr != nil {
+				return
+			}
+			n++
+			if r.Value == nil {
+				perr = b.Delete(r.Key, nil)
+			} else {
+				perr = b.Set(r.Key, r.Value[1:], nil)
+			}
+		})
+		if perr != nil {
+			return perr
+		}
+		if b.Len() > 16<<20 {
+			if err := b.Commit(pebble.NoSync); err != nil {
+				return err
+			}
+			b.Close()
+			b = i.db.NewBatch()
+		}
+	}
+	if err := b.Set(append(append([]byte(nil), prefix...), storeChangelog), binary.BigEndian.AppendUint64(nil, uint64(end)), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	i.cfg.logger.Info("task state restored from the changelog", "topic", topic, "partition", partition, "from", pos, "to", end, "records", n)
+	if h := testHooks.Load(); h != nil && h.Restored != nil {
+		h.Restored(sub, partition, n)
+	}
+	return nil
+}
