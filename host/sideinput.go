@@ -301,4 +301,3 @@ func (s *sideState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) (
 }
 
 const debugSide = false
-

@@ -55,7 +55,7 @@ type task struct {
 	// pendingStatus is the status to send once the commit in progress is
 	// done (see sendStatus).
 	pendingStatus *taskStatus
-	gateSeq     uint64 // next sequence number of held input
+	gateSeq       uint64 // next sequence number of held input
 	// user holds the user state and timers of stateful stages; nil if none.
 	user *userStore
 	// finalizers of bundles whose output is not yet committed.

@@ -2,8 +2,8 @@ package host
 
 import (
 	"context"
-	"fmt"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/typex"

@@ -8,8 +8,8 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window/trigger"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
-	"google.golang.org/protobuf/proto"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
+	"google.golang.org/protobuf/proto"
 )
 
 func gbkRoots(plan *Plan) []Root {
