@@ -423,18 +423,9 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	for _, t := range i.tasks {
 		t.sendStatus()
 	}
-	if err := i.prepareTasks(ctx); err != nil {
-		return err
-	}
-	// Flush before End (which flushes too) so that a failed produce is seen
-	// here and fails the instance: End would commit without the record.
-	if err := i.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("flushing the producer: %w", err)
-	}
-	if err := i.failure(); err != nil {
-		return err
-	}
-	abort, err := i.beforeCommit(ctx, records)
+	// Flushed before End (which flushes too) so that a failed produce is
+	// seen here and fails the instance: End would commit without the record.
+	abort, err := i.produceCycle(ctx, records)
 	if err != nil {
 		return err
 	}
@@ -461,20 +452,28 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	return i.failure()
 }
 
+// produceCycle closes the tasks' bundles and fires what is due
+// (prepareTasks), flushes everything the cycle produced and checks that
+// every record reached the broker, then runs the test hook; abort reports
+// that the hook asked to abort the cycle.
+func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, err error) {
+	if err := i.prepareTasks(ctx); err != nil {
+		return false, err
+	}
+	if err := i.cl.Flush(ctx); err != nil {
+		return false, fmt.Errorf("flushing the producer: %w", err)
+	}
+	if err := i.failure(); err != nil {
+		return false, err
+	}
+	return i.beforeCommit(ctx, records)
+}
+
 // commitAtLeastOnce produces, flushes, applies the state batches and commits
 // offsets, in that order: state and offsets never get ahead of the data they
 // cover (a failure in between repeats output, never loses it).
 func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
-	if err := i.prepareTasks(ctx); err != nil {
-		return err
-	}
-	if err := i.cl.Flush(ctx); err != nil {
-		return fmt.Errorf("flushing the producer: %w", err)
-	}
-	if err := i.failure(); err != nil {
-		return err
-	}
-	abort, err := i.beforeCommit(ctx, records)
+	abort, err := i.produceCycle(ctx, records)
 	if err != nil {
 		return err
 	}

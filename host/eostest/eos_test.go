@@ -220,25 +220,35 @@ const (
 	maxAborts = 12
 )
 
-// TestExactlyOnceSumsUnderAbortedCycles aborts every other commit cycle (after
-// flushing its records to the broker) of a GroupByKey + sum pipeline: under
-// exactly_once every sum is exact.
-func TestExactlyOnceSumsUnderAbortedCycles(t *testing.T) {
+// runAborting runs the GroupByKey + sum pipeline under guarantee with every
+// other commit cycle aborted (abortCycles), requiring it to end DONE. It
+// returns the count of aborted cycles, the sums file, the broker and the
+// application id.
+func runAborting(t *testing.T, guarantee string) (aborted func() int, out, bootstrap, appID string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	aborted := abortCycles(t)
-	out := filepath.Join(t.TempDir(), "sums.txt")
-	bootstrap, appID := kafkatest.Broker(t), kafkatest.UniqueName(t, "app")
+	aborted = abortCycles(t)
+	out = filepath.Join(t.TempDir(), "sums.txt")
+	bootstrap, appID = kafkatest.Broker(t), kafkatest.UniqueName(t, "app")
 	id, r := env.Run(ctx, t, env.Marshal(t, sumPipeline(elements, out)), map[string]string{
 		"bootstrap_servers":    bootstrap,
 		"application_id":       appID,
 		"keep_internal_topics": "true",
-		"processing_guarantee": "exactly_once",
+		"processing_guarantee": guarantee,
 		"commit_interval_ms":   "20",
 	})
 	if r.State != jobpb.JobState_DONE {
 		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
 	}
+	return aborted, out, bootstrap, appID
+}
+
+// TestExactlyOnceSumsUnderAbortedCycles aborts every other commit cycle (after
+// flushing its records to the broker) of a GroupByKey + sum pipeline: under
+// exactly_once every sum is exact.
+func TestExactlyOnceSumsUnderAbortedCycles(t *testing.T) {
+	aborted, out, bootstrap, appID := runAborting(t, "exactly_once")
 	if n := aborted(); n < 3 {
 		t.Fatalf("only %d commit cycles were aborted, want at least 3", n)
 	} else {
@@ -265,21 +275,7 @@ func TestExactlyOnceSumsUnderAbortedCycles(t *testing.T) {
 // (and, depending on timing, sums come out wrong). It shows the fault
 // injection really repeats work that exactly_once then hides.
 func TestAtLeastOnceRepeatsUnderAbortedCycles(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	aborted := abortCycles(t)
-	out := filepath.Join(t.TempDir(), "sums.txt")
-	bootstrap, appID := kafkatest.Broker(t), kafkatest.UniqueName(t, "app")
-	id, r := env.Run(ctx, t, env.Marshal(t, sumPipeline(elements, out)), map[string]string{
-		"bootstrap_servers":    bootstrap,
-		"application_id":       appID,
-		"keep_internal_topics": "true",
-		"processing_guarantee": "at_least_once",
-		"commit_interval_ms":   "20",
-	})
-	if r.State != jobpb.JobState_DONE {
-		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
-	}
+	aborted, out, bootstrap, appID := runAborting(t, "at_least_once")
 	if aborted() == 0 {
 		t.Fatal("no commit cycle was aborted")
 	}
