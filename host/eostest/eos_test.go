@@ -11,7 +11,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -101,18 +100,7 @@ func sumValues(k int, vs func(*int) bool) string {
 
 var env *jobtest.Env
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	beam.Init()
-	var err error
-	if env, err = jobtest.Start(host.DefaultOptions()); err != nil {
-		fmt.Fprintln(os.Stderr, "setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { jobtest.Main(m, host.DefaultOptions(), &env) }
 
 // sumPipeline is 0..n-1 keyed by i%keys, grouped and summed per key, written
 // as "key:sum" lines to out.

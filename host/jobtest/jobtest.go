@@ -6,6 +6,7 @@ package jobtest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"io"
@@ -271,4 +272,21 @@ func BuildWASM(t testing.TB, dir, pkg string) string {
 		t.Fatalf("building %s: %v\n%s", pkg, err, msg)
 	}
 	return out
+}
+
+// Main is the body of a test package's TestMain: it parses the flags,
+// initializes Beam, starts an Env with opts into *env, runs the tests,
+// closes the Env and exits with the tests' code.
+func Main(m *testing.M, opts host.Options, env **Env) {
+	flag.Parse()
+	beam.Init()
+	e, err := Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+		os.Exit(1)
+	}
+	*env = e
+	code := m.Run()
+	e.Close()
+	os.Exit(code)
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,18 +22,7 @@ import (
 
 var env *jobtest.Env
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	beam.Init()
-	var err error
-	if env, err = jobtest.Start(host.DefaultOptions()); err != nil {
-		fmt.Fprintln(os.Stderr, "setup:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Close()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { jobtest.Main(m, host.DefaultOptions(), &env) }
 
 // testInput is the sonnet plus lines that exercise the word pattern's edges.
 func testInput() []string {
