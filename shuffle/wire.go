@@ -36,11 +36,14 @@ type lengthFunc func(b []byte) (int, error)
 // host: on the data channel, in Kafka records and in state. It never decodes
 // the user's values, it only finds their boundaries.
 type ElementCodec struct {
-	elem        lengthFunc
-	window      lengthFunc
-	key, value  lengthFunc // non-nil when the element coder is a KV
-	globalOnly  bool       // window coder is the global window
-	elemCoderID string
+	elem       lengthFunc
+	window     lengthFunc
+	key, value lengthFunc // non-nil when the element coder is a KV
+	globalOnly bool       // window coder is the global window
+	// elemPrefixed: the element is a varint length and that many bytes
+	// (bytes, string_utf8 and length_prefix coders).
+	elemPrefixed bool
+	elemCoderID  string
 }
 
 // NewElementCodec builds the codec of the windowed_value coder wvCoderID.
@@ -62,6 +65,10 @@ func NewElementCodec(coders map[string]*pipepb.Coder, wvCoderID string) (*Elemen
 		return nil, fmt.Errorf("coder %q: window: %w", wvCoderID, err)
 	}
 	c.globalOnly = coders[winID].GetSpec().GetUrn() == urnGlobalWindow
+	switch coders[elemID].GetSpec().GetUrn() {
+	case urnBytes, urnString, urnLengthPrefix:
+		c.elemPrefixed = true
+	}
 	if ec := coders[elemID]; ec.GetSpec().GetUrn() == urnKV && len(ec.GetComponentCoderIds()) == 2 {
 		if c.key, err = compileLength(coders, ec.GetComponentCoderIds()[0]); err != nil {
 			return nil, fmt.Errorf("coder %q: key: %w", wvCoderID, err)
@@ -93,46 +100,118 @@ type WindowedValue struct {
 // Next parses the windowed value at the start of b. It returns ErrShort when b
 // ends inside it.
 func (c *ElementCodec) Next(b []byte) (WindowedValue, error) {
-	var wv WindowedValue
-	if len(b) < 12 {
-		return wv, ErrShort
+	l, err := c.Locate(b)
+	if err != nil {
+		return WindowedValue{}, err
 	}
-	wv.Timestamp = int64(binary.BigEndian.Uint64(b) + math.MaxInt64 + 1)
-	n := int32(binary.BigEndian.Uint32(b[8:]))
-	if n < 0 {
-		return wv, fmt.Errorf("windowed value: negative window count %d", n)
-	}
-	// Every window is followed by at least the pane byte, so a count larger
-	// than the bytes left cannot be complete (and a zero-width window coder
-	// must not make a corrupt count loop for billions of rounds).
-	if int(n) > len(b)-12 {
-		return wv, ErrShort
-	}
-	wv.NWindows = int(n)
-	off := 12
-	start := off
-	for i := 0; i < wv.NWindows; i++ {
-		l, err := c.window(b[off:])
-		if err != nil {
-			return wv, err
+	return WindowedValue{
+		Timestamp: l.Timestamp,
+		Windows:   b[windowsOffset:l.Pane],
+		NWindows:  l.NWindows,
+		Pane:      b[l.Pane:l.Elem],
+		Elem:      b[l.Elem:l.End],
+		Raw:       b[:l.End],
+	}, nil
+}
+
+// Location locates the parts of an encoded windowed value by their offsets
+// in a buffer: the timestamp is [Start, Start+8), the window count the next
+// 4 bytes, the windows [Start+12, Pane), the pane [Pane, Elem) and the
+// element [Elem, End).
+type Location struct {
+	Timestamp int64 // event time in milliseconds (Beam's mtime)
+	NWindows  int
+	Start     int
+	Pane      int
+	Elem      int
+	End       int
+}
+
+// Scan appends to dst the locations of the windowed values of b from off
+// on, whole values only, up to the first that ends limit or more bytes past
+// off (at least one value), and returns them and where they end. The common
+// case, as in Locate, runs inline: Scan is the per-element cost of reading
+// a batch.
+func (c *ElementCodec) Scan(dst []Location, b []byte, off, limit int) ([]Location, int, error) {
+	end := off
+	fast := c.globalOnly && c.elemPrefixed
+	for first := true; end < len(b) && (first || end-off < limit); first = false {
+		// A global window (count 1, no bytes), a one-byte pane and an
+		// element under 128 bytes.
+		if r := b[end:]; fast && len(r) >= 14 && binary.BigEndian.Uint32(r[8:]) == 1 && r[12] < 0x10 && r[13] < 0x80 && 14+int(r[13]) <= len(r) {
+			next := end + 14 + int(r[13])
+			dst = append(dst, Location{
+				Timestamp: int64(binary.BigEndian.Uint64(r) + math.MaxInt64 + 1), NWindows: 1,
+				Start: end, Pane: end + windowsOffset, Elem: end + windowsOffset + 1, End: next,
+			})
+			end = next
+			continue
 		}
-		off += l
+		l, err := c.Locate(b[end:])
+		if err != nil {
+			return dst, end, fmt.Errorf("value at offset %d: %w", end, err)
+		}
+		l.Start, l.Pane, l.Elem, l.End = end, end+l.Pane, end+l.Elem, end+l.End
+		dst = append(dst, l)
+		end = l.End
 	}
-	wv.Windows = b[start:off]
-	pl, err := paneLength(b[off:])
+	return dst, end, nil
+}
+
+// windowsOffset is where the windows start: after the timestamp and the count.
+const windowsOffset = 12
+
+// Locate is Next without the slices, for callers that keep offsets into a
+// large buffer. The common case (the global window, a one-byte pane, an
+// element of a length-prefixed coder under 128 bytes) takes no function
+// calls: it is what every host executor and shuffle pays per element.
+func (c *ElementCodec) Locate(b []byte) (Location, error) {
+	var l Location
+	if len(b) < windowsOffset+1 {
+		return l, ErrShort
+	}
+	l.Timestamp = int64(binary.BigEndian.Uint64(b) + math.MaxInt64 + 1)
+	n := int32(binary.BigEndian.Uint32(b[8:]))
+	if c.globalOnly && n == 1 && b[windowsOffset]>>4 == 0 {
+		l.NWindows, l.Pane, l.Elem = 1, windowsOffset, windowsOffset+1
+		if e := l.Elem; c.elemPrefixed && e < len(b) && b[e] < 0x80 {
+			if l.End = e + 1 + int(b[e]); l.End > len(b) {
+				return Location{}, ErrShort
+			}
+			return l, nil
+		}
+	} else {
+		if n < 0 {
+			return Location{}, fmt.Errorf("windowed value: negative window count %d", n)
+		}
+		// Every window is followed by at least the pane byte, so a count
+		// larger than the bytes left cannot be complete (and a zero-width
+		// window coder must not make a corrupt count loop for billions of
+		// rounds).
+		if int(n) > len(b)-windowsOffset {
+			return Location{}, ErrShort
+		}
+		l.NWindows = int(n)
+		off := windowsOffset
+		for i := 0; i < l.NWindows; i++ {
+			wl, err := c.window(b[off:])
+			if err != nil {
+				return Location{}, err
+			}
+			off += wl
+		}
+		pl, err := paneLength(b[off:])
+		if err != nil {
+			return Location{}, err
+		}
+		l.Pane, l.Elem = off, off+pl
+	}
+	el, err := c.elem(b[l.Elem:])
 	if err != nil {
-		return wv, err
+		return Location{}, err
 	}
-	wv.Pane = b[off : off+pl]
-	off += pl
-	el, err := c.elem(b[off:])
-	if err != nil {
-		return wv, err
-	}
-	wv.Elem = b[off : off+el]
-	off += el
-	wv.Raw = b[:off]
-	return wv, nil
+	l.End = l.Elem + el
+	return l, nil
 }
 
 // SplitWindows returns each encoded window of wv.

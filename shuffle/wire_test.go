@@ -34,6 +34,8 @@ var testCoders = map[string]*pipepb.Coder{
 	"wv_kvit": spec(urnWindowedValue, "kviter", "gw"),
 	"wv_lp":   spec(urnWindowedValue, "lp", "gw"),
 	"wv_bad":  spec(urnWindowedValue, "custom", "gw"),
+	"wv_str":  spec(urnWindowedValue, "string", "gw"),
+	"wv_stri": spec(urnWindowedValue, "string", "iw"),
 }
 
 // encode writes a windowed value with the Go SDK's own encoders, so the
@@ -78,6 +80,20 @@ func TestElementCodec(t *testing.T) {
 		nWindows: 1,
 		key:      []byte("\x01k"),
 		elem:     []byte("\x01k\x00\x00\x00\x02\x3f\xf0\x00\x00\x00\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00"),
+	}, {
+		name:     "string in the global window, no firing pane (Locate's fast path)",
+		wv:       "wv_str",
+		raw:      encode(t, coder.NewString(), coder.NewGlobalWindow(), 77, window.SingleGlobalWindow, typex.NoFiringPane(), &exec.FullValue{Elm: "quick brown fox"}),
+		ts:       77,
+		nWindows: 1,
+		elem:     []byte("\x0fquick brown fox"),
+	}, {
+		name:     "long string in the global window, late pane",
+		wv:       "wv_str",
+		raw:      encode(t, coder.NewString(), coder.NewGlobalWindow(), 77, window.SingleGlobalWindow, late, &exec.FullValue{Elm: string(bytes.Repeat([]byte("x"), 300))}),
+		ts:       77,
+		nWindows: 1,
+		elem:     append([]byte("\xac\x02"), bytes.Repeat([]byte("x"), 300)...),
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,9 +117,11 @@ func TestElementCodec(t *testing.T) {
 				if !bytes.Equal(wv.Elem, tc.elem) {
 					t.Errorf("elem %x, want %x", wv.Elem, tc.elem)
 				}
-				k, _, err := c.SplitKV(wv.Elem)
-				if err != nil || !bytes.Equal(k, tc.key) {
-					t.Errorf("key %x (%v), want %x", k, err, tc.key)
+				if tc.key != nil {
+					k, _, err := c.SplitKV(wv.Elem)
+					if err != nil || !bytes.Equal(k, tc.key) {
+						t.Errorf("key %x (%v), want %x", k, err, tc.key)
+					}
 				}
 				ws, err := c.SplitWindows(wv)
 				if err != nil || len(ws) != tc.nWindows {
@@ -111,6 +129,7 @@ func TestElementCodec(t *testing.T) {
 				}
 				stream = stream[len(wv.Raw):]
 			}
+			checkScan(t, c, append(append([]byte(nil), tc.raw...), tc.raw[:len(tc.raw)-1]...))
 			// Every strict prefix is short, never a wrong value.
 			for n := 0; n < len(tc.raw); n++ {
 				if _, err := c.Next(tc.raw[:n]); !errors.Is(err, ErrShort) {
@@ -130,14 +149,17 @@ func TestElementCodecRefusesUnknownCoders(t *testing.T) {
 	}
 }
 
-// FuzzElementCodec: arbitrary bytes never panic, and a parsed value never
-// claims more bytes than it was given.
+// FuzzElementCodec: arbitrary bytes never panic, a parsed value never
+// claims more bytes than it was given, and Locate's fast path agrees with
+// the general one.
 func FuzzElementCodec(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(bytes.Repeat([]byte{0xff}, 40))
 	f.Add([]byte("\x7f\xdf\x3b\x64\x5a\x1c\xac\x09\x00\x00\x00\x01\x03\x03key\x05"))
+	f.Add([]byte("\x80\x00\x00\x00\x00\x00\x00\x4d\x00\x00\x00\x01\x0f\x03fox"))
+	f.Add([]byte("\x80\x00\x00\x00\x00\x00\x00\x4d\x00\x00\x00\x01\x0f\x04fox"))
 	codecs := []*ElementCodec{}
-	for _, id := range []string{"wv_kv", "wv_kvit", "wv_lp"} {
+	for _, id := range []string{"wv_kv", "wv_kvit", "wv_lp", "wv_str", "wv_stri"} {
 		c, err := NewElementCodec(testCoders, id)
 		if err != nil {
 			f.Fatal(err)
@@ -150,6 +172,14 @@ func FuzzElementCodec(f *testing.F) {
 			if err == nil && len(wv.Raw) > len(b) {
 				t.Fatalf("parsed %d bytes out of %d", len(wv.Raw), len(b))
 			}
+			general := *c
+			general.globalOnly, general.elemPrefixed = false, false
+			l, err := c.Locate(b)
+			gl, gerr := general.Locate(b)
+			if l != gl || (err == nil) != (gerr == nil) || errors.Is(err, ErrShort) != errors.Is(gerr, ErrShort) {
+				t.Fatalf("Locate %+v, %v; the general path %+v, %v", l, err, gl, gerr)
+			}
+			checkScan(t, c, b)
 		}
 	})
 }
@@ -180,4 +210,34 @@ func FuzzDecodeWatermark(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkScan checks Scan against Locate called value after value: the same
+// locations, stopping at the same offset with the same kind of error.
+func checkScan(t *testing.T, c *ElementCodec, b []byte) {
+	t.Helper()
+	for _, limit := range []int{1, 20, len(b) + 1} {
+		got, end, err := c.Scan(nil, b, 0, limit)
+		var want []Location
+		off := 0
+		var werr error
+		for off < len(b) && (len(want) == 0 || off < limit) {
+			l, err := c.Locate(b[off:])
+			if err != nil {
+				werr = err
+				break
+			}
+			l.Start, l.Pane, l.Elem, l.End = off, off+l.Pane, off+l.Elem, off+l.End
+			want = append(want, l)
+			off = l.End
+		}
+		if len(got) != len(want) || end != off || (err == nil) != (werr == nil) || errors.Is(err, ErrShort) != errors.Is(werr, ErrShort) {
+			t.Fatalf("limit %d: Scan %d values to %d (%v), Locate %d values to %d (%v)", limit, len(got), end, err, len(want), off, werr)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("limit %d: value %d: Scan %+v, Locate %+v", limit, i, got[i], want[i])
+			}
+		}
+	}
 }

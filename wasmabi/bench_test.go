@@ -167,12 +167,12 @@ func plainGo(b *testing.B, s *shuffle.ElementCodec, fn string, data, out []byte)
 
 // nextValue locates the windowed value starting at data[off:]; the input is
 // whole values only, so a short one is an error.
-func nextValue(c *shuffle.ElementCodec, data []byte, off int) (value, error) {
+func nextValue(c *shuffle.ElementCodec, data []byte, off int) (shuffle.Location, error) {
 	wv, err := c.Next(data[off:])
 	if err != nil {
-		return value{}, fmt.Errorf("value at offset %d: %w", off, err)
+		return shuffle.Location{}, fmt.Errorf("value at offset %d: %w", off, err)
 	}
 	end := off + len(wv.Raw)
 	elem := end - len(wv.Elem)
-	return value{Timestamp: wv.Timestamp, Start: off, Pane: elem - len(wv.Pane), Elem: elem, End: end}, nil
+	return shuffle.Location{Timestamp: wv.Timestamp, Start: off, Pane: elem - len(wv.Pane), Elem: elem, End: end}, nil
 }

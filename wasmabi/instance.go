@@ -91,7 +91,7 @@ type Instance struct {
 	inCap                                            int
 	stack                                            [2]uint64
 	codec                                            *shuffle.ElementCodec
-	vals                                             []value  // values of the current batch
+	vals                                             []shuffle.Location  // values of the current batch
 	chunks                                           [][]byte // per stage output, reused across batches
 	metrics                                          Result   // accumulated by host functions
 	bundle                                           *Bundle
@@ -361,7 +361,7 @@ func (b *Bundle) Process(data []byte) error {
 	}
 	i := b.i
 	for off := 0; off < len(data); {
-		vals, end, err := scanValues(i.codec, data, off, i.m.cfg.BatchBytes, i.vals[:0])
+		vals, end, err := i.codec.Scan(i.vals[:0], data, off, i.m.cfg.BatchBytes)
 		i.vals = vals
 		if err != nil {
 			return i.fail(abi.ExportProcess, fmt.Errorf("input of %d bytes: %w", len(data), err))
@@ -425,7 +425,7 @@ func (b *Bundle) collect(data []byte) error {
 // appendRecords appends the windowed values of the output records in out to
 // chunks (one per stage output): for each, the header of its source element
 // (vals index data) and its element bytes. It returns the number of records.
-func appendRecords(chunks [][]byte, vals []value, data, out []byte) (int, error) {
+func appendRecords(chunks [][]byte, vals []shuffle.Location, data, out []byte) (int, error) {
 	// The records of a batch usually all go to one output: its chunk is
 	// kept in c (and stored back when the output changes) rather than
 	// loaded and stored per record.
@@ -633,30 +633,4 @@ func (w *watchdog) fire() {
 	if m.cfg.OnStuck != nil {
 		m.cfg.OnStuck(s)
 	}
-}
-
-// value locates one windowed value in a batch: the timestamp is
-// b[Start:Start+8], the windows b[Start+8:Pane], the pane b[Pane:Elem] and
-// the element b[Elem:End].
-type value struct {
-	Timestamp              int64
-	Start, Pane, Elem, End int
-}
-
-// scanValues appends to vals the windowed values of data from off on, up to
-// the first whose end is limit bytes or more past off (at least one value),
-// and returns them and where they end.
-func scanValues(c *shuffle.ElementCodec, data []byte, off, limit int, vals []value) ([]value, int, error) {
-	end := off
-	for end < len(data) && (len(vals) == 0 || end-off < limit) {
-		wv, err := c.Next(data[end:])
-		if err != nil {
-			return vals, end, fmt.Errorf("value at offset %d: %w", end, err)
-		}
-		start := end
-		end += len(wv.Raw)
-		elem := end - len(wv.Elem)
-		vals = append(vals, value{Timestamp: wv.Timestamp, Start: start, Pane: elem - len(wv.Pane), Elem: elem, End: end})
-	}
-	return vals, end, nil
 }

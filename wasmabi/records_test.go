@@ -11,9 +11,9 @@ import (
 // recordsInput is a batch like bench wasm's: 4096 elements with the global
 // window's 13-byte header, and 2.5 output records of 4-6 element bytes per
 // element.
-func recordsInput() (vals []value, data, out []byte) {
+func recordsInput() (vals []shuffle.Location, data, out []byte) {
 	for k := range 4096 {
-		v := value{Start: len(data)}
+		v := shuffle.Location{Start: len(data)}
 		data = append(data, make([]byte, 12)...)
 		v.Pane = len(data)
 		data = append(data, 0x0f)
@@ -78,10 +78,10 @@ func BenchmarkScanValues(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var vals []value
+	var vals []shuffle.Location
 	b.SetBytes(int64(len(chunk)))
 	for b.Loop() {
-		vals, _, err = scanValues(codec, chunk, 0, DefaultBatchBytes, vals[:0])
+		vals, _, err = codec.Scan(vals[:0], chunk, 0, DefaultBatchBytes)
 		if err != nil || len(vals) != benchChunk {
 			b.Fatal(len(vals), err)
 		}
