@@ -88,22 +88,29 @@ func directOutput[O any](e *Emitter, c Coder[O]) (w uint32, ok bool) {
 func emitFunc[O any](e *Emitter, c Coder[O]) func(O) {
 	if w, ok := directOutput(e, c); ok {
 		return func(o O) {
+			// A string of at most 16 bytes from the input buffer (a
+			// DoFn emitting parts of its input) that fits in the output
+			// buffer, the usual case, is written here, without a call
+			// (it is too big for the compiler to inline): in Go's wasm
+			// port every instruction of this is paid per output, so it
+			// is laid out to run straight through, with one range check
+			// per buffer, no bounds checks and two fixed-size copies
+			// (the bytes after s in the input come along and are
+			// overwritten by the next record). The stores are in
+			// WebAssembly's byte order; elsewhere outString does it.
 			s := *(*string)(unsafe.Pointer(&o))
-			// A short string from the input (a DoFn emitting parts of
-			// its element) inline: outString is too big for the compiler
-			// to inline, and this is laid out to run straight through (a
-			// taken branch costs a table dispatch in Go's wasm).
-			p := rt.outN
-			if len(s) <= 16 && p+abi.RecordHeaderSize+1+16 <= len(rt.out) && inInput(s) {
-				r := (*[abi.RecordHeaderSize + 1 + 16]byte)(rt.out[p:])
-				store64((*[8]byte)(r[abi.RecordOutput:]), uint64(w)|uint64(e.src)<<32)
-				store32((*[4]byte)(r[abi.RecordLen:]), uint32(1+len(s)))
-				r[abi.RecordHeaderSize] = byte(len(s))
-				copy16((*[16]byte)(r[abi.RecordHeaderSize+1:]), s)
-				rt.outN = p + abi.RecordHeaderSize + 1 + len(s)
+			p, in := rt.outN, unsafe.Pointer(unsafe.StringData(s))
+			if !littleEndian || len(s) > 16 || p >= rt.outShortEnd || uintptr(in)-rt.inBase >= rt.inShortEnd { // below the buffer, the offset wraps around
+				outString(w, e.src, s)
 				return
 			}
-			outString(w, e.src, s)
+			r := unsafe.Add(rt.outBase, p)
+			*(*uint64)(r) = uint64(w) | uint64(e.src)<<32                        // RecordOutput, RecordSource
+			*(*uint64)(unsafe.Add(r, 8)) = uint64(1+len(s)) | uint64(len(s))<<32 // RecordLen, then the length byte
+			a, b := *(*uint64)(in), *(*uint64)(unsafe.Add(in, 8))
+			*(*uint64)(unsafe.Add(r, abi.RecordHeaderSize+1)) = a
+			*(*uint64)(unsafe.Add(r, abi.RecordHeaderSize+9)) = b
+			rt.outN = p + abi.RecordHeaderSize + 1 + len(s)
 		}
 	}
 	if len(e.t.routes) > 0 {

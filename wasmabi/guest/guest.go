@@ -297,7 +297,15 @@ type runtimeState struct {
 	// Records are written in place, without a slice header per append.
 	out  []byte
 	outN int
-	msg  []byte // error message of the last failed call
+	// The emit fast path's view of in and out (setIn, setOut): a string
+	// whose data lies at offset off < inShortEnd of in can be read 16
+	// bytes at a time, and a record of up to 29 bytes fits at outN <
+	// outShortEnd. Both are 0 (no fast path) for buffers too small.
+	inBase      uintptr
+	inShortEnd  uintptr
+	outBase     unsafe.Pointer
+	outShortEnd int
+	msg         []byte // error message of the last failed call
 	// failed is the first error of the current call, set by fused consumers
 	// that cannot return it through Emitter.EmitTo.
 	failed error
@@ -389,9 +397,9 @@ func (p *panicError) Error() string { return p.msg }
 // reserve returns the input buffer, grown to at least size bytes.
 func reserve(size int) []byte {
 	if size > cap(rt.in) {
-		rt.in = make([]byte, size)
+		setIn(make([]byte, size))
 	}
-	rt.in = rt.in[:cap(rt.in)]
+	setIn(rt.in[:cap(rt.in)])
 	return rt.in
 }
 

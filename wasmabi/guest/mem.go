@@ -43,23 +43,3 @@ func store64(b *[8]byte, v uint64) {
 	}
 	binary.LittleEndian.PutUint64(b[:], v)
 }
-
-// inInput reports whether the bytes of s lie in the input buffer at least
-// 16 bytes before its end, so that copy16 may read 16 bytes from them. A
-// DoFn emitting parts of its input (a StringRef or Bytes element) emits
-// such strings.
-func inInput(s string) bool {
-	off := uintptr(unsafe.Pointer(unsafe.StringData(s))) - uintptr(unsafe.Pointer(unsafe.SliceData(rt.in)))
-	n := uintptr(len(rt.in))
-	return n >= 16 && off <= n-16 // below the buffer, off wraps around to a huge value
-}
-
-// copy16 copies s, at most 16 bytes and satisfying inInput, to dst with two
-// 8-byte loads and stores, instead of a call to memmove: dst[len(s):] gets
-// the bytes following s in the input buffer.
-func copy16(dst *[16]byte, s string) {
-	p := unsafe.Pointer(unsafe.StringData(s))
-	a, b := *(*uint64)(p), *(*uint64)(unsafe.Add(p, 8))
-	*(*uint64)(unsafe.Pointer(dst)) = a
-	*(*uint64)(unsafe.Pointer(&dst[8])) = b
-}

@@ -18,8 +18,23 @@ func outGrow(n int) {
 	}
 	b := make([]byte, max(2*len(rt.out), rt.outN+n, 64<<10))
 	copy(b, rt.out[:rt.outN])
-	rt.out = b
+	setOut(b)
 }
+
+// setOut makes b the output buffer.
+func setOut(b []byte) {
+	rt.out, rt.outBase, rt.outShortEnd = b, unsafe.Pointer(unsafe.SliceData(b)), max(len(b)-shortRecordSize+1, 0)
+}
+
+// setIn makes b the input buffer.
+func setIn(b []byte) {
+	rt.in, rt.inBase, rt.inShortEnd = b, uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(max(len(b)-16+1, 0))
+}
+
+// shortRecordSize is the room outShort needs: a record header, a one-byte
+// length and 16 bytes.
+const shortRecordSize = abi.RecordHeaderSize + 1 + 16
+
 
 // outHeader writes a record header at rt.out[p:].
 func outHeader(p int, w, src uint32, size int) {
@@ -83,7 +98,8 @@ func outValue[T any](w, src uint32, c Coder[T], v T) {
 	outGrow(abi.RecordHeaderSize)
 	p := rt.outN
 	o := c.Append(rt.out[:p+abi.RecordHeaderSize], v)
-	rt.out, rt.outN = o[:cap(o)], len(o) // Append may have grown it
+	setOut(o[:cap(o)]) // Append may have grown it
+	rt.outN = len(o)
 	outHeader(p, w, src, len(o)-p-abi.RecordHeaderSize)
 }
 
