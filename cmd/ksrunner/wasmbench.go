@@ -48,12 +48,9 @@ import (
 // which a task pays once.
 
 func init() {
-	register.Function2x0(benchSplit)
+	register.Function2x1(wordfns.Split)
 	register.Emitter1[string]()
 }
-
-// benchSplit is the Go SDK DoFn of the harness run.
-func benchSplit(line string, emit func(string)) { wordfns.Split(line, emit) }
 
 func runBenchWASM(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("bench wasm")
@@ -338,7 +335,7 @@ func benchWASM(ctx context.Context, path, cache string, interruptible bool, chun
 	return clock.stop(), outputs, nil
 }
 
-// benchHarness runs the chunks through benchSplit on a Go SDK worker in
+// benchHarness runs the chunks through wordfns.Split on a Go SDK worker in
 // this process (LOOPBACK), as one bundle of a registered stage.
 func benchHarness(ctx context.Context, chunks [][]byte, logger *slog.Logger) (benchTime, int64, error) {
 	pool, err := extworker.StartLoopback(ctx, 0)
@@ -408,12 +405,12 @@ func benchHarness(ctx context.Context, chunks [][]byte, logger *slog.Logger) (be
 
 const benchOutput = "bench-out"
 
-// benchDescriptor marshals Create -> ParDo(benchSplit) with the Go SDK and
+// benchDescriptor marshals Create -> ParDo(wordfns.Split) with the Go SDK and
 // keeps the ParDo between a data source and a data sink, as translate
 // would for a stage.
 func benchDescriptor() (*fnpb.ProcessBundleDescriptor, error) {
 	p, s := beam.NewPipelineWithRoot()
-	beam.ParDo(s.Scope("Bench"), benchSplit, beam.Create(s, "x"))
+	beam.ParDo(s.Scope("Bench"), wordfns.Split, beam.Create(s, "x"))
 	edges, _, err := p.Build()
 	if err != nil {
 		return nil, err
@@ -431,7 +428,7 @@ func benchDescriptor() (*fnpb.ProcessBundleDescriptor, error) {
 		}
 	}
 	if pardo == nil {
-		return nil, errors.New("no benchSplit ParDo in the marshalled pipeline")
+		return nil, errors.New("no wordfns.Split ParDo in the marshalled pipeline")
 	}
 	desc := &fnpb.ProcessBundleDescriptor{
 		Id:                  "bench-wasm-stage",

@@ -15,10 +15,7 @@ import (
 func init() {
 	// Split is exactly the DoFn `ksrunner bench wasm` runs on the Fn API
 	// harness and in plain Go. (The WASM wordcount's module shows metrics.)
-	guest.Register(guest.FlatMap("Split", guest.StringRef, guest.String, func(line string, emit func(string)) error {
-		wordfns.Split(line, emit)
-		return nil
-	}))
+	guest.Register(guest.FlatMap("Split", guest.StringRef, guest.String, wordfns.Split))
 	guest.Register(guest.Map("Upper", guest.StringRef, guest.String, func(s string) (string, error) {
 		return wordfns.Upper(s), nil
 	}))

@@ -19,10 +19,7 @@ var (
 )
 
 func init() {
-	guest.Register(guest.FlatMap("Split", guest.StringRef, guest.String, func(line string, emit func(string)) error {
-		wordfns.Split(line, emit)
-		return nil
-	}))
+	guest.Register(guest.FlatMap("Split", guest.StringRef, guest.String, wordfns.Split))
 	guest.Register(guest.Map("Upper", guest.StringRef, guest.String, func(s string) (string, error) {
 		return wordfns.Upper(s), nil
 	}))
@@ -56,12 +53,11 @@ func init() {
 	}})
 	guest.Register(guest.FlatMap("CountWords", guest.String, guest.String, func(line string, emit func(string)) error {
 		lines.Inc(1)
-		wordfns.Split(line, func(w string) {
+		return wordfns.Split(line, func(w string) {
 			words.Inc(1)
 			wordLen.Update(int64(len(w)))
 			emit(w)
 		})
-		return nil
 	}))
 	guest.Register(guest.Map("Fail", guest.String, guest.String, func(s string) (string, error) {
 		if s == "bad" {
