@@ -35,7 +35,6 @@ func setIn(b []byte) {
 // length and 16 bytes.
 const shortRecordSize = abi.RecordHeaderSize + 1 + 16
 
-
 // outHeader writes a record header at rt.out[p:].
 func outHeader(p int, w, src uint32, size int) {
 	h := (*[abi.RecordHeaderSize]byte)(rt.out[p:])
