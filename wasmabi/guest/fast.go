@@ -223,28 +223,40 @@ func FlatMap[I, O any](name string, in Coder[I], out Coder[O], fn func(I, func(O
 			return fn(v, emit)
 		}
 		ref := inKind == kindStringRef || inKind == kindBytes
+		strFn, _ := any(fn).(func(string, func(string)) error) // nil unless I and O are string
+		strEmit, _ := any(emit).(func(string))
+		if inKind != kindStringRef || strEmit == nil {
+			strFn = nil
+		}
 		batch := func(n int) error {
 			for i := 0; i < n; i++ {
 				if ref {
 					// Runs of elements decoded inline, in a loop of
 					// their own: falling through, no merge with the
 					// general decoding below.
-					for ; i < n; i++ {
-						e.src = uint32(i)
-						elem := element(i)
-						if len(elem) == 0 || elem[0] >= 0x80 || int(elem[0]) != len(elem)-1 {
-							break
-						}
-						b := elem[1:len(elem):len(elem)] // read as a string, its first two words
-						if err := fn(*(*I)(unsafe.Pointer(&b)), emit); err != nil {
+					if strFn != nil {
+						var err error
+						if i, err = flatMapStrings(strFn, strEmit, e, i, n); err != nil || i == n {
 							return err
 						}
-						if rt.failed != nil {
-							return errFailed
+					} else {
+						for ; i < n; i++ {
+							e.src = uint32(i)
+							elem := element(i)
+							if len(elem) == 0 || elem[0] >= 0x80 || int(elem[0]) != len(elem)-1 {
+								break
+							}
+							b := elem[1:len(elem):len(elem)] // read as a string, its first two words
+							if err := fn(*(*I)(unsafe.Pointer(&b)), emit); err != nil {
+								return err
+							}
+							if rt.failed != nil {
+								return errFailed
+							}
 						}
-					}
-					if i == n {
-						return nil
+						if i == n {
+							return nil
+						}
 					}
 				}
 				e.src = uint32(i)
@@ -264,4 +276,29 @@ func FlatMap[I, O any](name string, in Coder[I], out Coder[O], fn func(I, func(O
 		return one, batch
 	}
 	return DoFn{Name: name, Process: process, fast: &fastPath{process: funcID(process), bind: bind}}
+}
+
+// flatMapStrings runs fn, a FlatMap of strings, on the elements of the
+// batch from i on, up to n or the first that is not a string under 128
+// bytes, and returns where it stopped. It is FlatMap's batch loop for the
+// most common DoFn of all, string to strings, as a small function that is
+// not generic: Go compiles a generic function with a dictionary argument,
+// and in its wasm port the size of a function and the values live in it
+// cost every iteration (each jump goes through the function's dispatch
+// table). Measured with wordfns.Split: 5% fewer instructions per element.
+func flatMapStrings(fn func(string, func(string)) error, emit func(string), e *Emitter, i, n int) (int, error) {
+	for ; i < n; i++ {
+		e.src = uint32(i)
+		elem := element(i)
+		if len(elem) == 0 || elem[0] >= 0x80 || int(elem[0]) != len(elem)-1 {
+			break
+		}
+		if err := fn(stringOf(elem[1:]), emit); err != nil {
+			return i, err
+		}
+		if rt.failed != nil {
+			return i, errFailed
+		}
+	}
+	return i, nil
 }
