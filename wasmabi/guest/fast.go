@@ -101,11 +101,11 @@ func emitFunc[O any](e *Emitter, c Coder[O]) func(O) {
 			s := *(*string)(unsafe.Pointer(&o))
 			p, in := rt.outN, unsafe.Pointer(unsafe.StringData(s))
 			if !littleEndian || len(s) > 16 || p >= rt.outShortEnd || uintptr(in)-rt.inBase >= rt.inShortEnd { // below the buffer, the offset wraps around
-				outString(w, e.src, s)
+				outString(w, rt.src, s)
 				return
 			}
 			r := unsafe.Add(rt.outBase, p)
-			*(*uint64)(r) = uint64(w) | uint64(e.src)<<32                        // RecordOutput, RecordSource
+			*(*uint64)(r) = uint64(w) | uint64(rt.src)<<32                        // RecordOutput, RecordSource
 			*(*uint64)(unsafe.Add(r, 8)) = uint64(1+len(s)) | uint64(len(s))<<32 // RecordLen, then the length byte
 			a, b := *(*uint64)(in), *(*uint64)(unsafe.Add(in, 8))
 			*(*uint64)(unsafe.Add(r, abi.RecordHeaderSize+1)) = a
@@ -116,7 +116,7 @@ func emitFunc[O any](e *Emitter, c Coder[O]) func(O) {
 	if len(e.t.routes) > 0 {
 		if r := e.t.routes[0]; r.stageOutput >= 0 && len(r.consumers) == 0 {
 			w := uint32(r.stageOutput)
-			return func(o O) { outValue(w, e.src, c, o) }
+			return func(o O) { outValue(w, rt.src, c, o) }
 		}
 	}
 	return func(o O) { Emit(e, 0, c, o) }
@@ -165,7 +165,7 @@ func Map[I, O any](name string, in Coder[I], out Coder[O], fn func(I) (O, error)
 		w, direct := directOutput(e, out)
 		batch := func(n int) error {
 			for i := range n {
-				e.src = uint32(i)
+				rt.src = uint32(i)
 				elem := element(i)
 				v, ok := decodeRef[I](inKind, elem)
 				if !ok {
@@ -236,12 +236,12 @@ func FlatMap[I, O any](name string, in Coder[I], out Coder[O], fn func(I, func(O
 					// general decoding below.
 					if strFn != nil {
 						var err error
-						if i, err = flatMapStrings(strFn, strEmit, e, i, n); err != nil || i == n {
+						if i, err = flatMapStrings(strFn, strEmit, i, n); err != nil || i == n {
 							return err
 						}
 					} else {
 						for ; i < n; i++ {
-							e.src = uint32(i)
+							rt.src = uint32(i)
 							elem := element(i)
 							if len(elem) == 0 || elem[0] >= 0x80 || int(elem[0]) != len(elem)-1 {
 								break
@@ -259,7 +259,7 @@ func FlatMap[I, O any](name string, in Coder[I], out Coder[O], fn func(I, func(O
 						}
 					}
 				}
-				e.src = uint32(i)
+				rt.src = uint32(i)
 				v, err := decode(inKind, in, element(i))
 				if err != nil {
 					return err
@@ -286,7 +286,7 @@ func FlatMap[I, O any](name string, in Coder[I], out Coder[O], fn func(I, func(O
 // and in its wasm port the size of a function and the values live in it
 // cost every iteration (each jump goes through the function's dispatch
 // table). Measured with wordfns.Split: 5% fewer instructions per element.
-func flatMapStrings(fn func(string, func(string)) error, emit func(string), e *Emitter, i, n int) (int, error) {
+func flatMapStrings(fn func(string, func(string)) error, emit func(string), i, n int) (int, error) {
 	descs, in, inLen := unsafe.Pointer(unsafe.SliceData(rt.descs)), unsafe.Pointer(unsafe.SliceData(rt.in)), uint32(len(rt.in))
 	for ; i < n; i++ {
 		d := unsafe.Add(descs, i*abi.DescSize)
@@ -298,7 +298,7 @@ func flatMapStrings(fn func(string, func(string)) error, emit func(string), e *E
 		if l := *(*byte)(p); l >= 0x80 || uint32(l) != hi-lo-1 {
 			break
 		}
-		e.src = uint32(i)
+		rt.src = uint32(i)
 		if err := fn(unsafe.String((*byte)(unsafe.Add(p, 1)), hi-lo-1), emit); err != nil {
 			return i, err
 		}

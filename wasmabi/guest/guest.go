@@ -115,7 +115,6 @@ func Register(fn DoFn) {
 // Emitter sends a DoFn's outputs. Each transform has its own.
 type Emitter struct {
 	t       *transform
-	src     uint32 // index in the batch of the element being processed
 	scratch []byte // encoding buffer of Emit
 }
 
@@ -128,9 +127,9 @@ func Emit[T any](e *Emitter, out int, c Coder[T], v T) {
 			switch any(c).(type) {
 			case stringCoder, stringRefCoder, bytesCoder:
 				// T is string or []byte: read as a string (see directOutput).
-				outString(uint32(r.stageOutput), e.src, *(*string)(unsafe.Pointer(&v)))
+				outString(uint32(r.stageOutput), rt.src, *(*string)(unsafe.Pointer(&v)))
 			default:
-				outValue(uint32(r.stageOutput), e.src, c, v)
+				outValue(uint32(r.stageOutput), rt.src, c, v)
 			}
 			return
 		}
@@ -173,7 +172,7 @@ func (e *Emitter) Pane() []byte {
 
 // desc is the descriptor of the element being processed.
 func (e *Emitter) desc() *[abi.DescSize]byte {
-	return (*[abi.DescSize]byte)(rt.descs[int(e.src)*abi.DescSize:])
+	return (*[abi.DescSize]byte)(rt.descs[int(rt.src)*abi.DescSize:])
 }
 
 func (e *Emitter) emit(out int, ts int64, hasTS bool, elem []byte) {
@@ -185,7 +184,7 @@ func (e *Emitter) emit(out int, ts int64, hasTS bool, elem []byte) {
 	}
 	r := &e.t.routes[out]
 	if r.stageOutput >= 0 {
-		outElement(uint32(r.stageOutput), e.src, ts, hasTS, elem)
+		outElement(uint32(r.stageOutput), rt.src, ts, hasTS, elem)
 	}
 	for _, c := range r.consumers {
 		// Fused in the guest: the consumer sees the same source element.
@@ -193,7 +192,7 @@ func (e *Emitter) emit(out int, ts int64, hasTS bool, elem []byte) {
 		if rt.failed != nil {
 			return
 		}
-		rt.transforms[c].processOne(e.src, elem)
+		rt.transforms[c].processOne(rt.src, elem)
 	}
 }
 
@@ -289,6 +288,10 @@ type runtimeState struct {
 	transforms []*transform
 	roots      []int // transforms consuming the stage input
 	cur        int   // index of the transform whose DoFn is running (metrics)
+	// src is the index in the batch of the input element being processed:
+	// the source of every output record, the same for every transform of
+	// the stage (a fused consumer works on its producer's element).
+	src uint32
 
 	in    []byte // input buffer (ksr_reserve); the host writes batches here
 	descs []byte // the element descriptors of the current batch, in rt.in
@@ -343,7 +346,7 @@ func (t *transform) bind() {
 	t.one = func(elem []byte) error { return process(elem, e) }
 	t.batch = func(n int) error {
 		for i := range n {
-			e.src = uint32(i)
+			rt.src = uint32(i)
 			if err := process(element(i), e); err != nil {
 				return err
 			}
@@ -376,7 +379,7 @@ func element(i int) []byte {
 func (t *transform) processOne(src uint32, elem []byte) {
 	prev := rt.cur
 	rt.cur = t.idx
-	t.em.src = src
+	rt.src = src
 	if err := t.one(elem); err != nil && rt.failed == nil {
 		if err != errFailed {
 			err = fmt.Errorf("%s: %w", t.name(), err)
