@@ -21,7 +21,7 @@ const (
 
 // benchInput is 1M short strings (1-4 words, ~20 bytes) as windowed values in
 // the global window, in chunks of benchChunk.
-func benchInput(b *testing.B) [][]byte {
+func benchInput(b testing.TB) [][]byte {
 	r := rand.New(rand.NewPCG(3, 4))
 	vocab := strings.Fields("the quick brown fox jumps over a lazy dog and runs far away into deep woods")
 	var chunks [][]byte

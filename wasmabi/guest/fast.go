@@ -105,7 +105,7 @@ func emitFunc[O any](e *Emitter, c Coder[O]) func(O) {
 				return
 			}
 			r := unsafe.Add(rt.outBase, p)
-			*(*uint64)(r) = uint64(w) | uint64(rt.src)<<32                        // RecordOutput, RecordSource
+			*(*uint64)(r) = uint64(w) | uint64(rt.src)<<32                       // RecordOutput, RecordSource
 			*(*uint64)(unsafe.Add(r, 8)) = uint64(1+len(s)) | uint64(len(s))<<32 // RecordLen, then the length byte
 			a, b := *(*uint64)(in), *(*uint64)(unsafe.Add(in, 8))
 			*(*uint64)(unsafe.Add(r, abi.RecordHeaderSize+1)) = a
