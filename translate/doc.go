@@ -10,10 +10,12 @@
 //     liftable CombinePerKeys. Supported leaves are Impulse, ParDo,
 //     GroupByKey, Flatten and WindowInto (plus the combine and SDF component
 //     URNs this package itself emits). Any other leaf fails, naming the
-//     transform and its URN. ParDos with side inputs, state, timers,
-//     time-sorted or stable input or bundle finalization fail, naming the
-//     transform and the feature; so do unknown or unsupported pipeline
-//     requirements.
+//     transform and its URN. ParDos with time-sorted input, on-window-
+//     expiration timers, or a splittable DoFn with side inputs, state or
+//     stable input fail, naming the transform and the feature; so do unknown
+//     or unsupported pipeline requirements. A ParDo requiring stable input
+//     gets a Redistribute of its main input (stableInput), so that it reads
+//     committed records.
 //   - Expand: a CombinePerKey over non-merging windows is lifted into
 //     precombine → GroupByKey on KV<K, Accum> → merge accumulators → extract
 //     outputs; any other combine runs its own expansion. A splittable ParDo

@@ -29,8 +29,8 @@ func checkParDo(name string, pd *pipepb.ParDoPayload) error {
 	if pd.GetRequiresTimeSortedInput() {
 		return fmt.Errorf("transform %q: time-sorted input is not supported yet", name)
 	}
-	if pd.GetRequiresStableInput() {
-		return fmt.Errorf("transform %q: stable input is not supported yet", name)
+	if pd.GetRequiresStableInput() && pd.GetRestrictionCoderId() != "" {
+		return fmt.Errorf("transform %q: a splittable DoFn that requires stable input is not supported yet", name)
 	}
 	return nil
 }
@@ -98,11 +98,38 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 			})
 		}
 	}
+	if pd.GetRequiresStableInput() && !t.statefulOf[id] {
+		t.stableInput(id, tr)
+	}
 	if pd.GetRestrictionCoderId() == "" {
 		t.addLeaf(id, kindSDK)
 		return nil
 	}
 	return t.expandSDF(id, tr, pd)
+}
+
+// stableInput gives ParDo id, which requires stable input, a Redistribute of
+// its main input run by the host: the ParDo then starts a sub-topology that
+// reads the redistribute topic, whose records are committed before the
+// ParDo sees them. A retried bundle (after an aborted transaction, a crash
+// or a rebalance) so gets exactly the elements the first attempt got, even
+// if the transforms before it are not deterministic; without the topic they
+// would be fused with the ParDo and recompute its input. A stateful ParDo
+// reads a topic of its own already.
+func (t *translator) stableInput(id string, tr *pipepb.PTransform) {
+	local, in := mainInput(tr)
+	pc := t.comps.GetPcollections()[in]
+	stable := t.addPCollection(in+"_stable", pc, pc.GetCoderId())
+	rid := uniqueID(id+"_stable_input", func(s string) bool { return t.comps.GetTransforms()[s] != nil })
+	t.comps.Transforms[rid] = &pipepb.PTransform{
+		UniqueName: t.uniqueName(t.name(id) + "/StableInput"),
+		Spec:       &pipepb.FunctionSpec{Urn: urnRedistributeArbitrarily},
+		Inputs:     map[string]string{"input": in},
+		Outputs:    map[string]string{"output": stable},
+	}
+	t.parent[rid] = t.parent[id]
+	t.addLeaf(rid, kindRedistribute)
+	tr.Inputs[local] = stable
 }
 
 // expandSDF replaces a splittable ParDo by its three SDK-executed parts

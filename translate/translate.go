@@ -159,7 +159,6 @@ func (t *translator) checkRequirements() error {
 			return fmt.Errorf("pipeline requirement %s: time-sorted input is not supported yet", r)
 		case urnReqBundleFinalization:
 		case urnReqStableInput:
-			return fmt.Errorf("pipeline requirement %s: stable input is not supported yet", r)
 		case urnReqOnWindowExpiration:
 			return fmt.Errorf("pipeline requirement %s: on-window-expiration timers are not supported yet", r)
 		default:

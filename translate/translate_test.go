@@ -837,3 +837,74 @@ func findProducer(t *testing.T, p *pipepb.Pipeline, pc string) string {
 	t.Fatalf("no producer of %s", pc)
 	return ""
 }
+
+// requireStableInput marks the ParDos whose unique name ends with suffix as
+// requiring stable input, as Java's @RequiresStableInput does (the Go SDK
+// has no way to say it), and adds the pipeline requirement.
+func requireStableInput(t *testing.T, p *pipepb.Pipeline, suffix string) {
+	t.Helper()
+	n := 0
+	for _, tr := range p.GetComponents().GetTransforms() {
+		if tr.GetSpec().GetUrn() != urnParDo || !strings.HasSuffix(tr.GetUniqueName(), suffix) {
+			continue
+		}
+		pd := &pipepb.ParDoPayload{}
+		if err := proto.Unmarshal(tr.GetSpec().GetPayload(), pd); err != nil {
+			t.Fatal(err)
+		}
+		pd.RequiresStableInput = true
+		b, err := proto.Marshal(pd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.Spec.Payload = b
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("no ParDo named *%s", suffix)
+	}
+	p.Requirements = append(p.Requirements, urnReqStableInput)
+}
+
+// A ParDo requiring stable input reads committed records: a Redistribute
+// run by the host is put before it, so it heads a sub-topology of its own
+// rather than being fused with the (possibly non-deterministic) ParDo that
+// produces its input. A stateful ParDo reads its own topic already.
+func TestStableInput(t *testing.T) {
+	p, s := beam.NewPipelineWithRoot()
+	words := beam.ParDo(s, splitWords, beam.Create(s, "a b"))
+	beam.ParDo(s, identity, words)
+	pipe := marshal(t, p)
+	requireStableInput(t, pipe, ".identity")
+	plan := mustTranslate(t, pipe, Options{})
+	names := stageNames(plan)
+	if len(plan.SubTopologies) != 2 || len(plan.Topics) != 2 {
+		t.Fatalf("sub-topologies %v, topics %v; want 2 of each", names, topicNames(plan))
+	}
+	tp := plan.Topics[1]
+	if tp.Kind != TopicRedistribute || !strings.HasSuffix(tp.Name, "StableInput-repartition") {
+		t.Errorf("topic %+v, want the stable input's redistribute topic", tp)
+	}
+	comps := plan.Pipeline.GetComponents()
+	st := plan.SubTopologies[1]
+	if st.Root.Kind != RootPassthrough || st.Input != tp.Name || !strings.HasSuffix(comps.GetTransforms()[st.Root.TransformID].GetUniqueName(), ".identity/StableInput") {
+		t.Errorf("second sub-topology: input %s, root %+v", st.Input, st.Root)
+	}
+	if got := fmt.Sprint(names[1]); !strings.HasSuffix(got, ".identity]]") || strings.Contains(got, "splitWords") {
+		t.Errorf("stages of the second sub-topology %s, want the identity ParDo alone", got)
+	}
+	if got := fmt.Sprint(names[0]); !strings.Contains(got, "splitWords") {
+		t.Errorf("stages of the first sub-topology %s, want splitWords", got)
+	}
+
+	// Stateful: no extra topic.
+	p, s = beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, pairWithOne, beam.Create(s, "a"))
+	beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
+	plain := mustTranslate(t, marshal(t, p), Options{})
+	pipe = marshal(t, p)
+	requireStableInput(t, pipe, "countStateFn")
+	if got, want := topicNames(mustTranslate(t, pipe, Options{})), topicNames(plain); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("stateful ParDo requiring stable input: topics %v, want %v as without", got, want)
+	}
+}
