@@ -18,6 +18,8 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 func splitWords(line string, emit func(string)) {
@@ -838,34 +840,6 @@ func findProducer(t *testing.T, p *pipepb.Pipeline, pc string) string {
 	return ""
 }
 
-// requireStableInput marks the ParDos whose unique name ends with suffix as
-// requiring stable input, as Java's @RequiresStableInput does (the Go SDK
-// has no way to say it), and adds the pipeline requirement.
-func requireStableInput(t *testing.T, p *pipepb.Pipeline, suffix string) {
-	t.Helper()
-	n := 0
-	for _, tr := range p.GetComponents().GetTransforms() {
-		if tr.GetSpec().GetUrn() != urnParDo || !strings.HasSuffix(tr.GetUniqueName(), suffix) {
-			continue
-		}
-		pd := &pipepb.ParDoPayload{}
-		if err := proto.Unmarshal(tr.GetSpec().GetPayload(), pd); err != nil {
-			t.Fatal(err)
-		}
-		pd.RequiresStableInput = true
-		b, err := proto.Marshal(pd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr.Spec.Payload = b
-		n++
-	}
-	if n == 0 {
-		t.Fatalf("no ParDo named *%s", suffix)
-	}
-	p.Requirements = append(p.Requirements, urnReqStableInput)
-}
-
 // A ParDo requiring stable input reads committed records: a Redistribute
 // run by the host is put before it, so it heads a sub-topology of its own
 // rather than being fused with the (possibly non-deterministic) ParDo that
@@ -875,7 +849,9 @@ func TestStableInput(t *testing.T) {
 	words := beam.ParDo(s, splitWords, beam.Create(s, "a b"))
 	beam.ParDo(s, identity, words)
 	pipe := marshal(t, p)
-	requireStableInput(t, pipe, ".identity")
+	if err := pipelinetest.RequireStableInput(pipe, ".identity"); err != nil {
+		t.Fatal(err)
+	}
 	plan := mustTranslate(t, pipe, Options{})
 	names := stageNames(plan)
 	if len(plan.SubTopologies) != 2 || len(plan.Topics) != 2 {
@@ -903,7 +879,9 @@ func TestStableInput(t *testing.T) {
 	beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
 	plain := mustTranslate(t, marshal(t, p), Options{})
 	pipe = marshal(t, p)
-	requireStableInput(t, pipe, "countStateFn")
+	if err := pipelinetest.RequireStableInput(pipe, "countStateFn"); err != nil {
+		t.Fatal(err)
+	}
 	if got, want := topicNames(mustTranslate(t, pipe, Options{})), topicNames(plain); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("stateful ParDo requiring stable input: topics %v, want %v as without", got, want)
 	}

@@ -1,8 +1,9 @@
 // Package eostest checks the processing guarantees of the host with faults
 // injected into its commit loop (host.SetTestHooks): a GroupByKey + sum
 // pipeline's sums must be exact under exactly_once however many commit
-// cycles abort, and a job restarted on a wiped state_dir must restore its
-// GroupByKey state from the changelog. The hooks are process-wide, so these
+// cycles abort, a job restarted on a wiped state_dir must restore its
+// GroupByKey state from the changelog, and a ParDo requiring stable input
+// must see the same elements on every retry. The hooks are process-wide, so these
 // tests live apart from the other end-to-end tests and do not run in
 // parallel.
 package eostest

@@ -1,0 +1,139 @@
+package eostest
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+
+	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
+)
+
+func init() {
+	register.Function1x1(tagRandomly)
+	register.Function1x0(recordTag)
+}
+
+// tagRandomly tags i with a random number: a producer that computes
+// something else each time it runs again.
+func tagRandomly(i int) string { return strconv.Itoa(i) + ":" + strconv.FormatUint(rand.Uint64(), 36) }
+
+// tagsSeen records, per element, the tags recordTag was called with and how
+// many times (the DoFns run in this process, LOOPBACK).
+var tagsSeen struct {
+	sync.Mutex
+	tags  map[int]map[string]bool
+	calls int
+}
+
+func recordTag(s string) {
+	i, err := strconv.Atoi(s[:strings.IndexByte(s, ':')])
+	if err != nil {
+		panic(err)
+	}
+	tagsSeen.Lock()
+	defer tagsSeen.Unlock()
+	if tagsSeen.tags[i] == nil {
+		tagsSeen.tags[i] = map[string]bool{}
+	}
+	tagsSeen.tags[i][s] = true
+	tagsSeen.calls++
+}
+
+// TestStableInputUnderAbortedCycles runs 0..n-1 → tagRandomly → recordTag
+// with commit cycles aborted after recordTag ran. When recordTag requires stable
+// input, every retry of its bundles sees the tags of the first attempt: one
+// tag per element however often it is called. Without it, recordTag is
+// fused with tagRandomly and a retry re-tags: the control run shows that the
+// aborts do make elements be processed again with other tags.
+func TestStableInputUnderAbortedCycles(t *testing.T) {
+	for _, stable := range []bool{true, false} {
+		t.Run("stable="+strconv.FormatBool(stable), func(t *testing.T) {
+			const n = 20_000
+			tagsSeen.Lock()
+			tagsSeen.tags, tagsSeen.calls = map[int]map[string]bool{}, 0
+			tagsSeen.Unlock()
+
+			p, s := beam.NewPipelineWithRoot()
+			in := make([]int, n)
+			for i := range in {
+				in[i] = i
+			}
+			beam.ParDo0(s, recordTag, beam.ParDo(s, tagRandomly, beam.CreateList(s, in)))
+			pipe := env.Marshal(t, p)
+			if stable {
+				if err := pipelinetest.RequireStableInput(pipe, "recordTag"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			aborted := abortCyclesThatRecord(t)
+			id, r := env.Run(ctx, t, pipe, map[string]string{
+				"bootstrap_servers":  kafkatest.Broker(t),
+				"application_id":     kafkatest.UniqueName(t, "app"),
+				"commit_interval_ms": "20",
+				"state_dir":          filepath.Join(t.TempDir(), "state"),
+			})
+			if r.State != jobpb.JobState_DONE {
+				t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
+			}
+			tagsSeen.Lock()
+			defer tagsSeen.Unlock()
+			retagged := 0
+			for _, tags := range tagsSeen.tags {
+				if len(tags) > 1 {
+					retagged++
+				}
+			}
+			t.Logf("%d cycles aborted; recordTag called %d times for %d elements; %d elements seen with more than one tag",
+				aborted(), tagsSeen.calls, len(tagsSeen.tags), retagged)
+			if len(tagsSeen.tags) != n {
+				t.Errorf("recordTag saw %d elements, want %d", len(tagsSeen.tags), n)
+			}
+			switch {
+			case stable && tagsSeen.calls == n:
+				t.Errorf("recordTag was called once per element: no bundle of it was retried, the test shows nothing")
+			case stable && retagged > 0:
+				t.Errorf("with stable input, %d elements reached recordTag with different tags", retagged)
+			case !stable && retagged == 0:
+				t.Errorf("without stable input no element was re-tagged: the aborts did not make the producer run again")
+			}
+		})
+	}
+}
+
+// abortCyclesThatRecord aborts commit cycles in which recordTag was called,
+// three times: unlike abortCycles it cannot spend its aborts before the
+// records reach recordTag (on a real broker the first cycles often carry
+// only the producer's work).
+func abortCyclesThatRecord(t *testing.T) (aborted func() int) {
+	var mu sync.Mutex
+	aborts, lastCalls := 0, 0
+	restore := host.SetTestHooks(host.TestHooks{BeforeCommit: func(int) error {
+		tagsSeen.Lock()
+		calls := tagsSeen.calls
+		tagsSeen.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		recorded := calls > lastCalls
+		lastCalls = calls
+		if recorded && aborts < 3 {
+			aborts++
+			return host.ErrAbortCycle
+		}
+		return nil
+	}})
+	t.Cleanup(restore)
+	return func() int { mu.Lock(); defer mu.Unlock(); return aborts }
+}
