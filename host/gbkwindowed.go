@@ -595,7 +595,5 @@ func (g *windowedGBK) flushMetrics() {
 	add("dropped_late_elements", g.droppedLate)
 	add("dropped_closed_window_elements", g.droppedClosed)
 	g.droppedLate, g.droppedClosed = 0, 0
-	if len(infos) > 0 {
-		g.t.inst.cfg.metrics.add(infos)
-	}
+	g.t.addMetrics(infos)
 }

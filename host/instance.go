@@ -24,7 +24,7 @@ type instanceConfig struct {
 	execs    map[string]stageExecutor
 	stateDir string
 	logger   *slog.Logger
-	metrics  *metricStore
+	metrics  *jobMetrics
 }
 
 // instance is one member of the application's consumer group. It owns the
@@ -523,9 +523,14 @@ func (i *instance) rewind() {
 	i.cl.SetOffsets(to)
 }
 
-// finalize runs the finalizers of the committed cycle's bundles.
+// finalize runs the finalizers of the committed cycle's bundles and counts
+// their metrics as committed.
 func (i *instance) finalize(ctx context.Context) {
 	for _, t := range i.tasks {
+		for _, m := range t.cycleMetrics {
+			i.cfg.metrics.committed.add(m)
+		}
+		t.cycleMetrics = nil
 		for _, f := range t.finalizers {
 			if err := f(ctx); err != nil {
 				i.cfg.logger.Warn("bundle finalization failed", "task", t.producer, "error", err)

@@ -40,7 +40,7 @@ type Job struct {
 	plan    *translate.Plan
 	logger  *slog.Logger
 	events  *eventLog
-	metrics *metricStore
+	metrics *jobMetrics
 	wasm    *wasmJob // nil without WASM stages
 
 	cancelOnce sync.Once
@@ -76,7 +76,7 @@ func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (_ *Job, e
 		plan:    plan,
 		logger:  logger.With("job", spec.ID),
 		events:  newEventLog(),
-		metrics: newMetricStore(),
+		metrics: newJobMetrics(),
 		done:    make(chan struct{}),
 	}
 	if j.wasm, err = prepareWASM(ctx, plan, spec.Options, j.logger, j.onWASMStuck); err != nil {

@@ -346,13 +346,15 @@ func (s *JobServer) GetMessageStream(req *jobpb.JobMessagesRequest, stream jobpb
 	})
 }
 
-// GetJobMetrics implements the Job API with the metrics of committed bundles.
+// GetJobMetrics implements the Job API: attempted metrics count every
+// finished bundle, committed ones the bundles of committed cycles (see
+// jobMetrics).
 func (s *JobServer) GetJobMetrics(_ context.Context, req *jobpb.GetJobMetricsRequest) (*jobpb.GetJobMetricsResponse, error) {
 	j, err := s.job(req.GetJobId())
 	if err != nil {
 		return nil, err
 	}
-	return &jobpb.GetJobMetricsResponse{Metrics: &jobpb.MetricResults{Committed: j.metrics.results(), Attempted: j.metrics.results()}}, nil
+	return &jobpb.GetJobMetricsResponse{Metrics: &jobpb.MetricResults{Committed: j.metrics.committed.results(), Attempted: j.metrics.attempted.results()}}, nil
 }
 
 // DescribePipelineOptions lists the options ksrunner reads.

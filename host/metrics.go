@@ -10,9 +10,22 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// metricStore aggregates the MonitoringInfos of committed bundles, keyed by
-// URN and labels, merging payloads by type (sums add, distributions combine,
-// anything else keeps the latest).
+// jobMetrics are a job's metrics as the Job API reports them: attempted
+// counts every finished bundle, committed only the bundles of commit cycles
+// whose transaction (exactly_once) or offset commit (at_least_once)
+// succeeded. A bundle of an aborted cycle is attempted, not committed: its
+// input is processed again and counted again in attempted.
+type jobMetrics struct {
+	attempted, committed *metricStore
+}
+
+func newJobMetrics() *jobMetrics {
+	return &jobMetrics{attempted: newMetricStore(), committed: newMetricStore()}
+}
+
+// metricStore aggregates MonitoringInfos, keyed by URN and labels, merging
+// payloads by type (sums add, distributions combine, anything else keeps the
+// latest).
 type metricStore struct {
 	mu    sync.Mutex
 	infos map[string]*pipepb.MonitoringInfo

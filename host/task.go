@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -60,6 +61,10 @@ type task struct {
 	user *userStore
 	// finalizers of bundles whose output is not yet committed.
 	finalizers []func(context.Context) error
+	// cycleMetrics are the metrics of the cycle's bundles, committed metrics
+	// once the cycle commits (instance.finalize), dropped with the task if
+	// it aborts.
+	cycleMetrics [][]*pipepb.MonitoringInfo
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
@@ -496,7 +501,7 @@ func (t *task) finish(sr *stageRun) error {
 			return fmt.Errorf("stage %s: output %s ends inside an element (%d bytes left)", sr.stage.ID, pcoll, len(rest))
 		}
 	}
-	t.inst.cfg.metrics.add(res.metrics)
+	t.addMetrics(res.metrics)
 	if res.finalize != nil {
 		t.finalizers = append(t.finalizers, res.finalize)
 	}
@@ -508,6 +513,16 @@ func (t *task) finish(sr *stageRun) error {
 		t.mu.Unlock()
 	}
 	return nil
+}
+
+// addMetrics counts a bundle's (or the host's own) metrics as attempted, and
+// as committed once the cycle commits.
+func (t *task) addMetrics(infos []*pipepb.MonitoringInfo) {
+	if len(infos) == 0 {
+		return
+	}
+	t.inst.cfg.metrics.attempted.add(infos)
+	t.cycleMetrics = append(t.cycleMetrics, infos)
 }
 
 // emit receives a chunk of a stage's output, which may end inside an

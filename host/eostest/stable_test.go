@@ -78,7 +78,11 @@ func TestStableInputUnderAbortedCycles(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 			defer cancel()
-			aborted := abortCyclesThatRecord(t)
+			aborted := abortCyclesThatCall(t, func() int {
+				tagsSeen.Lock()
+				defer tagsSeen.Unlock()
+				return tagsSeen.calls
+			})
 			id, r := env.Run(ctx, t, pipe, map[string]string{
 				"bootstrap_servers":  kafkatest.Broker(t),
 				"application_id":     kafkatest.UniqueName(t, "app"),
@@ -113,22 +117,20 @@ func TestStableInputUnderAbortedCycles(t *testing.T) {
 	}
 }
 
-// abortCyclesThatRecord aborts commit cycles in which recordTag was called,
-// three times: unlike abortCycles it cannot spend its aborts before the
-// records reach recordTag (on a real broker the first cycles often carry
-// only the producer's work).
-func abortCyclesThatRecord(t *testing.T) (aborted func() int) {
+// abortCyclesThatCall aborts the first three commit cycles in which a DoFn
+// was called, calls counting its calls. Unlike abortCycles it cannot spend
+// its aborts before the records reach the DoFn (on a real broker the first
+// cycles often carry only the work before it).
+func abortCyclesThatCall(t *testing.T, calls func() int) (aborted func() int) {
 	var mu sync.Mutex
-	aborts, lastCalls := 0, 0
+	aborts, last := 0, 0
 	restore := host.SetTestHooks(host.TestHooks{BeforeCommit: func(int) error {
-		tagsSeen.Lock()
-		calls := tagsSeen.calls
-		tagsSeen.Unlock()
+		n := calls()
 		mu.Lock()
 		defer mu.Unlock()
-		recorded := calls > lastCalls
-		lastCalls = calls
-		if recorded && aborts < 3 {
+		called := n > last
+		last = n
+		if called && aborts < 3 {
 			aborts++
 			return host.ErrAbortCycle
 		}
