@@ -19,8 +19,9 @@
 //   - Expand: a CombinePerKey over non-merging windows is lifted into
 //     precombine → GroupByKey on KV<K, Accum> → merge accumulators → extract
 //     outputs; any other combine runs its own expansion. A splittable ParDo
-//     becomes pair with restriction → split and size → process sized
-//     elements, the last heading its own stage. Replaced expansions are
+//     becomes pair with restriction → split and size → a Redistribute of the
+//     sized restrictions → process sized elements, which so heads a
+//     sub-topology of its own and reads a source's splits in parallel. Replaced expansions are
 //     removed from the pipeline and the original transform becomes the
 //     composite of its replacement.
 //   - Lay out: every Impulse, GroupByKey (lifted or not), Reshuffle and every

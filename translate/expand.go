@@ -137,7 +137,8 @@ func (t *translator) stableInput(id string, tr *pipepb.PTransform) {
 // elements and restrictions. The process transform is forced to head its own
 // stage so that the host can feed residuals back as the stage's input.
 //
-//	INPUT E → PairWithRestriction → KV<E, R> → SplitAndSize → KV<KV<E, R>, double> → Process → outputs
+//	INPUT E → PairWithRestriction → KV<E, R> → SplitAndSize → KV<KV<E, R>, double>
+//	  → SpreadRestrictions (a host Redistribute) → Process → outputs
 //
 // The original transform becomes a composite of the three.
 func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParDoPayload) error {
@@ -176,10 +177,24 @@ func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParD
 	}
 	ePWR := mk("_pwr", "/PairWithRestriction", urnSDFPairWithRestriction, inID, map[string]string{"i0": pwr})
 	eSNS := mk("_splitnsize", "/SplitAndSizeRestrictions", urnSDFSplitAndSize, pwr, map[string]string{"i0": sns})
-	eProc := mk("_process", "/ProcessSizedElementsAndRestrictions", urnSDFProcessSizedElements, sns, tr.GetOutputs())
-	tr.Subtransforms = []string{ePWR, eSNS, eProc}
+	// The sized restrictions are spread over the tasks of a sub-topology
+	// of their own (a Redistribute run by the host, internal_parallelism
+	// partitions): a source's splits (textio's files and their ranges) are
+	// read in parallel rather than by the one task of its producer.
+	spread := t.addPCollection(id+"_spread", in, cERS)
+	eSpread := uniqueID(id+"_spread", func(s string) bool { return t.comps.GetTransforms()[s] != nil })
+	t.comps.Transforms[eSpread] = &pipepb.PTransform{
+		UniqueName: t.uniqueName(name + "/SpreadRestrictions"),
+		Spec:       &pipepb.FunctionSpec{Urn: urnRedistributeArbitrarily},
+		Inputs:     map[string]string{"input": sns},
+		Outputs:    map[string]string{"output": spread},
+	}
+	t.parent[eSpread] = id
+	eProc := mk("_process", "/ProcessSizedElementsAndRestrictions", urnSDFProcessSizedElements, spread, tr.GetOutputs())
+	tr.Subtransforms = []string{ePWR, eSNS, eSpread, eProc}
 	t.addLeaf(ePWR, kindSDK)
 	t.addLeaf(eSNS, kindSDK)
+	t.addLeaf(eSpread, kindRedistribute)
 	t.addLeaf(eProc, kindSDK)
 	t.forcedRoot[eProc] = true
 	return nil

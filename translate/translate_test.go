@@ -419,6 +419,21 @@ func TestTextIO(t *testing.T) {
 	if proc.Input != onlyValue(procT.GetInputs()) {
 		t.Errorf("process stage input %q, want %q", proc.Input, onlyValue(procT.GetInputs()))
 	}
+	// It reads the restrictions from a redistribute topic: a sub-topology
+	// of its own, so that the splits are processed in parallel.
+	for _, st := range plan.SubTopologies {
+		if !slices.Contains(st.Stages, proc) {
+			continue
+		}
+		if st.Root.Kind != RootPassthrough || st.Root.Output != proc.Input || !strings.HasSuffix(comps.GetTransforms()[st.Root.TransformID].GetUniqueName(), "/SpreadRestrictions") {
+			t.Errorf("process stage's sub-topology: root %+v, want the SpreadRestrictions passthrough of %s", st.Root, proc.Input)
+		}
+		for _, tp := range plan.Topics {
+			if tp.Name == st.Input && tp.Kind != TopicRedistribute {
+				t.Errorf("process stage's sub-topology reads topic %s of kind %d, want a redistribute topic", tp.Name, tp.Kind)
+			}
+		}
+	}
 	// The restriction coder reaches the wire length-prefixed.
 	w := comps.GetCoders()[plan.WireCoders[proc.Input]]
 	if err := checkCoderHostParseable(comps.GetCoders(), plan.WireCoders[proc.Input]); err != nil {

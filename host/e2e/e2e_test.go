@@ -33,6 +33,7 @@ var pipelines = []struct {
 }{
 	{"wordcount", wordcountPipeline},
 	{"multi", multiPipeline},
+	{"readfiles", readFilesPipeline},
 }
 
 // runToLines runs build's pipeline on client and returns the sorted lines
@@ -189,7 +190,10 @@ func TestMatchesPrism(t *testing.T) {
 						got := runToLines(ctx, t, ksrunner, pl.build, opts)
 						diffLines(t, got, want)
 						if b.bootstrap != "" {
-							checkRepartitionTopics(ctx, t, b.bootstrap, appID, par)
+							if pl.name == "readfiles" && par > 1 {
+								checkSpreadRestrictions(t, b.bootstrap, appID)
+							}
+							checkRepartitionTopics(ctx, t, b.bootstrap, appID, par) // deletes the topics
 						}
 					})
 				}
@@ -386,4 +390,27 @@ func TestDockerRefusedAtRun(t *testing.T) {
 	if !strings.Contains(err.Error(), "DOCKER") || !strings.Contains(err.Error(), envID) {
 		t.Fatalf("Run error %q does not name the DOCKER environment %q", err, envID)
 	}
+}
+
+// checkSpreadRestrictions checks that the file reads of readFilesPipeline
+// were spread over several partitions of their redistribute topic, so
+// several tasks read the files.
+func checkSpreadRestrictions(t *testing.T, bootstrap, appID string) {
+	t.Helper()
+	for topic, parts := range jobtest.CommittedData(t, bootstrap, appID) {
+		if !strings.HasSuffix(topic, "SpreadRestrictions-repartition") {
+			continue
+		}
+		used := 0
+		for _, n := range parts {
+			if n > 0 {
+				used++
+			}
+		}
+		if used < 2 {
+			t.Errorf("the %d file restrictions went to %d partition(s) of %s: %v", readFiles, used, topic, parts)
+		}
+		return
+	}
+	t.Errorf("no SpreadRestrictions topic among the job's topics")
 }

@@ -47,6 +47,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fail := func(err error) int { fmt.Fprintln(os.Stderr, "e2e setup:", err); return 1 }
+	defer removeReadFilesInput()
 
 	var err error
 	if loopback, err = extworker.StartLoopback(ctx, 0); err != nil {

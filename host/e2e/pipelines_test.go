@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -44,6 +46,56 @@ func wordcountPipeline(out string) *beam.Pipeline {
 	}
 	p, s := beam.NewPipelineWithRoot()
 	textio.Write(s, out, wc.CountWords(s, beam.CreateList(s, lines)))
+	return p
+}
+
+// readFiles is how many files readFilesPipeline reads.
+const readFiles = 8
+
+var readFilesInput struct {
+	once sync.Once
+	dir  string
+	glob string
+	err  error
+}
+
+// removeReadFilesInput removes readFilesPipeline's input, if written.
+func removeReadFilesInput() {
+	if d := readFilesInput.dir; d != "" {
+		os.RemoveAll(d)
+	}
+}
+
+// readFilesPipeline counts the words of readFiles text files (written once
+// per test binary) read with textio.Read, a splittable DoFn whose
+// restrictions (a file each) ksrunner spreads over the tasks, and writes
+// the counts with textio to out.
+func readFilesPipeline(out string) *beam.Pipeline {
+	in := &readFilesInput
+	in.once.Do(func() {
+		dir, err := os.MkdirTemp("", "ksrunner-e2e-read-")
+		if err != nil {
+			in.err = err
+			return
+		}
+		in.dir = dir
+		for f := range readFiles {
+			var b strings.Builder
+			for i := range 200 {
+				fmt.Fprintf(&b, "f%d w%d %s\n", f, i%23, wc.Text[(f*200+i)%len(wc.Text)])
+			}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("in-%d.txt", f)), []byte(b.String()), 0o644); err != nil {
+				in.err = err
+				return
+			}
+		}
+		in.glob = filepath.Join(dir, "in-*.txt")
+	})
+	if in.err != nil {
+		panic(fmt.Sprintf("writing readFilesPipeline's input: %v", in.err))
+	}
+	p, s := beam.NewPipelineWithRoot()
+	textio.Write(s, out, wc.CountWords(s, textio.Read(s, in.glob)))
 	return p
 }
 
