@@ -96,6 +96,12 @@ func runPipeline(ctx context.Context, t *testing.T, py, script string, args ...s
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "results.txt")
 	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join("testdata", script), out}, args...)...)
+	// On timeout, SIGABRT makes Python's fault handler print every
+	// thread's stack into log (a hung run then says where it hung), and
+	// WaitDelay kills it if that does not end it.
+	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
+	cmd.WaitDelay = 10 * time.Second
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
