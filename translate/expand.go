@@ -98,7 +98,7 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 			})
 		}
 	}
-	if pd.GetRequiresStableInput() && !t.statefulOf[id] {
+	if pd.GetRequiresStableInput() && !t.statefulOf[id] && len(pd.GetSideInputs()) == 0 {
 		t.stableInput(id, tr)
 	}
 	if pd.GetRestrictionCoderId() == "" {
@@ -114,8 +114,9 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 // ParDo sees them. A retried bundle (after an aborted transaction, a crash
 // or a rebalance) so gets exactly the elements the first attempt got, even
 // if the transforms before it are not deterministic; without the topic they
-// would be fused with the ParDo and recompute its input. A stateful ParDo
-// reads a topic of its own already.
+// would be fused with the ParDo and recompute its input. A stateful ParDo,
+// or one with side inputs, reads its main input from a topic of its own
+// already (layout's "-main" topic).
 func (t *translator) stableInput(id string, tr *pipepb.PTransform) {
 	local, in := mainInput(tr)
 	pc := t.comps.GetPcollections()[in]

@@ -900,4 +900,17 @@ func TestStableInput(t *testing.T) {
 	if got, want := topicNames(mustTranslate(t, pipe, Options{})), topicNames(plain); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("stateful ParDo requiring stable input: topics %v, want %v as without", got, want)
 	}
+
+	// Side inputs: the main input is materialized already, no extra topic.
+	p, s = beam.NewPipelineWithRoot()
+	side := beam.Create(s, "x")
+	beam.ParDo(s, withSide, beam.ParDo(s, splitWords, beam.Create(s, "a b")), beam.SideInput{Input: side})
+	plain = mustTranslate(t, marshal(t, p), Options{})
+	pipe = marshal(t, p)
+	if err := pipelinetest.RequireStableInput(pipe, ".withSide"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := topicNames(mustTranslate(t, pipe, Options{})), topicNames(plain); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ParDo with side inputs requiring stable input: topics %v, want %v as without", got, want)
+	}
 }
