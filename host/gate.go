@@ -1,9 +1,12 @@
 package host
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 )
 
@@ -115,4 +118,83 @@ func (t *task) loadGateSeq() error {
 		t.gateSeq = max(t.gateSeq, binary.BigEndian.Uint64(k[len(k)-8:])+1)
 	}
 	return it.Error()
+}
+
+// sortByTime parks every element of a time-sorted stage's input under the
+// gate's store keys, ordered by the element's timestamp, and returns, as one
+// chunk in timestamp order, those the input watermark less the allowed
+// lateness has passed; later ones wait. flushStages hands it all of the
+// stage's pending input, so no element can still be pending when the
+// release passes its timestamp. The parked elements hold the task's output
+// watermark (gateHold). An element older than what was released already
+// could no longer be sorted in: it is dropped and counted in
+// dropped_late_elements, as a GroupByKey drops what is past its allowed
+// lateness. (The release point is kept in memory: after the task moves,
+// such an element is processed, out of order, rather than dropped.)
+func (t *task) sortByTime(sr *stageRun, in []chunk) ([]chunk, error) {
+	ready := t.inputWatermark()
+	if ready < maxWatermark {
+		ready = max(ready-sr.stage.TimeSortedLateness, minWatermark)
+	}
+	codec := t.inst.codecs[sr.stage.Input]
+	dropped := int64(0)
+	for _, c := range in {
+		for b := c.data; len(b) > 0; {
+			l, err := codec.Locate(b)
+			if err != nil {
+				return nil, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+			}
+			if l.Timestamp < sr.sortedUpTo {
+				dropped++
+			} else if err := t.park(sr, b[:l.End], 1, l.Timestamp, l.Timestamp); err != nil {
+				return nil, err
+			}
+			b = b[l.End:]
+		}
+	}
+	if dropped > 0 {
+		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(sr.stage.Transforms[0], "dropped_late_elements", dropped)})
+	}
+	lower := t.key(storeGate, []byte{sr.idx})
+	upper := prefixEnd(lower)
+	if ready < maxWatermark {
+		upper = binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(ready))
+	}
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	var out chunk
+	var keys [][]byte
+	for it.First(); it.Valid(); it.Next() {
+		out.data = append(out.data, it.Value()[16:]...)
+		out.elements++
+		keys = append(keys, append([]byte(nil), it.Key()...))
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		if err := t.batch.Delete(k, nil); err != nil {
+			return nil, err
+		}
+	}
+	sr.sortedUpTo = max(sr.sortedUpTo, ready)
+	if out.elements == 0 {
+		return nil, nil
+	}
+	return []chunk{out}, nil
+}
+
+// hostCounter is n more of the host's counter ksrunner/name of transform,
+// reported like a user counter.
+func hostCounter(transform, name string, n int64) *pipepb.MonitoringInfo {
+	var buf bytes.Buffer
+	coder.EncodeVarInt(n, &buf)
+	return &pipepb.MonitoringInfo{
+		Urn:     "beam:metric:user:sum_int64:v1",
+		Type:    "beam:metrics:sum_int64:v1",
+		Payload: buf.Bytes(),
+		Labels:  map[string]string{"PTRANSFORM": transform, "NAMESPACE": "ksrunner", "NAME": name},
+	}
 }

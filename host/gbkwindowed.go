@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
@@ -579,21 +578,14 @@ func (g *windowedGBK) earliestHold() (int64, error) {
 // flushMetrics adds the dropped-element counts to the job's metrics.
 func (g *windowedGBK) flushMetrics() {
 	var infos []*pipepb.MonitoringInfo
-	add := func(name string, n int64) {
-		if n == 0 {
-			return
+	for _, c := range []struct {
+		name string
+		n    int64
+	}{{"dropped_late_elements", g.droppedLate}, {"dropped_closed_window_elements", g.droppedClosed}} {
+		if c.n > 0 {
+			infos = append(infos, hostCounter(g.t.sub.Root.TransformID, c.name, c.n))
 		}
-		var buf bytes.Buffer
-		coder.EncodeVarInt(n, &buf)
-		infos = append(infos, &pipepb.MonitoringInfo{
-			Urn:     "beam:metric:user:sum_int64:v1",
-			Type:    "beam:metrics:sum_int64:v1",
-			Payload: buf.Bytes(),
-			Labels:  map[string]string{"PTRANSFORM": g.t.sub.Root.TransformID, "NAMESPACE": "ksrunner", "NAME": name},
-		})
 	}
-	add("dropped_late_elements", g.droppedLate)
-	add("dropped_closed_window_elements", g.droppedClosed)
 	g.droppedLate, g.droppedClosed = 0, 0
 	g.t.addMetrics(infos)
 }

@@ -98,6 +98,8 @@ type stageRun struct {
 	carry      map[string][]byte
 	idx        byte                             // position in the sub-topology, for store keys
 	gated      bool                             // waits for side inputs (see gate.go)
+	sorted     bool                             // gets its input in timestamp order (sortByTime)
+	sortedUpTo int64                            // sortByTime released every element before this
 	state      harness.StateHandler             // side inputs and user state; nil: none
 	families   map[string]translate.TimerFamily // by transform id + "/" + family id
 	timerCarry map[string][]byte                // partial timers of the open bundle, by family key
@@ -147,7 +149,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: executorForTask(exec), idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, families: map[string]translate.TimerFamily{}}
+		sr := &stageRun{stage: s, exec: executorForTask(exec), idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, sorted: s.TimeSortedInput, sortedUpTo: minWatermark, families: map[string]translate.TimerFamily{}}
 		for _, f := range s.TimerFamilies {
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}
@@ -417,13 +419,19 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 		for _, sr := range t.stages {
 			t.mu.Lock()
 			var in []chunk
-			if closing || sr.pendingBytes() >= processBatchBytes {
+			if closing || sr.sorted || sr.pendingBytes() >= processBatchBytes {
 				in, sr.pending = sr.pending, nil
 			}
 			t.mu.Unlock()
 			if sr.gated {
 				var err error
 				if in, err = t.gate(sr, in); err != nil {
+					return err
+				}
+			}
+			if sr.sorted {
+				var err error
+				if in, err = t.sortByTime(sr, in); err != nil {
 					return err
 				}
 			}

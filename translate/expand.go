@@ -26,8 +26,8 @@ func checkParDo(name string, pd *pipepb.ParDoPayload) error {
 	if pd.GetOnWindowExpirationTimerFamilySpec() != "" {
 		return fmt.Errorf("transform %q: on-window-expiration is not supported yet", name)
 	}
-	if pd.GetRequiresTimeSortedInput() {
-		return fmt.Errorf("transform %q: time-sorted input is not supported yet", name)
+	if pd.GetRequiresTimeSortedInput() && (len(pd.GetStateSpecs())+len(pd.GetTimerFamilySpecs()) == 0 || pd.GetRestrictionCoderId() != "" || len(pd.GetSideInputs()) > 0) {
+		return fmt.Errorf("transform %q: time-sorted input is supported for stateful DoFns (user state or timers) without side inputs that are not splittable", name)
 	}
 	if pd.GetRequiresStableInput() && pd.GetRestrictionCoderId() != "" {
 		return fmt.Errorf("transform %q: a splittable DoFn that requires stable input is not supported yet", name)
@@ -83,6 +83,10 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 			return fmt.Errorf("transform %q: a DoFn with user state or timers needs a KV input, has coder %s", name, c.GetSpec().GetUrn())
 		}
 		t.statefulOf[id] = true
+		if pd.GetRequiresTimeSortedInput() {
+			ws := t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[in].GetWindowingStrategyId()]
+			t.timeSortedOf[id] = max(ws.GetAllowedLateness(), 0)
+		}
 		for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
 			spec := pd.GetTimerFamilySpecs()[fam]
 			// The host stores and fires timers, so it must parse them:

@@ -274,6 +274,9 @@ func (sb *stageBuilder) add(t *translator, id string, env string) {
 	sb.s.SideInputs = append(sb.s.SideInputs, t.sideInputsOf[id]...)
 	sb.s.TimerFamilies = append(sb.s.TimerFamilies, t.timersOf[id]...)
 	sb.s.Stateful = sb.s.Stateful || t.statefulOf[id]
+	if lateness, ok := t.timeSortedOf[id]; ok {
+		sb.s.TimeSortedInput, sb.s.TimeSortedLateness = true, lateness
+	}
 	sb.set[id] = true
 	if sb.env == "" {
 		sb.env = env

@@ -215,6 +215,14 @@ type Stage struct {
 	// transforms: the host stores the timers the SDK sets and delivers them
 	// back when they fire.
 	TimerFamilies []TimerFamily
+	// TimeSortedInput is set when the stage's stateful transform requires
+	// time-sorted input: the host holds each element until the input
+	// watermark, less TimeSortedLateness (the input's allowed lateness,
+	// milliseconds), passes its timestamp, and hands the stage the held
+	// elements in timestamp order; an element that arrives behind that
+	// point is dropped (counted in dropped_late_elements).
+	TimeSortedInput    bool
+	TimeSortedLateness int64
 	// OrderedLists are the ordered list states of the stage's transforms,
 	// whose values the host sorts by timestamp.
 	OrderedLists []OrderedListState

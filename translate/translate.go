@@ -53,6 +53,9 @@ type translator struct {
 	// marks every ParDo with user state or timers.
 	timersOf   map[string][]TimerFamily
 	statefulOf map[string]bool
+	// timeSortedOf holds the stateful ParDos requiring time-sorted input,
+	// with their input's allowed lateness.
+	timeSortedOf map[string]int64
 	// topicName overrides the transform whose unique name names a topic and
 	// whose id is the Root.TransformID (lifted combines: the composite).
 	rootTransform map[string]string
@@ -107,6 +110,7 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		sideInputsOf:  map[string][]SideInput{},
 		timersOf:      map[string][]TimerFamily{},
 		statefulOf:    map[string]bool{},
+		timeSortedOf:  map[string]int64{},
 		rootTransform: map[string]string{},
 		producer:      map[string]string{},
 		consumers:     map[string][]string{},
@@ -156,7 +160,6 @@ func (t *translator) checkRequirements() error {
 		case urnReqSplittableDoFn:
 		case urnReqStatefulProcessing:
 		case urnReqTimeSortedInput:
-			return fmt.Errorf("pipeline requirement %s: time-sorted input is not supported yet", r)
 		case urnReqBundleFinalization:
 		case urnReqStableInput:
 		case urnReqOnWindowExpiration:

@@ -539,15 +539,17 @@ func TestUnsupported(t *testing.T) {
 		},
 		want: []string{"unknown pipeline requirement beam:requirement:pardo:teleportation:v1"},
 	}, {
-		name: "time-sorted input requirement",
+		name: "time-sorted input without state",
 		build: func(t *testing.T) *pipepb.Pipeline {
 			p, s := beam.NewPipelineWithRoot()
 			beam.ParDo(s, identity, beam.Create(s, "a"))
 			pp := marshal(t, p)
-			pp.Requirements = append(pp.Requirements, "beam:requirement:pardo:time_sorted_input:v1")
+			if err := pipelinetest.RequireTimeSortedInput(pp, ".identity"); err != nil {
+				t.Fatal(err)
+			}
 			return pp
 		},
-		want: []string{"time-sorted input is not supported"},
+		want: []string{"time-sorted input is supported for stateful DoFns"},
 	}, {
 		name: "missing transform",
 		build: func(t *testing.T) *pipepb.Pipeline {
