@@ -131,8 +131,8 @@ func (t *task) loadGateSeq() error {
 // dropped_late_elements, as a GroupByKey drops what is past its allowed
 // lateness. (The release point is kept in memory: after the task moves,
 // such an element is processed, out of order, rather than dropped.)
-func (t *task) sortByTime(sr *stageRun, in []chunk) ([]chunk, error) {
-	ready := t.inputWatermark()
+func (t *task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, error) {
+	ready := inputWM
 	if ready < maxWatermark {
 		ready = max(ready-sr.stage.TimeSortedLateness, minWatermark)
 	}

@@ -431,7 +431,7 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 			}
 			if sr.sorted {
 				var err error
-				if in, err = t.sortByTime(sr, in); err != nil {
+				if in, err = t.sortByTime(sr, in, t.inputWatermark()); err != nil {
 					return err
 				}
 			}
