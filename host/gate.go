@@ -57,7 +57,12 @@ func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 		ready = min(ready, t.inst.side.watermark(si.Topic))
 	}
 	lower := t.key(storeGate, []byte{sr.idx})
-	upper := binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(ready))
+	return t.unpark(lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(ready)))
+}
+
+// unpark returns the parked chunks whose keys are in [lower, upper), in key
+// order, deleting them.
+func (t *task) unpark(lower, upper []byte) ([]chunk, error) {
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, err
@@ -160,28 +165,18 @@ func (t *task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, err
 	if ready < maxWatermark {
 		upper = binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(ready))
 	}
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	parked, err := t.unpark(lower, upper)
 	if err != nil {
 		return nil, err
 	}
-	var out chunk
-	var keys [][]byte
-	for it.First(); it.Valid(); it.Next() {
-		out.data = append(out.data, it.Value()[16:]...)
-		out.elements++
-		keys = append(keys, append([]byte(nil), it.Key()...))
-	}
-	if err := it.Close(); err != nil {
-		return nil, err
-	}
-	for _, k := range keys {
-		if err := t.batch.Delete(k, nil); err != nil {
-			return nil, err
-		}
-	}
 	sr.sortedUpTo = max(sr.sortedUpTo, ready)
-	if out.elements == 0 {
+	if len(parked) == 0 {
 		return nil, nil
+	}
+	var out chunk // one chunk: one data message for the SDK, not one per element
+	for _, c := range parked {
+		out.data = append(out.data, c.data...)
+		out.elements += c.elements
 	}
 	return []chunk{out}, nil
 }

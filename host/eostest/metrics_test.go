@@ -1,20 +1,12 @@
 package eostest
 
 import (
-	"bytes"
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
-	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
-	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-
-	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
 func init() {
@@ -48,38 +40,13 @@ func TestCommittedMetricsUnderAbortedCycles(t *testing.T) {
 				in[i] = i
 			}
 			beam.ParDo0(s, countElement, beam.CreateList(s, in))
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
 			aborted := abortCyclesThatCall(t, func() int { return int(countCalls.Load()) })
-			id, r := env.Run(ctx, t, env.Marshal(t, p), map[string]string{
-				"bootstrap_servers":    kafkatest.Broker(t),
-				"application_id":       kafkatest.UniqueName(t, "app"),
+			id := runDone(t, env.Marshal(t, p), map[string]string{
 				"commit_interval_ms":   "20",
 				"processing_guarantee": guarantee,
-				"state_dir":            filepath.Join(t.TempDir(), "state"),
 			})
-			if r.State != jobpb.JobState_DONE {
-				t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
-			}
-			mr, err := env.Client.GetJobMetrics(ctx, &jobpb.GetJobMetricsRequest{JobId: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			counter := func(kind string, infos []*pipepb.MonitoringInfo) int64 {
-				for _, m := range infos {
-					if m.GetUrn() == "beam:metric:user:sum_int64:v1" && m.GetLabels()["NAMESPACE"] == "eostest" && m.GetLabels()["NAME"] == "elements" {
-						v, err := coder.DecodeVarInt(bytes.NewReader(m.GetPayload()))
-						if err != nil {
-							t.Fatalf("%s counter: %v", kind, err)
-						}
-						return v
-					}
-				}
-				t.Fatalf("no %s eostest/elements counter in %v", kind, infos)
-				return 0
-			}
-			committed := counter("committed", mr.GetMetrics().GetCommitted())
-			attempted := counter("attempted", mr.GetMetrics().GetAttempted())
+			c, a := jobCounters(t, id)
+			committed, attempted := c["eostest/elements"], a["eostest/elements"]
 			calls := countCalls.Load()
 			t.Logf("%d cycles aborted; %d calls; counter committed %d, attempted %d", aborted(), calls, committed, attempted)
 			if calls <= n {

@@ -1,22 +1,16 @@
 package eostest
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
-	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
-	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
-	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
@@ -71,31 +65,8 @@ func TestTimeSortedInput(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			id, r := env.Run(ctx, t, pipe, map[string]string{
-				"bootstrap_servers":    kafkatest.Broker(t),
-				"application_id":       kafkatest.UniqueName(t, "app"),
-				"internal_parallelism": "2",
-				"state_dir":            filepath.Join(t.TempDir(), "state"),
-			})
-			if r.State != jobpb.JobState_DONE {
-				t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
-			}
-			mr, err := env.Client.GetJobMetrics(ctx, &jobpb.GetJobMetricsRequest{JobId: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			counters := map[string]int64{}
-			for _, m := range mr.GetMetrics().GetCommitted() {
-				if m.GetUrn() == "beam:metric:user:sum_int64:v1" {
-					v, err := coder.DecodeVarInt(bytes.NewReader(m.GetPayload()))
-					if err != nil {
-						t.Fatal(err)
-					}
-					counters[m.GetLabels()["NAMESPACE"]+"/"+m.GetLabels()["NAME"]] += v
-				}
-			}
+			id := runDone(t, pipe, map[string]string{"internal_parallelism": "2"})
+			counters, _ := jobCounters(t, id)
 			seen, outOfOrder := counters["eostest/order_seen"], counters["eostest/order_out_of_order"]
 			t.Logf("%d elements seen, %d out of order, %d dropped late", seen, outOfOrder, counters["ksrunner/dropped_late_elements"])
 			if seen != n {

@@ -1,21 +1,16 @@
 package eostest
 
 import (
-	"context"
 	"math/rand/v2"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/ksrunner/ksrunner/host"
-	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
@@ -76,22 +71,12 @@ func TestStableInputUnderAbortedCycles(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
 			aborted := abortCyclesThatCall(t, func() int {
 				tagsSeen.Lock()
 				defer tagsSeen.Unlock()
 				return tagsSeen.calls
 			})
-			id, r := env.Run(ctx, t, pipe, map[string]string{
-				"bootstrap_servers":  kafkatest.Broker(t),
-				"application_id":     kafkatest.UniqueName(t, "app"),
-				"commit_interval_ms": "20",
-				"state_dir":          filepath.Join(t.TempDir(), "state"),
-			})
-			if r.State != jobpb.JobState_DONE {
-				t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
-			}
+			runDone(t, pipe, map[string]string{"commit_interval_ms": "20"})
 			tagsSeen.Lock()
 			defer tagsSeen.Unlock()
 			retagged := 0
