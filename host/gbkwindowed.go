@@ -9,13 +9,13 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/ksrunner/ksrunner/host/windowing"
+	"github.com/ksrunner/ksrunner/translate/windowing"
 	"github.com/ksrunner/ksrunner/shuffle"
 )
 
 // windowedGBK is the group-by-key root for every strategy the fast path
 // (gbk.go) does not run: triggers, merging windows (sessions), allowed
-// lateness, timestamp combiners. It drives host/windowing.Strategy as its
+// lateness, timestamp combiners. It drives translate/windowing.Strategy as its
 // doc.go describes ("Using the driver"), keeping everything in the task's
 // Pebble batch (layout in eventtime.go):
 //

@@ -9,7 +9,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 
-	"github.com/ksrunner/ksrunner/host/windowing"
+	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // A GroupByKey over a custom merging WindowFn (translate.Root.MergeWindows)

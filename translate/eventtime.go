@@ -8,11 +8,11 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ksrunner/ksrunner/host/windowing"
+	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // This file holds the event-time parts of translation: which windowing
-// strategies a GroupByKey can run (host/windowing decides), whether a
+// strategies a GroupByKey can run (translate/windowing decides), whether a
 // GroupByKey needs the full windowing driver, and TestStream.
 
 // urnGoCustomCoder is the Go SDK's coder for types without a standard coder.

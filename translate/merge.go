@@ -7,7 +7,7 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ksrunner/ksrunner/host/windowing"
+	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // This file builds the merge stage of a GroupByKey over a custom merging

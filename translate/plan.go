@@ -131,7 +131,7 @@ type Root struct {
 	// PCollection (grouping and firing follow it).
 	WindowingStrategy string
 	// Windowed (RootGroupByKey only) says the GroupByKey needs the full
-	// windowing driver (host/windowing.Strategy built from WindowingStrategy):
+	// windowing driver (translate/windowing.Strategy built from WindowingStrategy):
 	// a non-default trigger, merging windows, a timestamp combiner other
 	// than END_OF_WINDOW, allowed lateness, or a TestStream-driven pipeline.
 	// When false the strategy is the default trigger over non-merging windows
