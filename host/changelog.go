@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -28,7 +30,7 @@ import (
 //   - A task's changelog partition has exactly one writer: the instance
 //     owning the task. Its records are the task's committed state history;
 //     replaying them in order onto an empty key range rebuilds the store.
-//   - The store key storeChangelog ('C') of a task holds P, the changelog
+//   - The store key state.Changelog ('C') of a task holds P, the changelog
 //     offset up to which (exclusive) the local store has applied every
 //     committed changelog record. It is written into the task batch after
 //     the cycle's changelog records were produced, so it is itself never in
@@ -47,7 +49,6 @@ import (
 // tombstones written after P (Kafka drops tombstones of compacted topics
 // after delete.retention.ms, default one day), so a local store that is
 // stale by more than that may keep keys deleted meanwhile.
-const storeChangelog = 'C'
 
 // maxStoredValue bounds the values the host writes in one piece where a
 // value grows with the input (GroupByKey runs, input parked for side
@@ -90,20 +91,9 @@ func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
 // (see commitState). The caller has closed every bundle.
 func (t *task) produceChangelog(ctx context.Context) error {
 	topic := t.inst.cfg.topics.full(t.inst.cfg.topics.changelogs[t.sub.ID])
-	batches := []*pebble.Batch{t.batch}
-	if t.user != nil {
-		t.user.mu.Lock()
-		defer t.user.mu.Unlock()
-		// The sequence is state too (a restored store must not reuse it);
-		// commit writes it again, with the same value.
-		if err := t.user.batch.Set(t.key(storeSeq), binary.BigEndian.AppendUint64(nil, t.user.seq), nil); err != nil {
-			return err
-		}
-		batches = append(batches, t.user.batch)
-	}
-	for _, b := range batches {
+	produce := func(b *pebble.Batch) error {
 		if b.Empty() {
-			continue
+			return nil
 		}
 		r := b.Reader()
 		for {
@@ -112,7 +102,7 @@ func (t *task) produceChangelog(ctx context.Context) error {
 				return fmt.Errorf("task %s: reading the state batch: %w", t.producer, err)
 			}
 			if !ok {
-				break
+				return nil
 			}
 			var val []byte
 			switch kind {
@@ -127,6 +117,12 @@ func (t *task) produceChangelog(ctx context.Context) error {
 			rec := &kgo.Record{Topic: topic, Partition: t.partition, Key: append([]byte(nil), k...), Value: val}
 			t.inst.cl.Produce(ctx, rec, t.changelogPromise)
 		}
+	}
+	if err := produce(t.batch); err != nil {
+		return err
+	}
+	if t.user != nil {
+		return t.user.Changes(produce)
 	}
 	return nil
 }
@@ -149,7 +145,7 @@ func (t *task) changelogPromise(r *kgo.Record, err error) {
 // changelogPosition is P of the task's store (see the invariants), read
 // before the task exists.
 func changelogPosition(db *pebble.DB, prefix []byte) (int64, error) {
-	k := append(append([]byte(nil), prefix...), storeChangelog)
+	k := state.Key(prefix, state.Changelog)
 	v, closer, err := db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, nil
@@ -159,11 +155,6 @@ func changelogPosition(db *pebble.DB, prefix []byte) (int64, error) {
 	}
 	defer closer.Close()
 	return int64(binary.BigEndian.Uint64(v)), nil
-}
-
-func taskPrefix(sub int, partition int32) []byte {
-	p := binary.BigEndian.AppendUint32(nil, uint32(sub))
-	return binary.BigEndian.AppendUint32(p, uint32(partition))
 }
 
 // restoreTimeout bounds waiting for a changelog's open transaction to end
@@ -259,7 +250,7 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 }
 
 func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, topic string, end int64) error {
-	prefix := taskPrefix(sub, partition)
+	prefix := state.TaskPrefix(sub, partition)
 	pos, err := changelogPosition(i.db, prefix)
 	if err != nil {
 		return err
@@ -270,7 +261,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 		return nil
 	}
 	if pos == 0 {
-		if err := i.db.DeleteRange(prefix, prefixEnd(prefix), pebble.NoSync); err != nil {
+		if err := i.db.DeleteRange(prefix, state.PrefixEnd(prefix), pebble.NoSync); err != nil {
 			return err
 		}
 	}
@@ -322,7 +313,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 			b = i.db.NewBatch()
 		}
 	}
-	if err := b.Set(append(append([]byte(nil), prefix...), storeChangelog), binary.BigEndian.AppendUint64(nil, uint64(end)), nil); err != nil {
+	if err := b.Set(state.Key(prefix, state.Changelog), binary.BigEndian.AppendUint64(nil, uint64(end)), nil); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.Sync); err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -56,15 +58,6 @@ type eventTime struct {
 //	'h' time | len key | key | window          → an output watermark hold
 //	'q' producer                               → latest processing-time report (8 bytes)
 //	'z'                                        → the TestStream ran (its watermark is +inf)
-const (
-	storeWindowState = 'g'
-	storeValue       = 'v'
-	storeEventTimer  = 'e'
-	storeProcTimer   = 'p'
-	storeHold        = 'h'
-	storeProcTime    = 'q'
-	storeTestStream  = 'z'
-)
 
 // newEventTime returns the task's event-time machinery, or nil when the
 // task needs none (it then runs exactly as before).
@@ -102,7 +95,7 @@ func newEventTime(t *task) (*eventTime, error) {
 
 func (e *eventTime) load() error {
 	t := e.t
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeProcTime), UpperBound: t.key(storeProcTime + 1)})
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.ProcTime), UpperBound: t.key(state.ProcTime + 1)})
 	if err != nil {
 		return err
 	}
@@ -112,7 +105,7 @@ func (e *eventTime) load() error {
 		e.procTimes[string(it.Key()[n:])] = int64(binary.BigEndian.Uint64(it.Value()))
 	}
 	if e.ts != nil {
-		if v, closer, err := t.batch.Get(t.key(storeTestStream)); err == nil {
+		if v, closer, err := t.batch.Get(t.key(state.TestStreamDone)); err == nil {
 			e.ts.done = true
 			if len(v) == 8 {
 				e.ts.clock = int64(binary.BigEndian.Uint64(v))
@@ -175,7 +168,7 @@ func (e *eventTime) onProcessingTime(ctx context.Context, r *kgo.Record) error {
 		return nil
 	}
 	e.procTimes[p] = pt
-	e.t.batch.Set(e.t.key(storeProcTime, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(pt)), nil)
+	e.t.batch.Set(e.t.key(state.ProcTime, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(pt)), nil)
 	if !e.synthetic {
 		return nil
 	}

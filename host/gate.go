@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
@@ -56,8 +58,8 @@ func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 	for _, si := range sr.stage.SideInputs {
 		ready = min(ready, t.inst.side.watermark(si.Topic))
 	}
-	lower := t.key(storeGate, []byte{sr.idx})
-	return t.unpark(lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(ready)))
+	lower := t.key(state.Gate, []byte{sr.idx})
+	return t.unpark(lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
 }
 
 // unpark returns the parked chunks whose keys are in [lower, upper), in key
@@ -87,8 +89,8 @@ func (t *task) unpark(lower, upper []byte) ([]chunk, error) {
 
 // park stores n whole elements of a gated stage's input.
 func (t *task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64) error {
-	k := t.key(storeGate, []byte{sr.idx})
-	k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxWin))
+	k := t.key(state.Gate, []byte{sr.idx})
+	k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(maxWin))
 	k = binary.BigEndian.AppendUint64(k, t.gateSeq)
 	t.gateSeq++
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(data)), uint64(minTs))
@@ -99,7 +101,7 @@ func (t *task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64) error
 // gateHold is the smallest timestamp of parked input, or the maximum
 // watermark when none is parked.
 func (t *task) gateHold() (int64, error) {
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeGate), UpperBound: t.key(storeGate + 1)})
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Gate), UpperBound: t.key(state.Gate + 1)})
 	if err != nil {
 		return 0, err
 	}
@@ -113,7 +115,7 @@ func (t *task) gateHold() (int64, error) {
 
 // loadGateSeq continues the sequence of parked input after a restart.
 func (t *task) loadGateSeq() error {
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeGate), UpperBound: t.key(storeGate + 1)})
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Gate), UpperBound: t.key(state.Gate + 1)})
 	if err != nil {
 		return err
 	}
@@ -160,10 +162,10 @@ func (t *task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, err
 	if dropped > 0 {
 		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(sr.stage.Transforms[0], "dropped_late_elements", dropped)})
 	}
-	lower := t.key(storeGate, []byte{sr.idx})
-	upper := prefixEnd(lower)
+	lower := t.key(state.Gate, []byte{sr.idx})
+	upper := state.PrefixEnd(lower)
 	if ready < maxWatermark {
-		upper = binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(ready))
+		upper = binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready))
 	}
 	parked, err := t.unpark(lower, upper)
 	if err != nil {

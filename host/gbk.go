@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/cockroachdb/pebble/v2"
 
@@ -35,19 +37,6 @@ func windowMaxTimestamp(win []byte) (int64, error) {
 		return int64(binary.BigEndian.Uint64(win)^(1<<63)) - 1, nil
 	}
 	return 0, fmt.Errorf("window encoding of %d bytes", len(win))
-}
-
-func appendLP(b, p []byte) []byte {
-	b = binary.AppendUvarint(b, uint64(len(p)))
-	return append(b, p...)
-}
-
-func readLP(b []byte) (p, rest []byte, err error) {
-	n, l := binary.Uvarint(b)
-	if l <= 0 || uint64(len(b)-l) < n {
-		return nil, nil, fmt.Errorf("corrupt state key")
-	}
-	return b[l : l+int(n)], b[l+int(n):], nil
 }
 
 // buffer takes one GBK input record (an encoded windowed KV) into the
@@ -110,7 +99,7 @@ type gbkRun struct {
 }
 
 func (g *gbkRuns) add(key, win, value []byte, offset int64) {
-	g.kw = appendLP(appendLP(g.kw[:0], key), win)
+	g.kw = state.AppendLP(state.AppendLP(g.kw[:0], key), win)
 	r := g.runs[string(g.kw)]
 	if r == nil {
 		if g.runs == nil {
@@ -169,14 +158,14 @@ func (t *task) writeRun(kw string, r *gbkRun) error {
 	}
 	// Batch.Set copies key and value, so the scratch key is reused.
 	k := append(g.key[:0], t.prefix...)
-	k = append(k, storeBuffer)
+	k = append(k, byte(state.Buffer))
 	k = append(k, kw...)
 	k = binary.BigEndian.AppendUint64(k, uint64(r.first))
 	if err := t.batch.Set(k, r.data, nil); err != nil {
 		return err
 	}
-	k = append(k[:len(t.prefix)], storeTimer)
-	k = binary.BigEndian.AppendUint64(k, eventTimeBits(maxTs))
+	k = append(k[:len(t.prefix)], byte(state.Timer))
+	k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(maxTs))
 	k = append(k, kw...)
 	g.key = k
 	return t.batch.Set(k, nil, nil)
@@ -188,7 +177,7 @@ func (t *task) earliestTimer() (int64, error) {
 	if err := t.flushBuffered(); err != nil {
 		return 0, err
 	}
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeTimer), UpperBound: t.key(storeTimer + 1)})
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Timer), UpperBound: t.key(state.Timer + 1)})
 	if err != nil {
 		return 0, err
 	}
@@ -206,8 +195,8 @@ func (t *task) fire(inputWM int64) error {
 	if err := t.flushBuffered(); err != nil {
 		return err
 	}
-	upper := t.key(storeTimer, binary.BigEndian.AppendUint64(nil, eventTimeBits(inputWM)))
-	timers, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeTimer), UpperBound: upper})
+	upper := t.key(state.Timer, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(inputWM)))
+	timers, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Timer), UpperBound: upper})
 	if err != nil {
 		return err
 	}
@@ -234,11 +223,11 @@ func (t *task) fire(inputWM int64) error {
 // splitKeyWindow splits a state reference "len key | key | len win | win"
 // into the encoded key and window and the window's maximum timestamp.
 func splitKeyWindow(kw []byte) (key, win []byte, maxTs int64, err error) {
-	key, rest, err := readLP(kw)
+	key, rest, err := state.ReadLP(kw)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if win, _, err = readLP(rest); err != nil {
+	if win, _, err = state.ReadLP(rest); err != nil {
 		return nil, nil, 0, err
 	}
 	maxTs, err = windowMaxTimestamp(win)
@@ -251,13 +240,13 @@ func (t *task) emitGroup(kw []byte) error {
 	if err != nil {
 		return err
 	}
-	lower := t.key(storeBuffer, kw)
-	upper := prefixEnd(lower)
+	lower := t.key(state.Buffer, kw)
+	upper := state.PrefixEnd(lower)
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
 	}
-	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), eventTimeBits(maxTs))
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), state.EventTimeBits(maxTs))
 	out = binary.BigEndian.AppendUint32(out, 1)
 	out = append(out, win...)
 	out = append(out, 0x07) // pane: first, last, ON_TIME, index 0
@@ -326,4 +315,3 @@ func appendRun(out, run []byte, first int64, last *int64) ([]byte, int, error) {
 
 // eventTimeBits is Beam's event-time encoding of ms: shifted so that the
 // big-endian bytes sort like the timestamps.
-func eventTimeBits(ms int64) uint64 { return uint64(ms) ^ (1 << 63) }

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/ksrunner/ksrunner/host/internal/state"
 )
 
 // runTestValue is one buffered value and the offset of its record.
@@ -98,9 +100,9 @@ func TestGBKRunsWindowsAndKeys(t *testing.T) {
 	g.add([]byte("k2"), []byte("w1"), []byte("b"), 8)
 	g.add([]byte("k1"), []byte("w1"), []byte("c"), 9)
 	want := map[string]string{
-		string(appendLP(appendLP(nil, []byte("k1")), []byte("w1"))): "ac",
-		string(appendLP(appendLP(nil, []byte("k1")), []byte("w2"))): "a",
-		string(appendLP(appendLP(nil, []byte("k2")), []byte("w1"))): "b",
+		string(state.AppendLP(state.AppendLP(nil, []byte("k1")), []byte("w1"))): "ac",
+		string(state.AppendLP(state.AppendLP(nil, []byte("k1")), []byte("w2"))): "a",
+		string(state.AppendLP(state.AppendLP(nil, []byte("k2")), []byte("w1"))): "b",
 	}
 	if len(g.runs) != len(want) {
 		t.Fatalf("%d runs, want %d", len(g.runs), len(want))

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/ksrunner/ksrunner/translate/windowing"
 	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // windowedGBK is the group-by-key root for every strategy the fast path
@@ -89,11 +91,11 @@ type storedWindow struct {
 }
 
 func (g *windowedGBK) stateKey(key, win []byte) []byte {
-	return g.t.key(storeWindowState, appendLP(nil, key), win)
+	return g.t.key(state.WindowState, state.AppendLP(nil, key), win)
 }
 
 func (g *windowedGBK) valuePrefix(key, win []byte) []byte {
-	return g.t.key(storeValue, appendLP(appendLP(nil, key), win))
+	return g.t.key(state.Value, state.AppendLP(state.AppendLP(nil, key), win))
 }
 
 func (g *windowedGBK) load(key, win []byte) (storedWindow, error) {
@@ -142,8 +144,8 @@ func (g *windowedGBK) load(key, win []byte) (storedWindow, error) {
 }
 
 // indexKey is an index entry: store | time | len key | key | window.
-func (g *windowedGBK) indexKey(store byte, at mtime.Time, key, win []byte) []byte {
-	return g.t.key(store, binary.BigEndian.AppendUint64(nil, eventTimeBits(int64(at))), appendLP(nil, key), win)
+func (g *windowedGBK) indexKey(store state.Kind, at mtime.Time, key, win []byte) []byte {
+	return g.t.key(store, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(int64(at))), state.AppendLP(nil, key), win)
 }
 
 // store replaces a window's state, timers and hold, keeping the indexes in
@@ -158,27 +160,27 @@ func (g *windowedGBK) store(key, win []byte, old storedWindow, st windowing.Wind
 	v := []byte{0}
 	if timers.HasEventTime {
 		flags |= 1
-		v = binary.BigEndian.AppendUint64(v, eventTimeBits(int64(timers.EventTime)))
+		v = binary.BigEndian.AppendUint64(v, state.EventTimeBits(int64(timers.EventTime)))
 		if !old.timers.HasEventTime || old.timers.EventTime != timers.EventTime {
-			if err := b.Set(g.indexKey(storeEventTimer, timers.EventTime, key, win), nil, nil); err != nil {
+			if err := b.Set(g.indexKey(state.EventTimer, timers.EventTime, key, win), nil, nil); err != nil {
 				return err
 			}
 		}
 	}
 	if timers.HasProcessingTime {
 		flags |= 2
-		v = binary.BigEndian.AppendUint64(v, eventTimeBits(int64(timers.ProcessingTime)))
+		v = binary.BigEndian.AppendUint64(v, state.EventTimeBits(int64(timers.ProcessingTime)))
 		if !old.timers.HasProcessingTime || old.timers.ProcessingTime != timers.ProcessingTime {
-			if err := b.Set(g.indexKey(storeProcTimer, timers.ProcessingTime, key, win), nil, nil); err != nil {
+			if err := b.Set(g.indexKey(state.ProcTimer, timers.ProcessingTime, key, win), nil, nil); err != nil {
 				return err
 			}
 		}
 	}
 	if hasHold {
 		flags |= 4
-		v = binary.BigEndian.AppendUint64(v, eventTimeBits(int64(hold)))
+		v = binary.BigEndian.AppendUint64(v, state.EventTimeBits(int64(hold)))
 		if !old.hasHold || old.hold != hold {
-			if err := b.Set(g.indexKey(storeHold, hold, key, win), nil, nil); err != nil {
+			if err := b.Set(g.indexKey(state.Hold, hold, key, win), nil, nil); err != nil {
 				return err
 			}
 		}
@@ -196,17 +198,17 @@ func (g *windowedGBK) store(key, win []byte, old storedWindow, st windowing.Wind
 func (g *windowedGBK) dropIndexes(key, win []byte, old storedWindow, timers windowing.Timers, hold mtime.Time, hasHold bool) error {
 	b := g.t.batch
 	if old.timers.HasEventTime && (!timers.HasEventTime || timers.EventTime != old.timers.EventTime) {
-		if err := b.Delete(g.indexKey(storeEventTimer, old.timers.EventTime, key, win), nil); err != nil {
+		if err := b.Delete(g.indexKey(state.EventTimer, old.timers.EventTime, key, win), nil); err != nil {
 			return err
 		}
 	}
 	if old.timers.HasProcessingTime && (!timers.HasProcessingTime || timers.ProcessingTime != old.timers.ProcessingTime) {
-		if err := b.Delete(g.indexKey(storeProcTimer, old.timers.ProcessingTime, key, win), nil); err != nil {
+		if err := b.Delete(g.indexKey(state.ProcTimer, old.timers.ProcessingTime, key, win), nil); err != nil {
 			return err
 		}
 	}
 	if old.hasHold && (!hasHold || hold != old.hold) {
-		if err := b.Delete(g.indexKey(storeHold, old.hold, key, win), nil); err != nil {
+		if err := b.Delete(g.indexKey(state.Hold, old.hold, key, win), nil); err != nil {
 			return err
 		}
 	}
@@ -225,7 +227,7 @@ func (g *windowedGBK) deleteWindow(key, win []byte, old storedWindow) error {
 
 func (g *windowedGBK) clearValues(key, win []byte) error {
 	lower := g.valuePrefix(key, win)
-	return deleteRange(g.t.batch, lower, prefixEnd(lower))
+	return state.DeleteRange(g.t.batch, lower, state.PrefixEnd(lower))
 }
 
 func (g *windowedGBK) ctx(w windowing.Window, now int64, sync int64) windowing.Context {
@@ -338,8 +340,8 @@ func (g *windowedGBK) merge(key []byte, w windowing.Window, winBytes []byte, now
 // activeWindows returns the key's windows that have state, and the
 // encoding of each.
 func (g *windowedGBK) activeWindows(key []byte) ([]windowing.Window, map[windowing.Window][]byte, error) {
-	prefix := g.t.key(storeWindowState, appendLP(nil, key))
-	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	prefix := g.t.key(state.WindowState, state.AppendLP(nil, key))
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: state.PrefixEnd(prefix)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -409,7 +411,7 @@ func (g *windowedGBK) applyMerges(key []byte, merges []windowing.Merge, enc map[
 // keeping their arrival keys (so the merged pane stays in arrival order).
 func (g *windowedGBK) moveValues(key, from, to []byte) error {
 	lower := g.valuePrefix(key, from)
-	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: state.PrefixEnd(lower)})
 	if err != nil {
 		return err
 	}
@@ -424,7 +426,7 @@ func (g *windowedGBK) moveValues(key, from, to []byte) error {
 	if err := it.Close(); err != nil {
 		return err
 	}
-	return deleteRange(g.t.batch, lower, prefixEnd(lower))
+	return state.DeleteRange(g.t.batch, lower, state.PrefixEnd(lower))
 }
 
 // apply carries out a driver Result for one key and window, in the order
@@ -462,11 +464,11 @@ func (g *windowedGBK) emit(key, winBytes []byte, p windowing.Pane) error {
 		return err
 	}
 	lower := g.valuePrefix(key, winBytes)
-	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(lower)})
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: state.PrefixEnd(lower)})
 	if err != nil {
 		return err
 	}
-	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), eventTimeBits(int64(p.Timestamp)))
+	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), state.EventTimeBits(int64(p.Timestamp)))
 	out = binary.BigEndian.AppendUint32(out, 1)
 	out = append(out, winBytes...)
 	out = append(out, pane...)
@@ -493,12 +495,12 @@ func (g *windowedGBK) fire(in, now int64) error {
 		if round > 1000 {
 			return fmt.Errorf("group-by-key %s: timers keep firing", g.t.sub.Root.TransformID)
 		}
-		due, err := g.due(storeEventTimer, in)
+		due, err := g.due(state.EventTimer, in)
 		if err != nil {
 			return err
 		}
 		if now < maxWatermark {
-			pd, err := g.due(storeProcTimer, now+1)
+			pd, err := g.due(state.ProcTimer, now+1)
 			if err != nil {
 				return err
 			}
@@ -513,7 +515,7 @@ func (g *windowedGBK) fire(in, now int64) error {
 				continue
 			}
 			seen[string(kw)] = true
-			key, win, err := readLP(kw)
+			key, win, err := state.ReadLP(kw)
 			if err != nil {
 				return err
 			}
@@ -546,9 +548,9 @@ func (g *windowedGBK) fire(in, now int64) error {
 }
 
 // due returns the key|window of every timer of store before upper.
-func (g *windowedGBK) due(store byte, upper int64) ([][]byte, error) {
+func (g *windowedGBK) due(store state.Kind, upper int64) ([][]byte, error) {
 	lo := g.t.key(store)
-	hi := g.t.key(store, binary.BigEndian.AppendUint64(nil, eventTimeBits(upper)))
+	hi := g.t.key(store, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(upper)))
 	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return nil, err
@@ -563,8 +565,8 @@ func (g *windowedGBK) due(store byte, upper int64) ([][]byte, error) {
 // earliestHold is the smallest output watermark hold, or the maximum
 // watermark when no window holds.
 func (g *windowedGBK) earliestHold() (int64, error) {
-	lo := g.t.key(storeHold)
-	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: g.t.key(storeHold + 1)})
+	lo := g.t.key(state.Hold)
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: g.t.key(state.Hold + 1)})
 	if err != nil {
 		return 0, err
 	}

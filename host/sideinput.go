@@ -1,18 +1,17 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync/atomic"
 
-	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/watermark"
 	"github.com/ksrunner/ksrunner/translate"
@@ -25,16 +24,6 @@ import (
 // windows of that input, so a side input is complete before a bundle reads
 // it; the Fn API state requests for it are then served from the store.
 //
-// Store layout (the 0xFF prefix is out of the range of task prefixes, whose
-// first byte is the high byte of a small sub-topology id):
-//
-//	0xFF 'S' len topic | topic | len win | win | offset → encoded element
-//	0xFF 'M' len topic | topic | len win | win | len key | key | offset → encoded value
-//
-// The record's offset makes every write idempotent, so re-reading the topic
-// after a restart changes nothing.
-
-var sidePrefix = []byte{0xFF}
 
 type sideTopic struct {
 	name, full string
@@ -133,9 +122,6 @@ func (r *sideInputReader) run(ctx context.Context, brokers string) error {
 				perr = fmt.Errorf("side input topic %s offset %d: %w", rec.Topic, rec.Offset, err)
 			}
 			moved[st] = true
-			if debugSide {
-				fmt.Printf("side rec %s off %d kind %d len %d\n", rec.Topic, rec.Offset, rec.Value[0], len(rec.Value))
-			}
 		})
 		if perr != nil {
 			b.Close()
@@ -182,7 +168,7 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 	}
 	off := binary.BigEndian.AppendUint64(nil, uint64(rec.Offset))
 	for _, win := range windows {
-		if err := b.Set(sideKey('S', st.name, win, nil, off), wv.Elem, nil); err != nil {
+		if err := b.Set(state.SideKey('S', st.name, win, nil, off), wv.Elem, nil); err != nil {
 			return err
 		}
 		if st.multimap {
@@ -190,114 +176,10 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 			if err != nil {
 				return fmt.Errorf("multimap side input: %w", err)
 			}
-			if err := b.Set(sideKey('M', st.name, win, k, off), v, nil); err != nil {
+			if err := b.Set(state.SideKey('M', st.name, win, k, off), v, nil); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
 }
-
-// sideKey builds a side input store key; with key nil it is the prefix of a
-// window's (or, for 'M', of a window and key's) entries when off is nil.
-func sideKey(store byte, topic string, win, key, off []byte) []byte {
-	k := append(append([]byte(nil), sidePrefix...), store)
-	k = appendLP(k, []byte(topic))
-	k = appendLP(k, win)
-	if key != nil {
-		k = appendLP(k, key)
-	}
-	return append(k, off...)
-}
-
-// sideState serves the Fn API state requests of one stage's side inputs.
-type sideState struct {
-	harness.UnsupportedState
-	db     *pebble.DB
-	topics map[[2]string]translate.SideInput // by transform id, side input id
-}
-
-const sidePageBytes = 1 << 20
-
-func newSideState(db *pebble.DB, s *translate.Stage) *sideState {
-	st := &sideState{db: db, topics: map[[2]string]translate.SideInput{}}
-	for _, si := range s.SideInputs {
-		st.topics[[2]string{si.TransformID, si.LocalName}] = si
-	}
-	return st
-}
-
-// Get implements harness.StateHandler for iterable and multimap side inputs.
-// The continuation token is the store key to resume from.
-func (s *sideState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
-	var prefix []byte
-	keysOnly := false
-	switch {
-	case key.GetIterableSideInput() != nil:
-		k := key.GetIterableSideInput()
-		si, ok := s.topics[[2]string{k.GetTransformId(), k.GetSideInputId()}]
-		if !ok {
-			return nil, nil, fmt.Errorf("transform %s: unknown side input %s", k.GetTransformId(), k.GetSideInputId())
-		}
-		prefix = sideKey('S', si.Topic, k.GetWindow(), nil, nil)
-	case key.GetMultimapSideInput() != nil:
-		k := key.GetMultimapSideInput()
-		si, ok := s.topics[[2]string{k.GetTransformId(), k.GetSideInputId()}]
-		if !ok || !si.Multimap {
-			return nil, nil, fmt.Errorf("transform %s: unknown multimap side input %s", k.GetTransformId(), k.GetSideInputId())
-		}
-		prefix = sideKey('M', si.Topic, k.GetWindow(), k.GetKey(), nil)
-	case key.GetMultimapKeysSideInput() != nil:
-		k := key.GetMultimapKeysSideInput()
-		si, ok := s.topics[[2]string{k.GetTransformId(), k.GetSideInputId()}]
-		if !ok || !si.Multimap {
-			return nil, nil, fmt.Errorf("transform %s: unknown multimap side input %s", k.GetTransformId(), k.GetSideInputId())
-		}
-		prefix = sideKey('M', si.Topic, k.GetWindow(), nil, nil)
-		keysOnly = true
-	default:
-		return s.UnsupportedState.Get(ctx, key, token)
-	}
-	lower := prefix
-	if len(token) > 0 {
-		if !bytes.HasPrefix(token, prefix) {
-			return nil, nil, fmt.Errorf("state continuation token does not belong to this side input")
-		}
-		lower = token
-	}
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
-	if err != nil {
-		return nil, nil, err
-	}
-	defer it.Close()
-	var out []byte
-	var lastKey []byte
-	for it.First(); it.Valid(); it.Next() {
-		if keysOnly {
-			// Entries are ordered by key: emit each distinct key once.
-			k, _, err := readLP(it.Key()[len(prefix):])
-			if err != nil {
-				return nil, nil, err
-			}
-			if lastKey != nil && bytes.Equal(k, lastKey) {
-				continue
-			}
-			lastKey = append(lastKey[:0], k...)
-			out = append(out, k...)
-		} else {
-			out = append(out, it.Value()...)
-		}
-		if len(out) >= sidePageBytes && !keysOnly {
-			if it.Next() {
-				return out, append([]byte(nil), it.Key()...), it.Error()
-			}
-			break
-		}
-	}
-	if debugSide {
-		fmt.Printf("side state get %v prefix %x -> %d bytes\n", key, prefix, len(out))
-	}
-	return out, nil, it.Error()
-}
-
-const debugSide = false

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
@@ -58,7 +60,7 @@ type task struct {
 	pendingStatus *taskStatus
 	gateSeq       uint64 // next sequence number of held input
 	// user holds the user state and timers of stateful stages; nil if none.
-	user *userStore
+	user *state.User
 	// finalizers of bundles whose output is not yet committed.
 	finalizers []func(context.Context) error
 	// cycleMetrics are the metrics of the cycle's bundles, committed metrics
@@ -143,7 +145,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		reportedWM: minWatermark,
 		batch:      inst.db.NewIndexedBatch(),
 	}
-	t.prefix = taskPrefix(sub.ID, partition)
+	t.prefix = state.TaskPrefix(sub.ID, partition)
 	for _, s := range sub.Stages {
 		exec := inst.execs[s.ID]
 		if exec == nil {
@@ -154,7 +156,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}
 		if s.Stateful && t.user == nil {
-			u, err := newUserStore(t)
+			u, err := state.NewUser(t.inst.db, t.prefix)
 			if err != nil {
 				return nil, err
 			}
@@ -162,19 +164,19 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		}
 		var side harness.StateHandler
 		if len(s.SideInputs) > 0 {
-			side = newSideState(inst.db, s)
+			side = state.NewSideInputs(inst.db, s)
 		}
 		switch {
 		case s.Stateful:
-			ss := &stageState{user: t.user, side: side, ordered: map[[2]string]func([]byte) (int, error){}}
+			ordered := map[[2]string]func([]byte) (int, error){}
 			for _, ol := range s.OrderedLists {
 				f, err := shuffle.ValueLength(inst.cfg.plan.Pipeline.GetComponents().GetCoders(), ol.ElementCoderID)
 				if err != nil {
 					return nil, fmt.Errorf("stage %s: ordered list state %s: %w", s.ID, ol.StateID, err)
 				}
-				ss.ordered[[2]string{ol.TransformID, ol.StateID}] = f
+				ordered[[2]string{ol.TransformID, ol.StateID}] = f
 			}
-			sr.state = ss
+			sr.state = state.NewStageHandler(t.user, side, ordered)
 		case side != nil:
 			sr.state = side
 		}
@@ -219,24 +221,13 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 //	'B' len key | key | len win | win | offset → a run of buffered GBK values (gbkRun)
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
 //	'G' stage | max window ts | seq            → min timestamp | element count | input held for side inputs
-const (
-	storeWatermark = 'W'
-	storeImpulse   = 'I'
-	storeBuffer    = 'B'
-	storeTimer     = 'T'
-	storeGate      = 'G'
-)
 
-func (t *task) key(store byte, parts ...[]byte) []byte {
-	k := append(append([]byte(nil), t.prefix...), store)
-	for _, p := range parts {
-		k = append(k, p...)
-	}
-	return k
+func (t *task) key(store state.Kind, parts ...[]byte) []byte {
+	return state.Key(t.prefix, store, parts...)
 }
 
 func (t *task) loadWatermarks() error {
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(storeWatermark), UpperBound: t.key(storeWatermark + 1)})
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Watermark), UpperBound: t.key(state.Watermark + 1)})
 	if err != nil {
 		return err
 	}
@@ -247,7 +238,7 @@ func (t *task) loadWatermarks() error {
 			t.inputWM.ReportMillis(string(it.Key()[n:]), int64(binary.BigEndian.Uint64(it.Value())))
 		}
 	}
-	if _, closer, err := t.batch.Get(t.key(storeImpulse)); err == nil {
+	if _, closer, err := t.batch.Get(t.key(state.Impulse)); err == nil {
 		closer.Close()
 		t.impulseSeen = true
 	}
@@ -284,7 +275,7 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 			}
 			if old, ok := t.inputWM.Latest(p); !ok || mtime.Time(wm) > old {
 				t.inputWM.ReportMillis(p, wm)
-				if err := t.batch.Set(t.key(storeWatermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil); err != nil {
+				if err := t.batch.Set(t.key(state.Watermark, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(wm)), nil); err != nil {
 					return fmt.Errorf("task %s: recording the watermark of %s: %w", t.producer, p, err)
 				}
 			}
@@ -336,7 +327,7 @@ func (t *task) handleData(r *kgo.Record) error {
 			return nil
 		}
 		t.impulseSeen = true
-		if err := t.batch.Set(t.key(storeImpulse), nil, nil); err != nil {
+		if err := t.batch.Set(t.key(state.Impulse), nil, nil); err != nil {
 			return err
 		}
 		return t.route(root.Output, impulseElement)
@@ -351,7 +342,7 @@ func (t *task) handleData(r *kgo.Record) error {
 // impulseElement is the impulse's one element: empty bytes at the minimum
 // timestamp in the global window, with the no-firing pane.
 var impulseElement = func() []byte {
-	b := binary.BigEndian.AppendUint64(nil, eventTimeBits(minWatermark))
+	b := binary.BigEndian.AppendUint64(nil, state.EventTimeBits(minWatermark))
 	b = binary.BigEndian.AppendUint32(b, 1) // one window: the global window, encoded as nothing
 	b = append(b, 0x03)                     // pane: first, last, timing unknown
 	return append(b, 0x00)                  // bytes coder: length 0
@@ -402,9 +393,6 @@ func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 	} else {
 		n := t.inst.cfg.topics.partitions[s.Topic]
 		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
-	}
-	if debugSide {
-		fmt.Printf("sink %s partition %d key %x len %d\n", rec.Topic, rec.Partition, rec.Key, len(rec.Value))
 	}
 	t.inst.produce(rec)
 	return nil
@@ -475,7 +463,7 @@ func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 					return fmt.Errorf("stage %s: timer for unknown family %s", sr.stage.ID, k)
 				}
 				c := sr.timerCarry[k]
-				err := t.user.setTimers(fam, t.inst.timerCodecs[[2]string{transformID, familyID}], data, &c)
+				err := t.user.SetTimers(fam, t.inst.timerCodecs[[2]string{transformID, familyID}], data, &c)
 				sr.timerCarry[k] = c
 				return err
 			}
@@ -602,7 +590,7 @@ func (t *task) outputWatermark(in int64) (int64, error) {
 		return 0, err
 	}
 	if t.user != nil {
-		th, err := t.user.timerHold()
+		th, err := t.user.TimerHold()
 		if err != nil {
 			return 0, err
 		}
@@ -673,12 +661,12 @@ func (t *task) sendStatus() bool {
 
 func (t *task) commitState() error {
 	if t.user != nil {
-		if err := t.user.commit(); err != nil {
+		if err := t.user.Commit(); err != nil {
 			return fmt.Errorf("task %s: committing user state: %w", t.producer, err)
 		}
 	}
 	if n := t.changelogNext.Swap(0); n > 0 {
-		if err := t.batch.Set(t.key(storeChangelog), binary.BigEndian.AppendUint64(nil, uint64(n)), nil); err != nil {
+		if err := t.batch.Set(t.key(state.Changelog), binary.BigEndian.AppendUint64(nil, uint64(n)), nil); err != nil {
 			return err
 		}
 	}
@@ -695,7 +683,7 @@ func (t *task) commitState() error {
 func (t *task) abort() {
 	t.batch.Close()
 	if t.user != nil {
-		t.user.abort()
+		t.user.Abort()
 	}
 	for _, sr := range t.stages {
 		sr.bundle = nil

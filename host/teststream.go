@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/typex"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
-	"github.com/ksrunner/ksrunner/translate/windowing"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
+	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // testStreamRoot runs a TestStream (translate.RootTestStream). Its topic
@@ -123,7 +125,7 @@ func (e *eventTime) runTestStream(ctx context.Context) error {
 		switch x := ev.GetEvent().(type) {
 		case *pipepb.TestStreamPayload_Event_ElementEvent:
 			for _, el := range x.ElementEvent.GetElements() {
-				b := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(el.GetEncodedElement())), eventTimeBits(el.GetTimestamp()))
+				b := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(el.GetEncodedElement())), state.EventTimeBits(el.GetTimestamp()))
 				b = binary.BigEndian.AppendUint32(b, 1) // the global window, encoded as nothing
 				b = append(b, noFiringPane...)
 				switch {
@@ -198,5 +200,5 @@ func (e *eventTime) runTestStream(ctx context.Context) error {
 		return err
 	}
 	r.done = true
-	return t.batch.Set(t.key(storeTestStream), binary.BigEndian.AppendUint64(nil, uint64(r.clock)), nil)
+	return t.batch.Set(t.key(state.TestStreamDone), binary.BigEndian.AppendUint64(nil, uint64(r.clock)), nil)
 }

@@ -23,7 +23,7 @@ func (t *task) fireTimers(ctx context.Context, inputWM int64) error {
 		}
 	}
 	for round := 0; round < maxTimerRounds; round++ {
-		due, err := t.user.dueTimers(inputWM, time.Now().UnixMilli())
+		due, err := t.user.DueTimers(inputWM, time.Now().UnixMilli())
 		if err != nil {
 			return err
 		}
@@ -31,16 +31,16 @@ func (t *task) fireTimers(ctx context.Context, inputWM int64) error {
 			return nil
 		}
 		for _, d := range due {
-			sr := byTransform[d.family[0]]
+			sr := byTransform[d.Family[0]]
 			if sr == nil {
-				return fmt.Errorf("timer of unknown transform %s", d.family[0])
+				return fmt.Errorf("timer of unknown transform %s", d.Family[0])
 			}
 			if sr.bundle == nil {
 				if err := t.process(ctx, sr, chunk{}); err != nil {
 					return err
 				}
 			}
-			if err := sr.bundle.processTimers(d.family[0], d.family[1], d.encoded); err != nil {
+			if err := sr.bundle.processTimers(d.Family[0], d.Family[1], d.Encoded); err != nil {
 				sr.bundle = nil
 				return fmt.Errorf("stage %s: timers: %w", sr.stage.ID, err)
 			}

@@ -1,26 +1,17 @@
-package host
+package state
 
-import "github.com/cockroachdb/pebble/v2"
+import (
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/cockroachdb/pebble/v2"
+)
 
-// prefixEnd is the smallest key greater than every key with prefix p.
-func prefixEnd(p []byte) []byte {
-	end := append([]byte(nil), p...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}
-
-// deleteRange deletes the keys in [lower, upper) of an indexed batch one by
+// DeleteRange deletes the keys in [lower, upper) of an indexed batch one by
 // one. A batch range deletion would be one record instead of several, but
 // every later read of an indexed batch fragments all of its range
 // deletions again, so a task that clears many windows or states in one
 // commit interval would make each read cost as much as all its clears so
 // far (measured: 90% of a custom-session GroupByKey's time went there).
-func deleteRange(b *pebble.Batch, lower, upper []byte) error {
+func DeleteRange(b *pebble.Batch, lower, upper []byte) error {
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return err
@@ -39,3 +30,6 @@ func deleteRange(b *pebble.Batch, lower, upper []byte) error {
 	}
 	return nil
 }
+
+// maxTime is the largest timestamp (Beam's end of time), in milliseconds.
+const maxTime = int64(mtime.MaxTimestamp)

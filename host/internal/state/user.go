@@ -1,4 +1,4 @@
-package host
+package state
 
 import (
 	"bytes"
@@ -34,24 +34,22 @@ import (
 // where timer id = len transform | transform | len family | family | len key
 // | key | len win | win | len tag | tag, and domain is 'e' (event time) or
 // 'p' (processing time).
-const (
-	storeBag       = 'U'
-	storeMultimap  = 'V'
-	storeSeq       = 'Q'
-	storeTimers    = 'E'
-	storeTimerRefs = 'R'
-)
+//
+// (The kinds are declared in keys.go.)
 
-type userStore struct {
-	t     *task
-	mu    sync.Mutex
-	batch *pebble.Batch
-	seq   uint64
+// User is one task's user state and timers store.
+type User struct {
+	db     *pebble.DB
+	prefix []byte
+	mu     sync.Mutex
+	batch  *pebble.Batch
+	seq    uint64
 }
 
-func newUserStore(t *task) (*userStore, error) {
-	u := &userStore{t: t, batch: t.inst.db.NewIndexedBatch()}
-	v, closer, err := u.batch.Get(t.key(storeSeq))
+// NewUser opens the user store of the task whose keys start with prefix.
+func NewUser(db *pebble.DB, prefix []byte) (*User, error) {
+	u := &User{db: db, prefix: prefix, batch: db.NewIndexedBatch()}
+	v, closer, err := u.batch.Get(u.key(Seq))
 	if err == nil {
 		u.seq = binary.BigEndian.Uint64(v)
 		closer.Close()
@@ -61,84 +59,96 @@ func newUserStore(t *task) (*userStore, error) {
 	return u, nil
 }
 
-// commit applies the user batch; the caller has closed every bundle.
-func (u *userStore) commit() error {
+func (u *User) key(kind Kind, parts ...[]byte) []byte { return Key(u.prefix, kind, parts...) }
+
+// Changes calls fn with the cycle's batch, under the store's lock, after
+// recording the sequence in it (the sequence is state too: a restored store
+// must not reuse it; Commit writes it again, with the same value).
+func (u *User) Changes(fn func(*pebble.Batch) error) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if err := u.batch.Set(u.t.key(storeSeq), binary.BigEndian.AppendUint64(nil, u.seq), nil); err != nil {
+	if err := u.batch.Set(u.key(Seq), binary.BigEndian.AppendUint64(nil, u.seq), nil); err != nil {
+		return err
+	}
+	return fn(u.batch)
+}
+
+// Commit applies the user batch; the caller has closed every bundle.
+func (u *User) Commit() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if err := u.batch.Set(u.key(Seq), binary.BigEndian.AppendUint64(nil, u.seq), nil); err != nil {
 		return err
 	}
 	if err := u.batch.Commit(pebble.NoSync); err != nil {
 		return err
 	}
 	u.batch.Close() // committed: only releases it for reuse
-	u.batch = u.t.inst.db.NewIndexedBatch()
+	u.batch = u.db.NewIndexedBatch()
 	return nil
 }
 
-func (u *userStore) abort() {
+// Abort drops the cycle's writes.
+func (u *User) Abort() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.batch.Close()
 }
 
-func (u *userStore) nextSeq() []byte {
+func (u *User) nextSeq() []byte {
 	u.seq++
 	return binary.BigEndian.AppendUint64(nil, u.seq)
 }
 
-func lp(parts ...[]byte) []byte {
-	var b []byte
-	for _, p := range parts {
-		b = appendLP(b, p)
-	}
-	return b
-}
-
-// stageState serves one stage's Fn API state requests: user state from the
+// StageHandler serves one stage's Fn API state requests: user state from the
 // task's user store, side inputs from the instance's side input store.
-type stageState struct {
-	user *userStore
+type StageHandler struct {
+	user *User // nil: no user state
 	side harness.StateHandler
 	// ordered splits the values of each ordered list state (by transform,
 	// state id) into elements.
 	ordered map[[2]string]func([]byte) (int, error)
 }
 
-const storeOrdered = 'O'
+// NewStageHandler serves a stage's user state from user and its side inputs
+// from side (either may be nil); ordered splits the values of each ordered
+// list state, by (transform id, state id), into elements.
+func NewStageHandler(user *User, side harness.StateHandler, ordered map[[2]string]func([]byte) (int, error)) *StageHandler {
+	return &StageHandler{user: user, side: side, ordered: ordered}
+}
 
 // orderedPrefix is the store prefix of one ordered list state; entries
 // continue with the sortable timestamp and a sequence number.
-func (s *stageState) orderedPrefix(k *fnpb.StateKey_OrderedListUserState) []byte {
-	return s.user.t.key(storeOrdered, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey()))
+func (s *StageHandler) orderedPrefix(k *fnpb.StateKey_OrderedListUserState) []byte {
+	return s.user.key(Ordered, LP([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey()))
 }
 
-func (s *stageState) orderedRange(k *fnpb.StateKey_OrderedListUserState) (lower, upper []byte) {
+func (s *StageHandler) orderedRange(k *fnpb.StateKey_OrderedListUserState) (lower, upper []byte) {
 	p := s.orderedPrefix(k)
-	lower = binary.BigEndian.AppendUint64(append([]byte(nil), p...), eventTimeBits(k.GetRange().GetStart()))
-	upper = binary.BigEndian.AppendUint64(append([]byte(nil), p...), eventTimeBits(k.GetRange().GetEnd()))
+	lower = binary.BigEndian.AppendUint64(append([]byte(nil), p...), EventTimeBits(k.GetRange().GetStart()))
+	upper = binary.BigEndian.AppendUint64(append([]byte(nil), p...), EventTimeBits(k.GetRange().GetEnd()))
 	return lower, upper
 }
 
-func (s *stageState) prefix(key *fnpb.StateKey) (store byte, prefix []byte, keysOnly bool, ok bool) {
-	t := s.user.t
+func (s *StageHandler) prefix(key *fnpb.StateKey) (store Kind, prefix []byte, keysOnly bool, ok bool) {
+	t := s.user
 	switch {
 	case key.GetBagUserState() != nil:
 		k := key.GetBagUserState()
-		return storeBag, t.key(storeBag, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey())), false, true
+		return Bag, t.key(Bag, LP([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey())), false, true
 	case key.GetMultimapKeysUserState() != nil:
 		k := key.GetMultimapKeysUserState()
-		return storeMultimap, t.key(storeMultimap, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey())), true, true
+		return Multimap, t.key(Multimap, LP([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey())), true, true
 	case key.GetMultimapUserState() != nil:
 		k := key.GetMultimapUserState()
-		return storeMultimap, t.key(storeMultimap, lp([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey(), k.GetMapKey())), false, true
+		return Multimap, t.key(Multimap, LP([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey(), k.GetMapKey())), false, true
 	}
 	return 0, nil, false, false
 }
 
 // Get implements harness.StateHandler. User state is served whole (bundles
 // see their own writes), side inputs in pages.
-func (s *stageState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
+func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
 	if k := key.GetOrderedListUserState(); k != nil {
 		lower, upper := s.orderedRange(k)
 		s.user.mu.Lock()
@@ -163,7 +173,7 @@ func (s *stageState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) 
 	}
 	s.user.mu.Lock()
 	defer s.user.mu.Unlock()
-	it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: PrefixEnd(prefix)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -174,7 +184,7 @@ func (s *stageState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) 
 			out = append(out, it.Value()...)
 			continue
 		}
-		mk, _, err := readLP(it.Key()[len(prefix):])
+		mk, _, err := ReadLP(it.Key()[len(prefix):])
 		if err != nil {
 			return nil, nil, err
 		}
@@ -189,7 +199,7 @@ func (s *stageState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) 
 
 // Append implements harness.StateHandler: data is one or more encoded values
 // appended after the existing ones.
-func (s *stageState) Append(ctx context.Context, key *fnpb.StateKey, data []byte) error {
+func (s *StageHandler) Append(ctx context.Context, key *fnpb.StateKey, data []byte) error {
 	if k := key.GetOrderedListUserState(); k != nil {
 		// Values are a varint timestamp then the element: split them, and
 		// store each under its timestamp so reads come back sorted.
@@ -209,7 +219,7 @@ func (s *stageState) Append(ctx context.Context, key *fnpb.StateKey, data []byte
 			if err != nil {
 				return fmt.Errorf("ordered list state %s: %w", k.GetUserStateId(), err)
 			}
-			key := binary.BigEndian.AppendUint64(append([]byte(nil), p...), eventTimeBits(int64(ts)))
+			key := binary.BigEndian.AppendUint64(append([]byte(nil), p...), EventTimeBits(int64(ts)))
 			key = append(key, s.user.nextSeq()...)
 			if err := s.user.batch.Set(key, data[:n+el], nil); err != nil {
 				return err
@@ -228,12 +238,12 @@ func (s *stageState) Append(ctx context.Context, key *fnpb.StateKey, data []byte
 }
 
 // Clear implements harness.StateHandler.
-func (s *stageState) Clear(ctx context.Context, key *fnpb.StateKey) error {
+func (s *StageHandler) Clear(ctx context.Context, key *fnpb.StateKey) error {
 	if k := key.GetOrderedListUserState(); k != nil {
 		lower, upper := s.orderedRange(k)
 		s.user.mu.Lock()
 		defer s.user.mu.Unlock()
-		return deleteRange(s.user.batch, lower, upper)
+		return DeleteRange(s.user.batch, lower, upper)
 	}
 	_, prefix, _, ok := s.prefix(key)
 	if !ok {
@@ -241,11 +251,11 @@ func (s *stageState) Clear(ctx context.Context, key *fnpb.StateKey) error {
 	}
 	s.user.mu.Lock()
 	defer s.user.mu.Unlock()
-	return deleteRange(s.user.batch, prefix, prefixEnd(prefix))
+	return DeleteRange(s.user.batch, prefix, PrefixEnd(prefix))
 }
 
 func timerID(transform, family string, tm shuffle.Timer, win []byte) []byte {
-	return lp([]byte(transform), []byte(family), tm.Key, win, tm.Tag)
+	return LP([]byte(transform), []byte(family), tm.Key, win, tm.Tag)
 }
 
 func domainByte(eventTime bool) byte {
@@ -255,9 +265,9 @@ func domainByte(eventTime bool) byte {
 	return 'p'
 }
 
-// setTimers records the timers a bundle set (or cleared) for one family. A
+// SetTimers records the timers a bundle set (or cleared) for one family. A
 // timer replaces the one with the same key, window and tag.
-func (u *userStore) setTimers(fam translate.TimerFamily, codec *shuffle.TimerCodec, data []byte, carry *[]byte) error {
+func (u *User) SetTimers(fam translate.TimerFamily, codec *shuffle.TimerCodec, data []byte, carry *[]byte) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if len(*carry) > 0 {
@@ -273,9 +283,9 @@ func (u *userStore) setTimers(fam translate.TimerFamily, codec *shuffle.TimerCod
 		}
 		for _, win := range tm.Windows {
 			id := timerID(fam.TransformID, fam.FamilyID, tm, win)
-			ref := u.t.key(storeTimerRefs, id)
+			ref := u.key(TimerRefs, id)
 			if old, closer, err := u.batch.Get(ref); err == nil {
-				oldKey := u.t.key(storeTimers, old[:9], id)
+				oldKey := u.key(UserTimers, old[:9], id)
 				closer.Close()
 				if err := u.batch.Delete(oldKey, nil); err != nil {
 					return err
@@ -289,13 +299,13 @@ func (u *userStore) setTimers(fam translate.TimerFamily, codec *shuffle.TimerCod
 				}
 				continue
 			}
-			when := append([]byte{domainByte(fam.EventTime)}, binary.BigEndian.AppendUint64(nil, eventTimeBits(tm.Fire))...)
-			if err := u.batch.Set(ref, binary.BigEndian.AppendUint64(append([]byte(nil), when...), eventTimeBits(tm.Hold)), nil); err != nil {
+			when := append([]byte{domainByte(fam.EventTime)}, binary.BigEndian.AppendUint64(nil, EventTimeBits(tm.Fire))...)
+			if err := u.batch.Set(ref, binary.BigEndian.AppendUint64(append([]byte(nil), when...), EventTimeBits(tm.Hold)), nil); err != nil {
 				return err
 			}
 			// Deliver the timer for this one window.
 			one := reencodeTimerWindow(tm, win)
-			if err := u.batch.Set(u.t.key(storeTimers, when, id), one, nil); err != nil {
+			if err := u.batch.Set(u.key(UserTimers, when, id), one, nil); err != nil {
 				return err
 			}
 		}
@@ -321,24 +331,26 @@ func reencodeTimerWindow(tm shuffle.Timer, win []byte) []byte {
 	return append(out, tm.Raw[tailStart:]...)
 }
 
-// dueTimer is a timer ready to fire.
-type dueTimer struct {
-	key     []byte // its index key
-	refKey  []byte
-	family  [2]string
-	encoded []byte
+// DueTimer is a timer ready to fire.
+type DueTimer struct {
+	key    []byte // its index key
+	refKey []byte
+	// Family is the timer's (transform id, family id).
+	Family [2]string
+	// Encoded is the timer in its family's coder, for this one window.
+	Encoded []byte
 }
 
-// dueTimers returns the timers that fire now: event-time timers the input
+// DueTimers returns the timers that fire now: event-time timers the input
 // watermark has passed, processing-time timers whose time has come (all of
 // them once the input is complete).
-func (u *userStore) dueTimers(inputWM, now int64) ([]dueTimer, error) {
+func (u *User) DueTimers(inputWM, now int64) ([]DueTimer, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var out []dueTimer
+	var out []DueTimer
 	scan := func(domain byte, upTo int64) error {
-		lower := u.t.key(storeTimers, []byte{domain})
-		upper := binary.BigEndian.AppendUint64(append([]byte(nil), lower...), eventTimeBits(upTo))
+		lower := u.key(UserTimers, []byte{domain})
+		upper := binary.BigEndian.AppendUint64(append([]byte(nil), lower...), EventTimeBits(upTo))
 		it, err := u.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			return err
@@ -347,17 +359,17 @@ func (u *userStore) dueTimers(inputWM, now int64) ([]dueTimer, error) {
 		for it.First(); it.Valid(); it.Next() {
 			k := append([]byte(nil), it.Key()...)
 			id := k[len(lower)+8:]
-			tr, rest, err := readLP(id)
+			tr, rest, err := ReadLP(id)
 			if err != nil {
 				return err
 			}
-			fam, _, err := readLP(rest)
+			fam, _, err := ReadLP(rest)
 			if err != nil {
 				return err
 			}
-			out = append(out, dueTimer{
-				key: k, refKey: u.t.key(storeTimerRefs, id),
-				family: [2]string{string(tr), string(fam)}, encoded: append([]byte(nil), it.Value()...),
+			out = append(out, DueTimer{
+				key: k, refKey: u.key(TimerRefs, id),
+				Family: [2]string{string(tr), string(fam)}, Encoded: append([]byte(nil), it.Value()...),
 			})
 		}
 		return it.Error()
@@ -367,8 +379,8 @@ func (u *userStore) dueTimers(inputWM, now int64) ([]dueTimer, error) {
 		return nil, err
 	}
 	upTo := now + 1
-	if inputWM >= maxWatermark {
-		upTo = maxWatermark + 1
+	if inputWM >= maxTime {
+		upTo = maxTime + 1
 	}
 	if err := scan('p', upTo); err != nil {
 		return nil, err
@@ -384,16 +396,16 @@ func (u *userStore) dueTimers(inputWM, now int64) ([]dueTimer, error) {
 	return out, nil
 }
 
-// timerHold is the smallest output timestamp of pending timers.
-func (u *userStore) timerHold() (int64, error) {
+// TimerHold is the smallest output timestamp of pending timers.
+func (u *User) TimerHold() (int64, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	it, err := u.batch.NewIter(&pebble.IterOptions{LowerBound: u.t.key(storeTimerRefs), UpperBound: u.t.key(storeTimerRefs + 1)})
+	it, err := u.batch.NewIter(&pebble.IterOptions{LowerBound: u.key(TimerRefs), UpperBound: u.key(TimerRefs + 1)})
 	if err != nil {
 		return 0, err
 	}
 	defer it.Close()
-	hold := maxWatermark
+	hold := maxTime
 	for it.First(); it.Valid(); it.Next() {
 		v := it.Value()
 		if len(v) >= 17 {
