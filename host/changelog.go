@@ -320,7 +320,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 		return err
 	}
 	i.cfg.logger.Info("task state restored from the changelog", "topic", topic, "partition", partition, "from", pos, "to", end, "records", n)
-	if h := testHooks.Load(); h != nil && h.Restored != nil {
+	if h := i.cfg.hooks; h != nil && h.Restored != nil {
 		h.Restored(sub, partition, n)
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ksrunner/ksrunner/host/internal/executor"
+
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
@@ -47,7 +49,7 @@ type windowedGBK struct {
 	// Custom merging WindowFn only (see mergewindows.go): the executor of
 	// the merge stage, the codec of its output, the length of an encoded
 	// window, and the records waiting for their windows to merge.
-	merger   stageExecutor
+	merger   executor.Executor
 	mergeOut *shuffle.ElementCodec
 	winLen   func([]byte) (int, error)
 	pending  []pendingElement

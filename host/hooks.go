@@ -1,14 +1,11 @@
 package host
 
-import (
-	"errors"
-	"sync/atomic"
-)
+import "errors"
 
-// TestHooks inject faults into the commit loop and observe restoration. They
-// exist for tests (this module's and fault-injection tests of programs
-// embedding the host); a process without hooks pays one atomic load per
-// commit cycle.
+// TestHooks inject faults into the commit loop and observe restoration, for
+// tests of this module and fault-injection tests of programs embedding the
+// host. They are installed per server (WithTestHooks); a server without
+// them pays one nil check per commit cycle.
 type TestHooks struct {
 	// BeforeCommit runs in every commit cycle that consumed records, after
 	// the cycle's records (outputs, watermarks, changelog) were produced and
@@ -19,19 +16,11 @@ type TestHooks struct {
 	// Restored runs after a task's state was restored from its changelog,
 	// with the number of changelog records replayed.
 	Restored func(subTopology int, partition int32, records int)
-	// MaxPollRecords, if positive, replaces the most records one commit
-	// cycle consumes (100,000), to spread small inputs over many cycles.
-	MaxPollRecords int
+	// MaxPollRecords, if it returns a positive number, replaces the most
+	// records one commit cycle consumes (100,000), to spread small inputs
+	// over many cycles.
+	MaxPollRecords func() int
 }
 
 // ErrAbortCycle makes TestHooks.BeforeCommit abort the commit cycle.
 var ErrAbortCycle = errors.New("commit cycle aborted by a test hook")
-
-var testHooks atomic.Pointer[TestHooks]
-
-// SetTestHooks installs h for every instance of the process and returns a
-// func that restores the previous hooks.
-func SetTestHooks(h TestHooks) (restore func()) {
-	old := testHooks.Swap(&h)
-	return func() { testHooks.Store(old) }
-}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/executor"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -21,10 +23,11 @@ type instanceConfig struct {
 	plan     *translate.Plan
 	opts     Options
 	topics   *topicSet
-	execs    map[string]stageExecutor
+	execs    map[string]executor.Executor
 	stateDir string
 	logger   *slog.Logger
 	metrics  *jobMetrics
+	hooks    *TestHooks // nil: none
 }
 
 // instance is one member of the application's consumer group. It owns the
@@ -48,7 +51,7 @@ type instance struct {
 	codecs map[string]*shuffle.ElementCodec // by PCollection id
 
 	subByTopic map[string]*translate.SubTopology // by full topic name
-	execs      map[string]stageExecutor          // by stage id
+	execs      map[string]executor.Executor      // by stage id
 	side       *sideInputReader
 	// timerCodecs parse the timers of each (transform, family).
 	timerCodecs map[[2]string]*shuffle.TimerCodec
@@ -101,7 +104,7 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		db.Close()
 		return nil, err
 	}
-	i.execs = map[string]stageExecutor{}
+	i.execs = map[string]executor.Executor{}
 	for _, st := range cfg.plan.SubTopologies {
 		for _, s := range st.ExecutorStages() {
 			i.execs[s.ID] = cfg.execs[s.ID]
@@ -291,8 +294,8 @@ func (i *instance) run(ctx context.Context) (err error) {
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, interval)
 		maxRecords := 100000
-		if h := testHooks.Load(); h != nil && h.MaxPollRecords > 0 {
-			maxRecords = h.MaxPollRecords
+		if h := i.cfg.hooks; h != nil && h.MaxPollRecords != nil && h.MaxPollRecords() > 0 {
+			maxRecords = h.MaxPollRecords()
 		}
 		fetches := i.cl.PollRecords(pollCtx, maxRecords)
 		cancel()
@@ -395,7 +398,7 @@ func (i *instance) prepareTasks(ctx context.Context) error {
 // beforeCommit runs the test hook, if any, on a cycle that consumed
 // records; it reports whether the cycle must abort.
 func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, err error) {
-	h := testHooks.Load()
+	h := i.cfg.hooks
 	if h == nil || h.BeforeCommit == nil || records == 0 {
 		return false, nil
 	}

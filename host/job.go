@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/executor"
+
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -25,8 +27,8 @@ import (
 	"github.com/ksrunner/ksrunner/wasmabi"
 )
 
-// JobSpec is a job as submitted.
-type JobSpec struct {
+// jobSpec is a job as submitted.
+type jobSpec struct {
 	ID, Name   string
 	Pipeline   *pipepb.Pipeline
 	RawOptions *structpb.Struct
@@ -34,14 +36,15 @@ type JobSpec struct {
 	Options Options
 }
 
-// Job is one submitted pipeline, from STOPPED to a terminal state.
-type Job struct {
-	spec    JobSpec
+// job is one submitted pipeline, from STOPPED to a terminal state.
+type job struct {
+	spec    jobSpec
+	server  *serverConfig
 	plan    *translate.Plan
 	logger  *slog.Logger
 	events  *eventLog
 	metrics *jobMetrics
-	wasm    *wasmJob // nil without WASM stages
+	wasm    *executor.WASM // nil without WASM stages
 
 	cancelOnce sync.Once
 	cancel     context.CancelCauseFunc
@@ -50,10 +53,10 @@ type Job struct {
 
 var errCancelled = errors.New("job cancelled")
 
-// StartJob validates and translates the pipeline (every unsupported construct
+// startJob validates and translates the pipeline (every unsupported construct
 // fails here, before anything runs), compiles and checks the WASM modules of
 // option stage_wasm, and starts running it.
-func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (_ *Job, err error) {
+func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *serverConfig) (_ *job, err error) {
 	stageWASM, err := spec.Options.stageWASM()
 	if err != nil {
 		return nil, err
@@ -71,18 +74,26 @@ func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (_ *Job, e
 		}
 		spec.Options.ApplicationID = sanitizeID(spec.Name) + "-" + randomSuffix()
 	}
-	j := &Job{
+	j := &job{
 		spec:    spec,
+		server:  server,
 		plan:    plan,
 		logger:  logger.With("job", spec.ID),
 		events:  newEventLog(),
 		metrics: newJobMetrics(),
 		done:    make(chan struct{}),
 	}
-	if j.wasm, err = prepareWASM(ctx, plan, spec.Options, j.logger, j.onWASMStuck); err != nil {
+	if j.wasm, err = executor.PrepareWASM(ctx, plan, executor.WASMConfig{
+		Patterns:       stageWASM,
+		CacheDir:       spec.Options.wasmCacheDir(),
+		Interruptible:  spec.Options.WASMInterruptible,
+		BundleDeadline: spec.Options.WASMBundleDeadline,
+		OnStuck:        j.onWASMStuck,
+		Logger:         j.logger,
+	}); err != nil {
 		return nil, err
 	}
-	msgs, annotated := describeStages(spec.Pipeline, plan, j.wasm)
+	msgs, annotated := executor.DescribeStages(spec.Pipeline, plan, j.wasm)
 	j.spec.Pipeline = annotated
 	for _, m := range msgs {
 		j.logger.Info(m)
@@ -100,13 +111,17 @@ func StartJob(ctx context.Context, spec JobSpec, logger *slog.Logger) (_ *Job, e
 
 // onWASMStuck is called by a WASM module's watchdog when a bundle of a
 // non-interruptible guest is still running at wasm_bundle_deadline.
-func (j *Job) onWASMStuck(s wasmabi.StuckBundle) {
+func (j *job) onWASMStuck(s wasmabi.StuckBundle) {
 	msg := fmt.Sprintf("job %s: stage %s: WASM module %s: a bundle has been running for %v, past wasm_bundle_deadline (%v); "+
-		"the guest cannot be stopped in-process (wasm_interruptible is off), so the process exits: Kafka moves its partitions to another instance and their uncommitted input is processed again",
+		"the guest cannot be stopped in-process (wasm_interruptible is off): the job fails and the task stays blocked until the process exits (ksrunner jobserver exits, so Kafka moves the partitions to another instance and their uncommitted input is processed again)",
 		j.spec.ID, s.Stage, s.Module, time.Since(s.Started).Round(time.Millisecond), s.Deadline)
 	j.logger.Error(msg)
 	j.events.message(jobpb.JobMessage_JOB_MESSAGE_ERROR, msg)
-	wasmStuckExit(msg)
+	if j.server.onStuckBundle != nil {
+		j.server.onStuckBundle(msg)
+		return
+	}
+	j.events.setState(jobpb.JobState_FAILED)
 }
 
 func randomSuffix() string {
@@ -116,23 +131,23 @@ func randomSuffix() string {
 }
 
 // ID is the job id.
-func (j *Job) ID() string { return j.spec.ID }
+func (j *job) ID() string { return j.spec.ID }
 
 // Name is the job name.
-func (j *Job) Name() string { return j.spec.Name }
+func (j *job) Name() string { return j.spec.Name }
 
 // State is the current state.
-func (j *Job) State() jobpb.JobState_Enum { return j.events.current() }
+func (j *job) State() jobpb.JobState_Enum { return j.events.current() }
 
 // Cancel stops the job; it ends CANCELLED unless it already ended.
-func (j *Job) Cancel() { j.cancel(errCancelled) }
+func (j *job) Cancel() { j.cancel(errCancelled) }
 
 // Wait blocks until the job has stopped and released everything it started.
-func (j *Job) Wait() { <-j.done }
+func (j *job) Wait() { <-j.done }
 
-func (j *Job) run(ctx context.Context) {
+func (j *job) run(ctx context.Context) {
 	defer close(j.done)
-	defer j.wasm.close()
+	defer j.wasm.Close()
 	j.events.setState(jobpb.JobState_STARTING)
 	err := j.execute(ctx)
 	switch {
@@ -150,7 +165,7 @@ func (j *Job) run(ctx context.Context) {
 }
 
 // execute runs the job until it is done (bounded), cancelled or failed.
-func (j *Job) execute(ctx context.Context) (err error) {
+func (j *job) execute(ctx context.Context) (err error) {
 	opts := j.spec.Options
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -188,7 +203,13 @@ func (j *Job) execute(ctx context.Context) (err error) {
 	}
 	stateDir = filepath.Join(stateDir, opts.ApplicationID)
 
-	execs, closeExecs, err := j.startExecutors(ctx)
+	execs, closeExecs, err := executor.Start(ctx, j.plan, j.wasm, harness.Config{
+		JobID:           j.spec.ID,
+		JobName:         j.spec.Name,
+		PipelineOptions: j.spec.RawOptions,
+		Logger:          j.logger,
+		OnLog:           j.onSDKLog,
+	})
 	if err != nil {
 		return err
 	}
@@ -202,6 +223,7 @@ func (j *Job) execute(ctx context.Context) (err error) {
 		stateDir: stateDir,
 		logger:   j.logger,
 		metrics:  j.metrics,
+		hooks:    j.server.hooks,
 	})
 	if err != nil {
 		return err
@@ -253,72 +275,7 @@ func (j *Job) execute(ctx context.Context) (err error) {
 	}
 }
 
-// startExecutors starts the SDK harness environments and registers every
-// harness stage; WASM stages get the executors StartJob prepared. The
-// returned func stops them.
-func (j *Job) startExecutors(ctx context.Context) (map[string]stageExecutor, func(), error) {
-	execs := map[string]stageExecutor{}
-	needHarness := false
-	for _, st := range j.plan.SubTopologies {
-		for _, s := range st.ExecutorStages() {
-			switch s.Executor {
-			case translate.ExecutorHarness:
-				needHarness = true
-			case translate.ExecutorWASM:
-				e := j.wasm.execs[s.ID]
-				if e == nil {
-					return nil, nil, fmt.Errorf("stage %s: WASM module was not prepared", s.ID)
-				}
-				execs[s.ID] = e
-			default:
-				return nil, nil, fmt.Errorf("stage %s: unknown executor %d", s.ID, s.Executor)
-			}
-		}
-	}
-	if !needHarness {
-		return execs, func() {}, nil
-	}
-	h, err := harness.Start(ctx, harness.Config{
-		JobID:           j.spec.ID,
-		JobName:         j.spec.Name,
-		PipelineOptions: j.spec.RawOptions,
-		Logger:          j.logger,
-		OnLog:           j.onSDKLog,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("starting the Fn API services: %w", err)
-	}
-	envs := j.plan.Pipeline.GetComponents().GetEnvironments()
-	for _, st := range j.plan.SubTopologies {
-		for _, s := range st.ExecutorStages() {
-			if s.Executor != translate.ExecutorHarness {
-				continue
-			}
-			env, ok := envs[s.EnvironmentID]
-			if !ok {
-				h.Close()
-				return nil, nil, fmt.Errorf("stage %s: unknown environment %q", s.ID, s.EnvironmentID)
-			}
-			if err := h.StartEnvironment(ctx, s.EnvironmentID, env); err != nil {
-				h.Close()
-				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)
-			}
-			var fams []harness.TimerFamily
-			for _, f := range s.TimerFamilies {
-				fams = append(fams, harness.TimerFamily{TransformID: f.TransformID, FamilyID: f.FamilyID})
-			}
-			hs, err := h.Stage(ctx, s.EnvironmentID, s.Descriptor, s.InputTransform, s.OutputTransforms, harness.WithTimerFamilies(fams))
-			if err != nil {
-				h.Close()
-				return nil, nil, fmt.Errorf("stage %s: %w", s.ID, err)
-			}
-			execs[s.ID] = harnessExecutor{stage: hs}
-		}
-	}
-	return execs, func() { h.Close() }, nil
-}
-
-func (j *Job) onSDKLog(e *fnpb.LogEntry) {
+func (j *job) onSDKLog(e *fnpb.LogEntry) {
 	msg := e.GetMessage()
 	if t := e.GetTrace(); t != "" {
 		msg += "\n" + t

@@ -33,6 +33,7 @@ type JobServer struct {
 	jobpb.UnimplementedArtifactStagingServiceServer
 
 	defaults Options
+	cfg      serverConfig
 	logger   *slog.Logger
 	lis      net.Listener
 	srv      *grpc.Server
@@ -43,7 +44,7 @@ type JobServer struct {
 
 	mu       sync.Mutex
 	prepared map[string]*preparedJob // by preparation id == staging token
-	jobs     map[string]*Job
+	jobs     map[string]*job
 	order    []string
 	nextID   int
 }
@@ -57,7 +58,7 @@ type preparedJob struct {
 
 // NewJobServer listens on addr ("host:port"; port 0 picks a free one).
 // defaults are the job-scoped options a job's pipeline options override.
-func NewJobServer(addr string, defaults Options, logger *slog.Logger) (*JobServer, error) {
+func NewJobServer(addr string, defaults Options, logger *slog.Logger, options ...ServerOption) (*JobServer, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -79,7 +80,10 @@ func NewJobServer(addr string, defaults Options, logger *slog.Logger) (*JobServe
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})),
 		stageDir: dir,
 		prepared: map[string]*preparedJob{},
-		jobs:     map[string]*Job{},
+		jobs:     map[string]*job{},
+	}
+	for _, o := range options {
+		o(&s.cfg)
 	}
 	jobpb.RegisterJobServiceServer(s.srv, s)
 	jobpb.RegisterArtifactStagingServiceServer(s.srv, s)
@@ -100,7 +104,7 @@ func (s *JobServer) Serve() error {
 // Stop cancels every running job, waits for them and stops the server.
 func (s *JobServer) Stop() {
 	s.mu.Lock()
-	jobs := make([]*Job, 0, len(s.jobs))
+	jobs := make([]*job, 0, len(s.jobs))
 	for _, j := range s.jobs {
 		jobs = append(jobs, j)
 	}
@@ -231,9 +235,9 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 			return nil, status.Errorf(codes.Unavailable, "job %s: %v", prep.id, err)
 		}
 	}
-	job, err := StartJob(context.Background(), JobSpec{
+	job, err := startJob(context.Background(), jobSpec{
 		ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
-	}, s.logger)
+	}, s.logger, &s.cfg)
 	if err != nil {
 		s.logger.Error("job rejected at submission", "job", prep.id, "error", err)
 		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
@@ -260,7 +264,7 @@ func (s *JobServer) embeddedBootstrap() (string, error) {
 	return s.embedded.Bootstrap(), nil
 }
 
-func (s *JobServer) job(id string) (*Job, error) {
+func (s *JobServer) job(id string) (*job, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j := s.jobs[id]

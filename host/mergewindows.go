@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ksrunner/ksrunner/host/internal/executor"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 
 	"github.com/ksrunner/ksrunner/translate/windowing"
@@ -150,18 +152,18 @@ func (g *windowedGBK) mergeInSDK(ctx context.Context, keys []*keyWindows) (map[s
 		return out, nil
 	}
 	var resp []byte
-	b, err := g.merger.startBundle(ctx, func(pcoll string, data []byte) error {
+	b, err := g.merger.StartBundle(ctx, func(pcoll string, data []byte) error {
 		resp = append(resp, data...)
 		return nil
-	}, bundleIO{})
+	}, executor.BundleIO{})
 	if err != nil {
 		return nil, fmt.Errorf("group-by-key %s: merging windows in stage %s: %w", g.t.sub.Root.TransformID, ms.ID, err)
 	}
-	if err := b.process(req); err != nil {
-		b.finish()
+	if err := b.Process(req); err != nil {
+		b.Finish()
 		return nil, fmt.Errorf("group-by-key %s: merging windows in stage %s: %w", g.t.sub.Root.TransformID, ms.ID, err)
 	}
-	if _, err := b.finish(); err != nil {
+	if _, err := b.Finish(); err != nil {
 		return nil, fmt.Errorf("group-by-key %s: merging windows in stage %s: %w", g.t.sub.Root.TransformID, ms.ID, err)
 	}
 	for len(resp) > 0 {

@@ -2,7 +2,9 @@ package host
 
 import (
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -291,4 +293,14 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("wasm_interruptible", "stop WASM guest code past wasm_bundle_deadline (slower guests)", jobpb.PipelineOptionType_BOOLEAN, "false"),
 		d("wasm_bundle_deadline", "longest a WASM bundle may run (e.g. 30s; 0: no limit)", jobpb.PipelineOptionType_STRING, def.WASMBundleDeadline.String()),
 	}
+}
+
+// wasmCacheDir is where compiled modules are cached: under state_dir, or a
+// directory shared by the processes of this machine (wazero keys entries by
+// the module's hash and its own version, so sharing is safe).
+func (o Options) wasmCacheDir() string {
+	if o.StateDir != "" {
+		return filepath.Join(o.StateDir, "wasm-cache")
+	}
+	return filepath.Join(os.TempDir(), "ksrunner-wasm-cache")
 }

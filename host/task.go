@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/ksrunner/ksrunner/host/internal/executor"
+
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
@@ -90,8 +92,8 @@ type consumer struct {
 // stageRun is a stage's executor and the bundle open on it, for one task.
 type stageRun struct {
 	stage  *translate.Stage
-	exec   stageExecutor
-	bundle stageBundle
+	exec   executor.Executor
+	bundle executor.Bundle
 	// pending is input not yet handed to the bundle, under task.mu: whole
 	// elements in chunks of about processBatchBytes, because an SDK decodes
 	// every data message on its own and a message must not split an element.
@@ -151,7 +153,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: executorForTask(exec), idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, sorted: s.TimeSortedInput, sortedUpTo: minWatermark, families: map[string]translate.TimerFamily{}}
+		sr := &stageRun{stage: s, exec: executor.ForTask(exec), idx: byte(len(t.stages)), gated: len(s.SideInputs) > 0, sorted: s.TimeSortedInput, sortedUpTo: minWatermark, families: map[string]translate.TimerFamily{}}
 		for _, f := range s.TimerFamilies {
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}
@@ -454,9 +456,9 @@ func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 	if sr.bundle == nil {
 		sr.carry = map[string][]byte{}
 		sr.timerCarry = map[string][]byte{}
-		io := bundleIO{state: sr.state}
+		io := executor.BundleIO{State: sr.state}
 		if len(sr.families) > 0 {
-			io.timers = func(transformID, familyID string, data []byte) error {
+			io.Timers = func(transformID, familyID string, data []byte) error {
 				k := transformID + "/" + familyID
 				fam, ok := sr.families[k]
 				if !ok {
@@ -468,7 +470,7 @@ func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 				return err
 			}
 		}
-		b, err := sr.exec.startBundle(ctx, func(pcoll string, data []byte) error { return t.emit(sr, pcoll, data) }, io)
+		b, err := sr.exec.StartBundle(ctx, func(pcoll string, data []byte) error { return t.emit(sr, pcoll, data) }, io)
 		if err != nil {
 			return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 		}
@@ -478,7 +480,7 @@ func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 		return nil
 	}
 	sr.count += in.elements
-	if err := sr.bundle.process(in.data); err != nil {
+	if err := sr.bundle.Process(in.data); err != nil {
 		sr.bundle = nil
 		return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 	}
@@ -488,7 +490,7 @@ func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 func (t *task) finish(sr *stageRun) error {
 	b := sr.bundle
 	sr.bundle = nil
-	res, err := b.finish()
+	res, err := b.Finish()
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 	}
@@ -497,13 +499,13 @@ func (t *task) finish(sr *stageRun) error {
 			return fmt.Errorf("stage %s: output %s ends inside an element (%d bytes left)", sr.stage.ID, pcoll, len(rest))
 		}
 	}
-	t.addMetrics(res.metrics)
-	if res.finalize != nil {
-		t.finalizers = append(t.finalizers, res.finalize)
+	t.addMetrics(res.Metrics)
+	if res.Finalize != nil {
+		t.finalizers = append(t.finalizers, res.Finalize)
 	}
-	if len(res.residuals) > 0 {
+	if len(res.Residuals) > 0 {
 		t.mu.Lock()
-		for _, r := range res.residuals {
+		for _, r := range res.Residuals {
 			sr.appendPending(r)
 		}
 		t.mu.Unlock()
@@ -687,7 +689,7 @@ func (t *task) abort() {
 	}
 	for _, sr := range t.stages {
 		sr.bundle = nil
-		releaseTaskExecutor(sr.exec)
+		executor.Release(sr.exec)
 	}
 }
 

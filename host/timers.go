@@ -40,7 +40,7 @@ func (t *task) fireTimers(ctx context.Context, inputWM int64) error {
 					return err
 				}
 			}
-			if err := sr.bundle.processTimers(d.Family[0], d.Family[1], d.Encoded); err != nil {
+			if err := sr.bundle.ProcessTimers(d.Family[0], d.Family[1], d.Encoded); err != nil {
 				sr.bundle = nil
 				return fmt.Errorf("stage %s: timers: %w", sr.stage.ID, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,8 @@ import (
 var (
 	env    *jobtest.Env
 	broker *host.EmbeddedBroker
+	// onStuck is the stuck-bundle policy of the test in progress.
+	onStuck atomic.Pointer[func(msg string)]
 )
 
 func TestMain(m *testing.M) {
@@ -39,7 +42,11 @@ func TestMain(m *testing.M) {
 	}
 	opts := host.DefaultOptions()
 	opts.BootstrapServers = broker.Bootstrap()
-	if env, err = jobtest.Start(opts); err != nil {
+	if env, err = jobtest.Start(opts, host.WithStuckBundlePolicy(func(msg string) {
+		if f := onStuck.Load(); f != nil {
+			(*f)(msg)
+		}
+	})); err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
 		os.Exit(1)
 	}
@@ -206,7 +213,9 @@ func TestWASMWatchdog(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	mod := testGuest(t)
 	stuck := make(chan string, 1)
-	defer host.SetWASMStuckExit(func(msg string) { stuck <- msg })()
+	report := func(msg string) { stuck <- msg }
+	onStuck.Store(&report)
+	defer onStuck.Store(nil)
 	id, r := env.Run(ctx, t, env.Marshal(t, faultPipeline(t, "3s")), map[string]string{
 		"stage_wasm": "Faulty/*=" + mod + "#Sleepy", "wasm_bundle_deadline": "500ms",
 	})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 
 	"github.com/ksrunner/ksrunner/host"
@@ -19,7 +20,8 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := host.NewJobServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.JobPort)), cfg.Options, logger)
+	srv, err := host.NewJobServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.JobPort)), cfg.Options, logger,
+		host.WithStuckBundlePolicy(exitOnStuckBundle))
 	if err != nil {
 		return err
 	}
@@ -33,6 +35,15 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	case err := <-errc:
 		return err
 	}
+}
+
+// exitOnStuckBundle ends the process when a non-interruptible WASM guest
+// overran wasm_bundle_deadline: nothing can stop it in-process, and exiting
+// makes Kafka move the task's partitions to another instance (and abort its
+// open transaction).
+func exitOnStuckBundle(msg string) {
+	fmt.Fprintln(os.Stderr, "ksrunner: fatal:", msg)
+	os.Exit(3)
 }
 
 func runBroker(ctx context.Context, args []string, stdout io.Writer) error {

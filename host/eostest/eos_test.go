@@ -1,5 +1,5 @@
 // Package eostest checks the processing guarantees of the host with faults
-// injected into its commit loop (host.SetTestHooks): a GroupByKey + sum
+// injected into its commit loop (host.WithTestHooks, jobtest.Hooks): a GroupByKey + sum
 // pipeline's sums must be exact under exactly_once however many commit
 // cycles abort, a job restarted on a wiped state_dir must restore its
 // GroupByKey state from the changelog, and a ParDo requiring stable input
@@ -101,7 +101,10 @@ func sumValues(k int, vs func(*int) bool) string {
 
 var env *jobtest.Env
 
-func TestMain(m *testing.M) { jobtest.Main(m, host.DefaultOptions(), &env) }
+// hooks are the fault-injection hooks of the package's job server.
+var hooks jobtest.Hooks
+
+func TestMain(m *testing.M) { jobtest.Main(m, host.DefaultOptions(), &env, hooks.ServerOption()) }
 
 // sumPipeline is 0..n-1 keyed by i%keys, grouped and summed per key, written
 // as "key:sum" lines to out.
@@ -190,7 +193,7 @@ func compare(got, want map[int]int) (wrong int, example string) {
 func abortCycles(t *testing.T) (aborted func() int) {
 	var mu sync.Mutex
 	cycles, aborts := 0, 0
-	restore := host.SetTestHooks(host.TestHooks{BeforeCommit: func(int) error {
+	restore := hooks.Set(host.TestHooks{BeforeCommit: func(int) error {
 		mu.Lock()
 		defer mu.Unlock()
 		cycles++
@@ -317,7 +320,7 @@ func testRestore(t *testing.T, build func(n int, out string) *beam.Pipeline) {
 	// however the cycles fell under the machine's load.
 	var mu sync.Mutex
 	committed, restored, failed := 0, 0, false
-	restore := host.SetTestHooks(host.TestHooks{
+	restore := hooks.Set(host.TestHooks{
 		BeforeCommit: func(records int) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -333,7 +336,7 @@ func testRestore(t *testing.T, build func(n int, out string) *beam.Pipeline) {
 			defer mu.Unlock()
 			restored += records
 		},
-		MaxPollRecords: 2000,
+		MaxPollRecords: func() int { return 2000 },
 	})
 	defer restore()
 	id, r := env.Run(ctx, t, pipe, opts)

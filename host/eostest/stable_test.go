@@ -109,7 +109,7 @@ func TestStableInputUnderAbortedCycles(t *testing.T) {
 func abortCyclesThatCall(t *testing.T, calls func() int) (aborted func() int) {
 	var mu sync.Mutex
 	aborts, last := 0, 0
-	restore := host.SetTestHooks(host.TestHooks{BeforeCommit: func(int) error {
+	restore := hooks.Set(host.TestHooks{BeforeCommit: func(int) error {
 		n := calls()
 		mu.Lock()
 		defer mu.Unlock()

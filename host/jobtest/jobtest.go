@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ type Env struct {
 // after flag.Parse and beam.Init; Close it before exiting. With the embedded
 // broker in opts and KSRUNNER_TEST_BOOTSTRAP set, jobs run on that real
 // broker instead.
-func Start(opts host.Options) (*Env, error) {
+func Start(opts host.Options, serverOpts ...host.ServerOption) (*Env, error) {
 	if b := os.Getenv(kafkatest.EnvBootstrap); b != "" && opts.BootstrapServers == "embedded" {
 		opts.BootstrapServers = b
 	}
@@ -67,7 +68,7 @@ func Start(opts host.Options) (*Env, error) {
 	if os.Getenv("KSRUNNER_DEBUG") != "" {
 		out = os.Stderr
 	}
-	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(out, nil)))
+	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(out, nil)), serverOpts...)
 	if err != nil {
 		e.Close()
 		return nil, err
@@ -277,10 +278,10 @@ func BuildWASM(t testing.TB, dir, pkg string) string {
 // Main is the body of a test package's TestMain: it parses the flags,
 // initializes Beam, starts an Env with opts into *env, runs the tests,
 // closes the Env and exits with the tests' code.
-func Main(m *testing.M, opts host.Options, env **Env) {
+func Main(m *testing.M, opts host.Options, env **Env, serverOpts ...host.ServerOption) {
 	flag.Parse()
 	beam.Init()
-	e, err := Start(opts)
+	e, err := Start(opts, serverOpts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
 		os.Exit(1)
@@ -289,4 +290,38 @@ func Main(m *testing.M, opts host.Options, env **Env) {
 	code := m.Run()
 	e.Close()
 	os.Exit(code)
+}
+
+// Hooks lets each test of a package install its own host.TestHooks on the
+// package's one job server: pass ServerOption to Start or Main, then Set in
+// a test. Only one test at a time may Set.
+type Hooks struct{ cur atomic.Pointer[host.TestHooks] }
+
+// Set installs h until the returned func is called.
+func (k *Hooks) Set(h host.TestHooks) (restore func()) {
+	old := k.cur.Swap(&h)
+	return func() { k.cur.Store(old) }
+}
+
+// ServerOption installs hooks on a server that call the ones Set.
+func (k *Hooks) ServerOption() host.ServerOption {
+	return host.WithTestHooks(host.TestHooks{
+		BeforeCommit: func(records int) error {
+			if h := k.cur.Load(); h != nil && h.BeforeCommit != nil {
+				return h.BeforeCommit(records)
+			}
+			return nil
+		},
+		Restored: func(sub int, partition int32, records int) {
+			if h := k.cur.Load(); h != nil && h.Restored != nil {
+				h.Restored(sub, partition, records)
+			}
+		},
+		MaxPollRecords: func() int {
+			if h := k.cur.Load(); h != nil && h.MaxPollRecords != nil {
+				return h.MaxPollRecords()
+			}
+			return 0
+		},
+	})
 }

@@ -1,4 +1,4 @@
-package host
+package executor
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -43,22 +44,14 @@ const (
 	annotationStage    = "ksrunner:stage"
 )
 
-// wasmStuckExit ends the process when a non-interruptible guest overran
-// wasm_bundle_deadline: nothing can stop it in-process, and exiting makes
-// Kafka move the task's partitions to another instance (and abort its open
-// transaction). Tests replace it.
-var wasmStuckExit = func(msg string) {
-	fmt.Fprintln(os.Stderr, "ksrunner: fatal:", msg)
-	os.Exit(3)
-}
-
-// wasmJob is a job's compiled modules and the executors of its WASM stages.
-type wasmJob struct {
+// WASM is a job's compiled modules and the executors of its WASM stages.
+type WASM struct {
 	modules map[string]*wasmabi.Module // by module location
 	execs   map[string]*wasmExecutor   // by stage id
 }
 
-func (w *wasmJob) close() {
+// Close closes the modules; w may be nil.
+func (w *WASM) Close() {
 	if w == nil {
 		return
 	}
@@ -78,24 +71,28 @@ func parseWASMRef(ref string) wasmRef {
 	return wasmRef{location: strings.TrimSpace(loc), dofn: strings.TrimSpace(dofn)}
 }
 
-// wasmCacheDir is where compiled modules are cached: under state_dir, or a
-// directory shared by the processes of this machine (wazero keys entries by
-// the module's hash and its own version, so sharing is safe).
-func wasmCacheDir(opts Options) string {
-	if opts.StateDir != "" {
-		return filepath.Join(opts.StateDir, "wasm-cache")
-	}
-	return filepath.Join(os.TempDir(), "ksrunner-wasm-cache")
+// WASMConfig is how PrepareWASM compiles and runs modules.
+type WASMConfig struct {
+	// Patterns is option stage_wasm: transform name pattern → module
+	// reference.
+	Patterns map[string]string
+	// CacheDir holds compiled modules (wazero keys entries by the module's
+	// hash and its own version, so processes may share it).
+	CacheDir       string
+	Interruptible  bool
+	BundleDeadline time.Duration
+	// OnStuck is called when a bundle of a non-interruptible guest is still
+	// running at BundleDeadline: what to do then (the guest cannot be stopped
+	// in-process) is the caller's policy.
+	OnStuck func(wasmabi.StuckBundle)
+	Logger  *slog.Logger
 }
 
-// prepareWASM compiles and checks the modules of the plan's WASM stages.
+// PrepareWASM compiles and checks the modules of the plan's WASM stages.
 // Every stage_wasm mapping must select at least one transform that runs in
 // a WASM stage.
-func prepareWASM(ctx context.Context, plan *translate.Plan, opts Options, logger *slog.Logger, onStuck func(wasmabi.StuckBundle)) (_ *wasmJob, err error) {
-	patterns, err := opts.stageWASM()
-	if err != nil {
-		return nil, err
-	}
+func PrepareWASM(ctx context.Context, plan *translate.Plan, cfg WASMConfig) (_ *WASM, err error) {
+	patterns := cfg.Patterns
 	var stages []*translate.Stage
 	for _, st := range plan.SubTopologies {
 		for _, s := range st.Stages {
@@ -112,14 +109,14 @@ func prepareWASM(ctx context.Context, plan *translate.Plan, opts Options, logger
 		return nil, err
 	}
 
-	w := &wasmJob{modules: map[string]*wasmabi.Module{}, execs: map[string]*wasmExecutor{}}
+	w := &WASM{modules: map[string]*wasmabi.Module{}, execs: map[string]*wasmExecutor{}}
 	defer func() {
 		if err != nil {
-			w.close()
+			w.Close()
 		}
 	}()
 	for _, s := range stages {
-		if err := w.prepareStage(ctx, plan, s, opts, logger, onStuck); err != nil {
+		if err := w.prepareStage(ctx, plan, s, cfg); err != nil {
 			return nil, fmt.Errorf("option stage_wasm: stage %s (transforms %s): %w", s.ID, transformNames(comps, s.Transforms), err)
 		}
 	}
@@ -179,7 +176,7 @@ func transformNames(comps *pipepb.Components, ids []string) string {
 	return "[" + strings.Join(names, ", ") + "]"
 }
 
-func (w *wasmJob) prepareStage(ctx context.Context, plan *translate.Plan, s *translate.Stage, opts Options, logger *slog.Logger, onStuck func(wasmabi.StuckBundle)) error {
+func (w *WASM) prepareStage(ctx context.Context, plan *translate.Plan, s *translate.Stage, cfg WASMConfig) error {
 	comps := plan.Pipeline.GetComponents()
 	spec := wasmabi.StageSpec{
 		ID:         s.ID,
@@ -212,15 +209,15 @@ func (w *wasmJob) prepareStage(ctx context.Context, plan *translate.Plan, s *tra
 		if err != nil {
 			return err
 		}
-		cfg := wasmabi.Config{
+		mcfg := wasmabi.Config{
 			Name:           name,
-			CacheDir:       wasmCacheDir(opts),
-			Interruptible:  opts.WASMInterruptible,
-			BundleDeadline: opts.WASMBundleDeadline,
-			OnStuck:        onStuck,
-			Logger:         logger,
+			CacheDir:       cfg.CacheDir,
+			Interruptible:  cfg.Interruptible,
+			BundleDeadline: cfg.BundleDeadline,
+			OnStuck:        cfg.OnStuck,
+			Logger:         cfg.Logger,
 		}
-		if m, err = wasmabi.Compile(ctx, wasm, cfg); err != nil {
+		if m, err = wasmabi.Compile(ctx, wasm, mcfg); err != nil {
 			return err
 		}
 		w.modules[location] = m
@@ -333,7 +330,7 @@ type wasmExecutor struct {
 	spec     wasmabi.StageSpec
 }
 
-func (e *wasmExecutor) startBundle(context.Context, func(string, []byte) error, bundleIO) (stageBundle, error) {
+func (e *wasmExecutor) StartBundle(context.Context, func(string, []byte) error, BundleIO) (Bundle, error) {
 	return nil, fmt.Errorf("internal error: WASM stage %s used without a task executor", e.stage.ID)
 }
 
@@ -348,8 +345,8 @@ type wasmTaskExecutor struct {
 	inst *wasmabi.Instance
 }
 
-func (t *wasmTaskExecutor) startBundle(ctx context.Context, emit func(string, []byte) error, io bundleIO) (stageBundle, error) {
-	if io.state != nil || io.timers != nil {
+func (t *wasmTaskExecutor) StartBundle(ctx context.Context, emit func(string, []byte) error, io BundleIO) (Bundle, error) {
+	if io.State != nil || io.Timers != nil {
 		return nil, fmt.Errorf("WASM stages have no side inputs, state or timers")
 	}
 	t.mu.Lock()
@@ -388,11 +385,11 @@ type wasmBundle struct {
 	b *wasmabi.Bundle
 }
 
-func (b *wasmBundle) processTimers(transformID, familyID string, _ []byte) error {
+func (b *wasmBundle) ProcessTimers(transformID, familyID string, _ []byte) error {
 	return fmt.Errorf("WASM stage: transform %s has no timers (family %s)", transformID, familyID)
 }
 
-func (b *wasmBundle) process(data []byte) error {
+func (b *wasmBundle) Process(data []byte) error {
 	b.t.mu.Lock()
 	defer b.t.mu.Unlock()
 	if err := b.b.Process(data); err != nil {
@@ -402,15 +399,15 @@ func (b *wasmBundle) process(data []byte) error {
 	return nil
 }
 
-func (b *wasmBundle) finish() (bundleResult, error) {
+func (b *wasmBundle) Finish() (Result, error) {
 	b.t.mu.Lock()
 	defer b.t.mu.Unlock()
 	res, err := b.b.Finish()
 	if err != nil {
 		b.t.discard()
-		return bundleResult{}, err
+		return Result{}, err
 	}
-	return bundleResult{metrics: wasmMonitoringInfos(res)}, nil
+	return Result{Metrics: wasmMonitoringInfos(res)}, nil
 }
 
 // wasmMonitoringInfos converts a bundle's user metrics to the
@@ -439,10 +436,10 @@ func wasmMonitoringInfos(r *wasmabi.Result) []*pipepb.MonitoringInfo {
 	return out
 }
 
-// describeStages returns a job message per stage saying which executor runs
+// DescribeStages returns a job message per stage saying which executor runs
 // it, and p annotated likewise (annotationExecutor and annotationStage on
 // each transform of a stage), for GetPipeline.
-func describeStages(p *pipepb.Pipeline, plan *translate.Plan, w *wasmJob) ([]string, *pipepb.Pipeline) {
+func DescribeStages(p *pipepb.Pipeline, plan *translate.Plan, w *WASM) ([]string, *pipepb.Pipeline) {
 	p = proto.Clone(p).(*pipepb.Pipeline)
 	comps := plan.Pipeline.GetComponents()
 	var msgs []string

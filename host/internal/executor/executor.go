@@ -1,0 +1,122 @@
+package executor
+
+import (
+	"context"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+
+	"github.com/ksrunner/ksrunner/harness"
+)
+
+// Executor is the seam between the host and an executor of user code
+// (the Fn API harness or wasmabi). The host hands a bundle batches of encoded
+// windowed values of the stage's input and receives, through emit, chunks of
+// encoded windowed values per output PCollection. Neither side knows about
+// Kafka.
+type Executor interface {
+	// StartBundle opens a bundle. emit must not block on the executor: the
+	// host only buffers or produces to Kafka in it.
+	StartBundle(ctx context.Context, emit func(pcoll string, data []byte) error, io BundleIO) (Bundle, error)
+}
+
+// BundleIO is what a bundle reads and writes besides its data: state (side
+// inputs, user state) and, for stateful stages, the timers it sets.
+type BundleIO struct {
+	State  harness.StateHandler // nil: none
+	Timers func(transformID, familyID string, data []byte) error
+}
+
+// perTaskExecutor is a Executor that keeps state per task (a WASM
+// instance, which must not be shared across goroutines): each task runs
+// the stage through its own taskExecutor.
+type perTaskExecutor interface {
+	Executor
+	newTaskExecutor() taskExecutor
+}
+
+// taskExecutor is one task's executor of a stage; the task closes it when
+// it ends.
+type taskExecutor interface {
+	Executor
+	close()
+}
+
+// ForTask returns the executor a new task uses for a stage.
+func ForTask(e Executor) Executor {
+	if p, ok := e.(perTaskExecutor); ok {
+		return p.newTaskExecutor()
+	}
+	return e
+}
+
+// Release releases what ForTask made, when the task ends.
+func Release(e Executor) {
+	if t, ok := e.(taskExecutor); ok {
+		t.close()
+	}
+}
+
+// Bundle is one open bundle of a stage.
+type Bundle interface {
+	Process(data []byte) error
+	// ProcessTimers delivers fired timers (encoded in the family's timer
+	// coder) to a stateful transform of the stage.
+	ProcessTimers(transformID, familyID string, data []byte) error
+	Finish() (Result, error)
+}
+
+// Result is what a finished bundle returns besides its output.
+type Result struct {
+	// Residuals are encoded windowed values of the stage's input to process
+	// again (splittable DoFn checkpoints).
+	Residuals [][]byte
+	Metrics   []*pipepb.MonitoringInfo
+	// Finalize, when set, is called once the bundle's output and state are
+	// committed (Beam's bundle finalization).
+	Finalize func(context.Context) error
+}
+
+// Harness runs a stage registered with an SDK harness.
+func Harness(stage *harness.Stage) Executor { return harnessExecutor{stage: stage} }
+
+type harnessExecutor struct {
+	stage *harness.Stage
+}
+
+func (e harnessExecutor) StartBundle(ctx context.Context, emit func(string, []byte) error, io BundleIO) (Bundle, error) {
+	var opts []harness.BundleOption
+	if io.State != nil {
+		opts = append(opts, harness.WithStateHandler(io.State))
+	}
+	if io.Timers != nil {
+		opts = append(opts, harness.WithTimerOutput(io.Timers))
+	}
+	b, err := e.stage.StartBundle(ctx, emit, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return harnessBundle{b}, nil
+}
+
+type harnessBundle struct{ b *harness.Bundle }
+
+func (b harnessBundle) Process(data []byte) error { return b.b.Process(data) }
+
+func (b harnessBundle) ProcessTimers(transformID, familyID string, data []byte) error {
+	return b.b.ProcessTimers(transformID, familyID, data)
+}
+
+func (b harnessBundle) Finish() (Result, error) {
+	res, err := b.b.Finish()
+	if err != nil {
+		return Result{}, err
+	}
+	out := Result{Metrics: res.MonitoringInfos}
+	if res.RequiresFinalization {
+		out.Finalize = b.b.Finalize
+	}
+	for _, r := range res.Residuals {
+		out.Residuals = append(out.Residuals, r.Element)
+	}
+	return out, nil
+}
