@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,17 +25,33 @@ import (
 	"github.com/ksrunner/ksrunner/wasmabi"
 )
 
-func build(t *testing.T) []byte {
+// compiled builds the module once per test binary (asc takes seconds).
+var compiled = sync.OnceValues(func() ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	path, err := as.Build(ctx, t.TempDir())
+	dir, err := os.MkdirTemp("", "ksrunner-as-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	path, err := as.Build(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(path)
+})
+
+// build returns the compiled module. Without npm the tests skip, unless
+// KSRUNNER_REQUIRE_NPM is set (.ci/run sets it).
+func build(t *testing.T) []byte {
+	t.Helper()
+	wasm, err := compiled()
 	if errors.Is(err, as.ErrNoNPM) {
+		if os.Getenv("KSRUNNER_REQUIRE_NPM") != "" {
+			t.Fatalf("npm is required (KSRUNNER_REQUIRE_NPM is set): %v", err)
+		}
 		t.Skipf("skipping the AssemblyScript module: %v", err)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	wasm, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
