@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/topics"
+
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -58,12 +60,6 @@ import (
 // job.
 const maxStoredValue = 256 << 10
 
-const changelogSuffix = "-changelog"
-
-// changelogTopic is the changelog topic of a sub-topology (within the
-// application).
-func changelogTopic(sub int) string { return fmt.Sprintf("subtopology-%d%s", sub, changelogSuffix) }
-
 // changelogValue encodes a set (value != nil) or a delete (a tombstone).
 func changelogValue(set bool, v []byte) []byte {
 	if !set {
@@ -80,7 +76,7 @@ func changelogValue(set bool, v []byte) []byte {
 type partitioner struct{ data kgo.Partitioner }
 
 func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	if strings.HasSuffix(topic, changelogSuffix) {
+	if strings.HasSuffix(topic, topics.ChangelogSuffix) {
 		return kgo.ManualPartitioner().ForTopic(topic)
 	}
 	return p.data.ForTopic(topic)
@@ -90,7 +86,7 @@ func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
 // cycle to its changelog partition; the promise records the next offset
 // (see commitState). The caller has closed every bundle.
 func (t *task) produceChangelog(ctx context.Context) error {
-	topic := t.inst.cfg.topics.full(t.inst.cfg.topics.changelogs[t.sub.ID])
+	topic := t.inst.cfg.topics.Full(t.inst.cfg.topics.Changelogs[t.sub.ID])
 	produce := func(b *pebble.Batch) error {
 		if b.Empty() {
 			return nil
@@ -177,10 +173,10 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
 	defer cancel()
-	topics := i.cfg.topics
+	ts := i.cfg.topics
 	names := map[string]bool{}
 	for _, id := range ids {
-		names[topics.full(topics.changelogs[i.subByTopic[id.topic].ID])] = true
+		names[ts.Full(ts.Changelogs[i.subByTopic[id.topic].ID])] = true
 	}
 	var list []string
 	for n := range names {
@@ -212,7 +208,7 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 			if !stable {
 				break
 			}
-			n := topics.full(topics.changelogs[i.subByTopic[id.topic].ID])
+			n := ts.Full(ts.Changelogs[i.subByTopic[id.topic].ID])
 			h, ok1 := hw.Lookup(n, id.partition)
 			l, ok2 := lso.Lookup(n, id.partition)
 			stable = ok1 && ok2 && h.Offset == l.Offset
@@ -234,7 +230,7 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 	errs := make(chan error, len(ids))
 	for _, id := range ids {
 		st := i.subByTopic[id.topic]
-		n := topics.full(topics.changelogs[st.ID])
+		n := ts.Full(ts.Changelogs[st.ID])
 		end, _ := ends.Lookup(n, id.partition)
 		wg.Add(1)
 		go func() {

@@ -234,8 +234,8 @@ func (t *task) broadcast(val []byte) {
 			continue
 		}
 		seen[s.Topic] = true
-		for p := int32(0); p < t.inst.cfg.topics.partitions[s.Topic]; p++ {
-			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.full(s.Topic), Partition: p, Value: val})
+		for p := int32(0); p < t.inst.cfg.topics.Partitions[s.Topic]; p++ {
+			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.Full(s.Topic), Partition: p, Value: val})
 		}
 	}
 }

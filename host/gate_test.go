@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ksrunner/ksrunner/host/internal/metrics"
+
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
@@ -37,7 +39,7 @@ func sortTestTask(t *testing.T, lateness int64) (*task, *stageRun) {
 		t.Fatal(err)
 	}
 	tk := &task{
-		inst:   &instance{cfg: instanceConfig{metrics: newJobMetrics()}, codecs: map[string]*shuffle.ElementCodec{"in": codec}},
+		inst:   &instance{cfg: instanceConfig{metrics: metrics.NewJob()}, codecs: map[string]*shuffle.ElementCodec{"in": codec}},
 		prefix: []byte("task"),
 		batch:  db.NewIndexedBatch(),
 	}
@@ -141,7 +143,7 @@ func TestSortByTime(t *testing.T) {
 				}
 			}
 			var dropped int64
-			for _, m := range tk.inst.cfg.metrics.attempted.results() {
+			for _, m := range tk.inst.cfg.metrics.Attempted.Results() {
 				if m.GetLabels()["NAME"] == "dropped_late_elements" && m.GetLabels()["PTRANSFORM"] == "sortedFn" {
 					v, err := coder.DecodeVarInt(bytes.NewReader(m.GetPayload()))
 					if err != nil {

@@ -50,7 +50,7 @@ func (t *task) buffer(raw []byte, offset int64) error {
 	if codec == nil {
 		codec = t.inst.codecs[t.sub.Root.Output+"#input"]
 		if codec == nil {
-			codec = t.inst.codecs[t.inst.cfg.topics.byName[t.sub.Input].PCollection]
+			codec = t.inst.codecs[t.inst.cfg.topics.ByName[t.sub.Input].PCollection]
 		}
 		g.codec = codec
 	}

@@ -62,7 +62,7 @@ func newWindowedGBK(t *task) (*windowedGBK, error) {
 	if err != nil {
 		return nil, fmt.Errorf("group-by-key %s: %w", t.sub.Root.TransformID, err)
 	}
-	codec := t.inst.codecs[t.inst.cfg.topics.byName[t.sub.Input].PCollection]
+	codec := t.inst.codecs[t.inst.cfg.topics.ByName[t.sub.Input].PCollection]
 	if codec == nil {
 		return nil, fmt.Errorf("group-by-key %s: no input codec", t.sub.Root.TransformID)
 	}

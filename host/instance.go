@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/metrics"
+	"github.com/ksrunner/ksrunner/host/internal/topics"
+
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -22,11 +25,11 @@ import (
 type instanceConfig struct {
 	plan     *translate.Plan
 	opts     Options
-	topics   *topicSet
+	topics   *topics.Set
 	execs    map[string]executor.Executor
 	stateDir string
 	logger   *slog.Logger
-	metrics  *jobMetrics
+	metrics  *metrics.Job
 	hooks    *TestHooks // nil: none
 }
 
@@ -86,7 +89,7 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 	}
 	var topics []string
 	for _, st := range cfg.plan.SubTopologies {
-		full := cfg.topics.full(st.Input)
+		full := cfg.topics.Full(st.Input)
 		i.subByTopic[full] = st
 		topics = append(topics, full)
 	}
@@ -531,7 +534,7 @@ func (i *instance) rewind() {
 func (i *instance) finalize(ctx context.Context) {
 	for _, t := range i.tasks {
 		for _, m := range t.cycleMetrics {
-			i.cfg.metrics.committed.add(m)
+			i.cfg.metrics.Committed.Add(m)
 		}
 		t.cycleMetrics = nil
 		for _, f := range t.finalizers {

@@ -13,6 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/metrics"
+	"github.com/ksrunner/ksrunner/host/internal/topics"
+
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
@@ -43,7 +46,7 @@ type job struct {
 	plan    *translate.Plan
 	logger  *slog.Logger
 	events  *eventLog
-	metrics *jobMetrics
+	metrics *metrics.Job
 	wasm    *executor.WASM // nil without WASM stages
 
 	cancelOnce sync.Once
@@ -80,7 +83,7 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		plan:    plan,
 		logger:  logger.With("job", spec.ID),
 		events:  newEventLog(),
-		metrics: newJobMetrics(),
+		metrics: metrics.NewJob(),
 		done:    make(chan struct{}),
 	}
 	if j.wasm, err = executor.PrepareWASM(ctx, plan, executor.WASMConfig{
@@ -170,25 +173,25 @@ func (j *job) execute(ctx context.Context) (err error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 
-	topics := newTopicSet(j.plan, opts)
-	admin, err := newAdmin(opts.BootstrapServers)
+	ts := topics.New(j.plan, opts.ApplicationID, opts.TopicReplicationFactor, opts.InternalParallelism)
+	admin, err := topics.NewAdmin(opts.BootstrapServers)
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
-	if err := topics.create(ctx, admin); err != nil {
+	if err := ts.Create(ctx, admin); err != nil {
 		return err
 	}
 	if j.plan.Bounded && !opts.KeepInternalTopics {
 		defer func() {
 			if err == nil {
-				if derr := topics.delete(context.WithoutCancel(ctx), admin); derr != nil {
+				if derr := ts.Delete(context.WithoutCancel(ctx), admin); derr != nil {
 					j.logger.Warn("deleting internal topics", "error", derr)
 				}
 			}
 		}()
 	}
-	if err := topics.writeImpulses(ctx, opts.BootstrapServers); err != nil {
+	if err := ts.WriteImpulses(ctx, opts.BootstrapServers); err != nil {
 		return err
 	}
 
@@ -218,7 +221,7 @@ func (j *job) execute(ctx context.Context) (err error) {
 	inst, err := newInstance(instanceConfig{
 		plan:     j.plan,
 		opts:     opts,
-		topics:   topics,
+		topics:   ts,
 		execs:    execs,
 		stateDir: stateDir,
 		logger:   j.logger,
@@ -247,7 +250,7 @@ func (j *job) execute(ctx context.Context) (err error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		doneErr <- waitDone(ctx, opts, topics, j.logger)
+		doneErr <- waitDone(ctx, opts, ts, j.logger)
 	}()
 	select {
 	case err := <-instErr:
@@ -306,10 +309,10 @@ func (j *job) onSDKLog(e *fnpb.LogEntry) {
 
 // waitDone follows the status topic until every task of the plan reports the
 // maximum watermark.
-func waitDone(ctx context.Context, opts Options, topics *topicSet, logger *slog.Logger) error {
+func waitDone(ctx context.Context, opts Options, ts *topics.Set, logger *slog.Logger) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(strings.Split(opts.BootstrapServers, ",")...),
-		kgo.ConsumeTopics(topics.full(shuffle.StatusTopic)),
+		kgo.ConsumeTopics(ts.Full(shuffle.StatusTopic)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	)
@@ -317,7 +320,7 @@ func waitDone(ctx context.Context, opts Options, topics *topicSet, logger *slog.
 		return fmt.Errorf("status consumer: %w", err)
 	}
 	defer cl.Close()
-	expected := topics.taskCount()
+	expected := ts.TaskCount()
 	finished := map[string]bool{}
 	for len(finished) < expected {
 		fetches := cl.PollFetches(ctx)
@@ -325,7 +328,7 @@ func waitDone(ctx context.Context, opts Options, topics *topicSet, logger *slog.
 			return context.Cause(ctx) // not done: stopped (cancelled, or the instance failed)
 		}
 		if err := fetches.Err0(); err != nil {
-			return fmt.Errorf("status topic %s: %w", topics.full(shuffle.StatusTopic), err)
+			return fmt.Errorf("status topic %s: %w", ts.Full(shuffle.StatusTopic), err)
 		}
 		var bad error
 		fetches.EachRecord(func(r *kgo.Record) {

@@ -358,7 +358,7 @@ func (s *JobServer) GetJobMetrics(_ context.Context, req *jobpb.GetJobMetricsReq
 	if err != nil {
 		return nil, err
 	}
-	return &jobpb.GetJobMetricsResponse{Metrics: &jobpb.MetricResults{Committed: j.metrics.committed.results(), Attempted: j.metrics.attempted.results()}}, nil
+	return &jobpb.GetJobMetricsResponse{Metrics: &jobpb.MetricResults{Committed: j.metrics.Committed.Results(), Attempted: j.metrics.Attempted.Results()}}, nil
 }
 
 // DescribePipelineOptions lists the options ksrunner reads.

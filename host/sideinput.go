@@ -51,10 +51,10 @@ func newSideInputReader(inst *instance) (*sideInputReader, error) {
 		}
 		st := &sideTopic{
 			name:  tp.Name,
-			full:  inst.cfg.topics.full(tp.Name),
+			full:  inst.cfg.topics.Full(tp.Name),
 			codec: inst.codecs[tp.PCollection],
 		}
-		agg, err := watermark.NewAggregator(inst.cfg.topics.producers[tp.Name])
+		agg, err := watermark.NewAggregator(inst.cfg.topics.Producers[tp.Name])
 		if err != nil {
 			return nil, fmt.Errorf("side input topic %s: %w", tp.Name, err)
 		}

@@ -143,7 +143,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		partition:  partition,
 		producer:   shuffle.ProducerID(sub.ID, partition),
 		consumers:  map[string][]consumer{},
-		producers:  inst.cfg.topics.producers[sub.Input],
+		producers:  inst.cfg.topics.Producers[sub.Input],
 		reportedWM: minWatermark,
 		batch:      inst.db.NewIndexedBatch(),
 	}
@@ -373,8 +373,8 @@ func (t *task) route(pcoll string, raw []byte) error {
 }
 
 func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
-	topic := t.inst.cfg.topics.byName[s.Topic]
-	rec := &kgo.Record{Topic: t.inst.cfg.topics.full(s.Topic)}
+	topic := t.inst.cfg.topics.ByName[s.Topic]
+	rec := &kgo.Record{Topic: t.inst.cfg.topics.Full(s.Topic)}
 	val := make([]byte, 1+len(raw))
 	val[0] = shuffle.KindData
 	copy(val[1:], raw)
@@ -393,7 +393,7 @@ func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 	} else if topic.Kind == translate.TopicRepartition {
 		return fmt.Errorf("pcollection %s: a GroupByKey input must be a KV", pcoll)
 	} else {
-		n := t.inst.cfg.topics.partitions[s.Topic]
+		n := t.inst.cfg.topics.Partitions[s.Topic]
 		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
 	}
 	t.inst.produce(rec)
@@ -519,7 +519,7 @@ func (t *task) addMetrics(infos []*pipepb.MonitoringInfo) {
 	if len(infos) == 0 {
 		return
 	}
-	t.inst.cfg.metrics.attempted.add(infos)
+	t.inst.cfg.metrics.Attempted.Add(infos)
 	t.cycleMetrics = append(t.cycleMetrics, infos)
 }
 
@@ -636,8 +636,8 @@ func (t *task) reportWatermark(wm int64) {
 		}
 		seen[s.Topic] = true
 		val := shuffle.EncodeWatermark(t.producer, wm)
-		for p := int32(0); p < t.inst.cfg.topics.partitions[s.Topic]; p++ {
-			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.full(s.Topic), Partition: p, Value: val})
+		for p := int32(0); p < t.inst.cfg.topics.Partitions[s.Topic]; p++ {
+			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.Full(s.Topic), Partition: p, Value: val})
 		}
 	}
 	// The status goes out after the commit (sendStatus): the job server
@@ -653,7 +653,7 @@ func (t *task) sendStatus() bool {
 		return false
 	}
 	t.inst.produce(&kgo.Record{
-		Topic: t.inst.cfg.topics.full(shuffle.StatusTopic),
+		Topic: t.inst.cfg.topics.Full(shuffle.StatusTopic),
 		Key:   []byte(t.producer),
 		Value: encodeTaskStatus(*t.pendingStatus),
 	})

@@ -1,4 +1,6 @@
-package host
+// Package metrics aggregates a job's Beam metrics (MonitoringInfos) as the
+// Job API reports them, attempted and committed.
+package metrics
 
 import (
 	"bytes"
@@ -10,28 +12,29 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// jobMetrics are a job's metrics as the Job API reports them: attempted
+// Job is a job's metrics as the Job API reports them: attempted
 // counts every finished bundle, committed only the bundles of commit cycles
 // whose transaction (exactly_once) or offset commit (at_least_once)
 // succeeded. A bundle of an aborted cycle is attempted, not committed: its
 // input is processed again and counted again in attempted.
-type jobMetrics struct {
-	attempted, committed *metricStore
+type Job struct {
+	Attempted, Committed *Store
 }
 
-func newJobMetrics() *jobMetrics {
-	return &jobMetrics{attempted: newMetricStore(), committed: newMetricStore()}
+// NewJob returns empty metrics.
+func NewJob() *Job {
+	return &Job{Attempted: newStore(), Committed: newStore()}
 }
 
-// metricStore aggregates MonitoringInfos, keyed by URN and labels, merging
+// Store aggregates MonitoringInfos, keyed by URN and labels, merging
 // payloads by type (sums add, distributions combine, anything else keeps the
 // latest).
-type metricStore struct {
+type Store struct {
 	mu    sync.Mutex
 	infos map[string]*pipepb.MonitoringInfo
 }
 
-func newMetricStore() *metricStore { return &metricStore{infos: map[string]*pipepb.MonitoringInfo{}} }
+func newStore() *Store { return &Store{infos: map[string]*pipepb.MonitoringInfo{}} }
 
 func metricKey(m *pipepb.MonitoringInfo) string {
 	keys := make([]string, 0, len(m.GetLabels()))
@@ -47,7 +50,7 @@ func metricKey(m *pipepb.MonitoringInfo) string {
 	return b.String()
 }
 
-func (s *metricStore) add(infos []*pipepb.MonitoringInfo) {
+func (s *Store) Add(infos []*pipepb.MonitoringInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range infos {
@@ -65,7 +68,7 @@ func (s *metricStore) add(infos []*pipepb.MonitoringInfo) {
 	}
 }
 
-func (s *metricStore) results() []*pipepb.MonitoringInfo {
+func (s *Store) Results() []*pipepb.MonitoringInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*pipepb.MonitoringInfo, 0, len(s.infos))

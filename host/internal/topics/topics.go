@@ -1,4 +1,7 @@
-package host
+// Package topics lays out a Plan's internal topics (names, partition
+// counts, producers per topic, changelogs) and creates, fills (impulses) and
+// deletes them.
+package topics
 
 import (
 	"context"
@@ -14,44 +17,50 @@ import (
 	"github.com/ksrunner/ksrunner/translate"
 )
 
-// topicSet is a Plan's internal topics with their partition counts.
-type topicSet struct {
+// Set is a Plan's internal topics with their partition counts. It is not
+// changed after New.
+type Set struct {
 	appID       string
 	replication int
-	partitions  map[string]int32 // by Topic.Name
-	byName      map[string]*translate.Topic
-	consumer    map[string]*translate.SubTopology // topic name → sub-topology reading it
-	producers   map[string]int                    // topic name → number of producing tasks
-	fullNames   map[string]string                 // topic name → Kafka name (full), precomputed
-	// changelogs are the changelog topic names by sub-topology id; a
+	// Partitions are the partition counts by Topic.Name.
+	Partitions map[string]int32
+	ByName     map[string]*translate.Topic
+	// Consumer is the sub-topology reading each topic, by name.
+	Consumer map[string]*translate.SubTopology
+	// Producers is the number of producing tasks of each topic, by name.
+	Producers map[string]int
+	fullNames map[string]string // topic name → Kafka name (full), precomputed
+	// Changelogs are the changelog topic names by sub-topology id; a
 	// changelog has one partition per task (partition of the input).
-	changelogs map[int]string
+	Changelogs map[int]string
 }
 
-func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
-	t := &topicSet{
-		appID:       opts.ApplicationID,
-		replication: opts.TopicReplicationFactor,
-		partitions:  map[string]int32{},
-		byName:      map[string]*translate.Topic{},
-		consumer:    map[string]*translate.SubTopology{},
-		producers:   map[string]int{},
+// New lays out the topics of plan for application appID: impulse and side
+// input topics have one partition, every other internal topic parallelism.
+func New(plan *translate.Plan, appID string, replication, parallelism int) *Set {
+	t := &Set{
+		appID:       appID,
+		replication: replication,
+		Partitions:  map[string]int32{},
+		ByName:      map[string]*translate.Topic{},
+		Consumer:    map[string]*translate.SubTopology{},
+		Producers:   map[string]int{},
 		fullNames:   map[string]string{},
-		changelogs:  map[int]string{},
+		Changelogs:  map[int]string{},
 	}
 	for _, tp := range plan.Topics {
 		t.fullNames[tp.Name] = shuffle.TopicName(t.appID, tp.Name)
-		t.byName[tp.Name] = tp
+		t.ByName[tp.Name] = tp
 		if tp.Kind == translate.TopicImpulse || tp.Kind == translate.TopicSideInput {
-			t.partitions[tp.Name] = 1
+			t.Partitions[tp.Name] = 1
 		} else {
-			t.partitions[tp.Name] = int32(opts.InternalParallelism)
+			t.Partitions[tp.Name] = int32(parallelism)
 		}
 	}
 	for _, st := range plan.SubTopologies {
-		t.consumer[st.Input] = st
-		name := changelogTopic(st.ID)
-		t.changelogs[st.ID] = name
+		t.Consumer[st.Input] = st
+		name := ChangelogTopic(st.ID)
+		t.Changelogs[st.ID] = name
 		t.fullNames[name] = shuffle.TopicName(t.appID, name)
 	}
 	// A producing task reports once per topic it writes, whichever of its
@@ -61,32 +70,33 @@ func newTopicSet(plan *translate.Plan, opts Options) *topicSet {
 		for _, s := range st.Sinks {
 			if !seen[s.Topic] {
 				seen[s.Topic] = true
-				t.producers[s.Topic] += int(t.partitions[st.Input])
+				t.Producers[s.Topic] += int(t.Partitions[st.Input])
 			}
 		}
 	}
 	return t
 }
 
-// full is the Kafka name of an internal topic. Data records name their topic
+// Full is the Kafka name of an internal topic. Data records name their topic
 // with it, so the plan's topics are looked up rather than built each time.
-func (t *topicSet) full(name string) string {
+func (t *Set) Full(name string) string {
 	if f, ok := t.fullNames[name]; ok {
 		return f
 	}
 	return shuffle.TopicName(t.appID, name)
 }
 
-// taskCount is the number of tasks of the whole plan.
-func (t *topicSet) taskCount() int {
+// TaskCount is the number of tasks of the whole plan.
+func (t *Set) TaskCount() int {
 	n := 0
-	for name := range t.consumer {
-		n += int(t.partitions[name])
+	for name := range t.Consumer {
+		n += int(t.Partitions[name])
 	}
 	return n
 }
 
-func newAdmin(brokers string) (*kadm.Client, error) {
+// NewAdmin is an admin client of brokers (a comma-separated list).
+func NewAdmin(brokers string) (*kadm.Client, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", brokers, err)
@@ -94,11 +104,11 @@ func newAdmin(brokers string) (*kadm.Client, error) {
 	return kadm.NewClient(cl), nil
 }
 
-// create creates every internal topic; topics that already exist (a restarted
+// Create creates every internal topic; topics that already exist (a restarted
 // application) are kept if their partition count matches.
-func (t *topicSet) create(ctx context.Context, adm *kadm.Client) error {
+func (t *Set) Create(ctx context.Context, adm *kadm.Client) error {
 	create := func(name string, partitions int32, configs map[string]*string) error {
-		full := t.full(name)
+		full := t.Full(name)
 		resp, err := adm.CreateTopic(ctx, partitions, int16(t.replication), configs, full)
 		if err == nil {
 			err = resp.Err
@@ -118,13 +128,13 @@ func (t *topicSet) create(ctx context.Context, adm *kadm.Client) error {
 		}
 		return nil
 	}
-	for name, p := range t.partitions {
+	for name, p := range t.Partitions {
 		if err := create(name, p, nil); err != nil {
 			return err
 		}
 	}
 	compact := "compact"
-	for id, name := range t.changelogs {
+	for id, name := range t.Changelogs {
 		if err := create(name, t.changelogPartitions(id), map[string]*string{"cleanup.policy": &compact}); err != nil {
 			return err
 		}
@@ -134,22 +144,23 @@ func (t *topicSet) create(ctx context.Context, adm *kadm.Client) error {
 
 // changelogPartitions is the partition count of a sub-topology's changelog:
 // that of its input topic.
-func (t *topicSet) changelogPartitions(sub int) int32 {
-	for name, st := range t.consumer {
+func (t *Set) changelogPartitions(sub int) int32 {
+	for name, st := range t.Consumer {
 		if st.ID == sub {
-			return t.partitions[name]
+			return t.Partitions[name]
 		}
 	}
 	return 1
 }
 
-func (t *topicSet) delete(ctx context.Context, adm *kadm.Client) error {
-	names := []string{t.full(shuffle.StatusTopic)}
-	for name := range t.partitions {
-		names = append(names, t.full(name))
+// Delete deletes every internal topic.
+func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
+	names := []string{t.Full(shuffle.StatusTopic)}
+	for name := range t.Partitions {
+		names = append(names, t.Full(name))
 	}
-	for _, name := range t.changelogs {
-		names = append(names, t.full(name))
+	for _, name := range t.Changelogs {
+		names = append(names, t.Full(name))
 	}
 	resps, err := adm.DeleteTopics(ctx, names...)
 	if err != nil {
@@ -158,20 +169,20 @@ func (t *topicSet) delete(ctx context.Context, adm *kadm.Client) error {
 	return resps.Error()
 }
 
-// writeImpulses writes the impulse record of every impulse topic that is
+// WriteImpulses writes the impulse record of every impulse topic that is
 // still empty, so a restarted application does not replay its impulses.
-func (t *topicSet) writeImpulses(ctx context.Context, brokers string) error {
+func (t *Set) WriteImpulses(ctx context.Context, brokers string) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.RecordPartitioner(shuffle.Partitioner()))
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	for name, tp := range t.byName {
+	for name, tp := range t.ByName {
 		if tp.Kind != translate.TopicImpulse {
 			continue
 		}
-		full := t.full(name)
+		full := t.Full(name)
 		ends, err := adm.ListEndOffsets(ctx, full)
 		if err != nil {
 			return fmt.Errorf("topic %s: end offsets: %w", full, err)
@@ -185,3 +196,10 @@ func (t *topicSet) writeImpulses(ctx context.Context, brokers string) error {
 	}
 	return nil
 }
+
+// ChangelogSuffix ends every changelog topic's name.
+const ChangelogSuffix = "-changelog"
+
+// ChangelogTopic is the changelog topic of a sub-topology (within the
+// application).
+func ChangelogTopic(sub int) string { return fmt.Sprintf("subtopology-%d%s", sub, ChangelogSuffix) }
