@@ -7,25 +7,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
-	"github.com/ksrunner/ksrunner/host/internal/topics"
+	"github.com/ksrunner/ksrunner/host/internal/runtime"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ksrunner/ksrunner/harness"
-	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 	"github.com/ksrunner/ksrunner/wasmabi"
 )
@@ -168,44 +164,8 @@ func (j *job) run(ctx context.Context) {
 }
 
 // execute runs the job until it is done (bounded), cancelled or failed.
-func (j *job) execute(ctx context.Context) (err error) {
+func (j *job) execute(ctx context.Context) error {
 	opts := j.spec.Options
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-
-	ts := topics.New(j.plan, opts.ApplicationID, opts.TopicReplicationFactor, opts.InternalParallelism)
-	admin, err := topics.NewAdmin(opts.BootstrapServers)
-	if err != nil {
-		return err
-	}
-	defer admin.Close()
-	if err := ts.Create(ctx, admin); err != nil {
-		return err
-	}
-	if j.plan.Bounded && !opts.KeepInternalTopics {
-		defer func() {
-			if err == nil {
-				if derr := ts.Delete(context.WithoutCancel(ctx), admin); derr != nil {
-					j.logger.Warn("deleting internal topics", "error", derr)
-				}
-			}
-		}()
-	}
-	if err := ts.WriteImpulses(ctx, opts.BootstrapServers); err != nil {
-		return err
-	}
-
-	stateDir := opts.StateDir
-	if stateDir == "" {
-		dir, err := os.MkdirTemp("", "ksrunner-state-")
-		if err != nil {
-			return fmt.Errorf("state dir: %w", err)
-		}
-		defer os.RemoveAll(dir)
-		stateDir = dir
-	}
-	stateDir = filepath.Join(stateDir, opts.ApplicationID)
-
 	execs, closeExecs, err := executor.Start(ctx, j.plan, j.wasm, harness.Config{
 		JobID:           j.spec.ID,
 		JobName:         j.spec.Name,
@@ -217,65 +177,23 @@ func (j *job) execute(ctx context.Context) (err error) {
 		return err
 	}
 	defer closeExecs()
-
-	inst, err := newInstance(instanceConfig{
-		plan:     j.plan,
-		opts:     opts,
-		topics:   ts,
-		execs:    execs,
-		stateDir: stateDir,
-		logger:   j.logger,
-		metrics:  j.metrics,
-		hooks:    j.server.hooks,
+	return runtime.Run(ctx, runtime.Config{
+		Plan:               j.plan,
+		BootstrapServers:   opts.BootstrapServers,
+		ApplicationID:      opts.ApplicationID,
+		ReplicationFactor:  opts.TopicReplicationFactor,
+		Parallelism:        opts.InternalParallelism,
+		KeepInternalTopics: opts.KeepInternalTopics,
+		StateDir:           opts.StateDir,
+		ExactlyOnce:        opts.exactlyOnce(),
+		CommitInterval:     opts.commitInterval(),
+		MaxBundleSize:      opts.MaxBundleSize,
+		Execs:              execs,
+		Logger:             j.logger,
+		Metrics:            j.metrics,
+		Hooks:              j.server.hooks,
+		OnRunning:          func() { j.events.setState(jobpb.JobState_RUNNING) },
 	})
-	if err != nil {
-		return err
-	}
-	defer inst.close()
-
-	j.events.setState(jobpb.JobState_RUNNING)
-	var wg sync.WaitGroup
-	instErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		instErr <- inst.run(ctx)
-	}()
-	defer wg.Wait()
-
-	// A job is DONE when every task has reported the final watermark: for
-	// a bounded pipeline always eventually, for an unbounded one when its
-	// sources end (a splittable DoFn that stops, a TestStream).
-	doneErr := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		doneErr <- waitDone(ctx, opts, ts, j.logger)
-	}()
-	select {
-	case err := <-instErr:
-		stop(err)
-		<-doneErr
-		if cause := context.Cause(ctx); errors.Is(cause, errCancelled) {
-			return cause
-		}
-		if err == nil {
-			err = errors.New("instance stopped before the job was done")
-		}
-		return err
-	case err := <-doneErr:
-		if err != nil {
-			stop(err)
-			<-instErr
-			if cause := context.Cause(ctx); errors.Is(cause, errCancelled) {
-				return cause
-			}
-			return err
-		}
-		stop(nil)
-		<-instErr
-		return nil
-	}
 }
 
 func (j *job) onSDKLog(e *fnpb.LogEntry) {
@@ -305,48 +223,6 @@ func (j *job) onSDKLog(e *fnpb.LogEntry) {
 	if toStream {
 		j.events.message(importance, msg)
 	}
-}
-
-// waitDone follows the status topic until every task of the plan reports the
-// maximum watermark.
-func waitDone(ctx context.Context, opts Options, ts *topics.Set, logger *slog.Logger) error {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(opts.BootstrapServers, ",")...),
-		kgo.ConsumeTopics(ts.Full(shuffle.StatusTopic)),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
-	if err != nil {
-		return fmt.Errorf("status consumer: %w", err)
-	}
-	defer cl.Close()
-	expected := ts.TaskCount()
-	finished := map[string]bool{}
-	for len(finished) < expected {
-		fetches := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return context.Cause(ctx) // not done: stopped (cancelled, or the instance failed)
-		}
-		if err := fetches.Err0(); err != nil {
-			return fmt.Errorf("status topic %s: %w", ts.Full(shuffle.StatusTopic), err)
-		}
-		var bad error
-		fetches.EachRecord(func(r *kgo.Record) {
-			st, err := decodeTaskStatus(r.Value)
-			if err != nil {
-				bad = fmt.Errorf("status topic %s offset %d (task %s): %w", r.Topic, r.Offset, r.Key, err)
-				return
-			}
-			logger.Debug("task status", "task", string(r.Key), "watermark", st.watermark)
-			if st.watermark >= maxWatermark {
-				finished[string(r.Key)] = true
-			}
-		})
-		if bad != nil {
-			return bad
-		}
-	}
-	return nil
 }
 
 // describePlan says, a line per sub-topology and stage, how the job runs:

@@ -1,11 +1,13 @@
 package host
 
+import "github.com/ksrunner/ksrunner/host/internal/runtime"
+
 // A ServerOption configures a JobServer beyond the job defaults (Options).
 type ServerOption func(*serverConfig)
 
 type serverConfig struct {
 	onStuckBundle func(msg string)
-	hooks         *TestHooks
+	hooks         *runtime.Hooks
 }
 
 // WithStuckBundlePolicy sets what happens when a bundle of a

@@ -295,7 +295,9 @@ func Main(m *testing.M, opts host.Options, env **Env, serverOpts ...host.ServerO
 // Hooks lets each test of a package install its own host.TestHooks on the
 // package's one job server: pass ServerOption to Start or Main, then Set in
 // a test. Only one test at a time may Set.
-type Hooks struct{ cur atomic.Pointer[host.TestHooks] }
+type Hooks struct {
+	cur atomic.Pointer[host.TestHooks]
+}
 
 // Set installs h until the returned func is called.
 func (k *Hooks) Set(h host.TestHooks) (restore func()) {

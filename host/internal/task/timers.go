@@ -1,4 +1,4 @@
-package host
+package task
 
 import (
 	"context"
@@ -12,7 +12,7 @@ const maxTimerRounds = 100
 
 // fireTimers delivers due user timers to their stateful stages, each round
 // in one bundle per stage, until none is due.
-func (t *task) fireTimers(ctx context.Context, inputWM int64) error {
+func (t *Task) fireTimers(ctx context.Context, inputWM int64) error {
 	if t.user == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package host
+package task
 
 import (
 	"encoding/binary"
@@ -44,13 +44,13 @@ func windowMaxTimestamp(win []byte) (int64, error) {
 // key's values are appended to one run, and flushBuffered writes each run as
 // one state entry (and the key and window's timer once), so the store sees a
 // write per key and interval instead of two per value.
-func (t *task) buffer(raw []byte, offset int64) error {
+func (t *Task) buffer(raw []byte, offset int64) error {
 	g := &t.gbk
 	codec := g.codec
 	if codec == nil {
-		codec = t.inst.codecs[t.sub.Root.Output+"#input"]
+		codec = t.env.Codecs[t.sub.Root.Output+"#input"]
 		if codec == nil {
-			codec = t.inst.codecs[t.inst.cfg.topics.ByName[t.sub.Input].PCollection]
+			codec = t.env.Codecs[t.env.Topics.ByName[t.sub.Input].PCollection]
 		}
 		g.codec = codec
 	}
@@ -128,7 +128,7 @@ type fullRun struct {
 // flushBuffered writes the interval's runs, and the timer of each key and
 // window, to the state batch. It runs before anything reads the buffer or
 // the timers back (fire, earliestTimer).
-func (t *task) flushBuffered() error {
+func (t *Task) flushBuffered() error {
 	g := &t.gbk
 	if len(g.runs) == 0 {
 		return nil
@@ -150,7 +150,7 @@ func (t *task) flushBuffered() error {
 
 // writeRun writes a run, and the timer of its key and window, to the state
 // batch.
-func (t *task) writeRun(kw string, r *gbkRun) error {
+func (t *Task) writeRun(kw string, r *gbkRun) error {
 	g := &t.gbk
 	_, _, maxTs, err := splitKeyWindow([]byte(kw))
 	if err != nil {
@@ -173,7 +173,7 @@ func (t *task) writeRun(kw string, r *gbkRun) error {
 
 // earliestTimer is the smallest pending end-of-window timer, or the maximum
 // watermark when none is pending: the hold on the output watermark.
-func (t *task) earliestTimer() (int64, error) {
+func (t *Task) earliestTimer() (int64, error) {
 	if err := t.flushBuffered(); err != nil {
 		return 0, err
 	}
@@ -191,7 +191,7 @@ func (t *task) earliestTimer() (int64, error) {
 
 // fire emits every key and window whose maximum timestamp the input
 // watermark has passed.
-func (t *task) fire(inputWM int64) error {
+func (t *Task) fire(inputWM int64) error {
 	if err := t.flushBuffered(); err != nil {
 		return err
 	}
@@ -235,7 +235,7 @@ func splitKeyWindow(kw []byte) (key, win []byte, maxTs int64, err error) {
 }
 
 // emitGroup emits KV<key, [values...]> for one key and window and clears it.
-func (t *task) emitGroup(kw []byte) error {
+func (t *Task) emitGroup(kw []byte) error {
 	key, win, maxTs, err := splitKeyWindow(kw)
 	if err != nil {
 		return err

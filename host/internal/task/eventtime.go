@@ -1,4 +1,4 @@
-package host
+package task
 
 import (
 	"context"
@@ -38,7 +38,7 @@ import (
 // to every input watermark change at once (fire, close bundles, report), so
 // TestStream events reach downstream one at a time as in Prism.
 type eventTime struct {
-	t         *task
+	t         *Task
 	gbk       *windowedGBK // windowed group-by-key root, or nil
 	ts        *testStreamRoot
 	synthetic bool             // processing time is the TestStream's clock
@@ -61,8 +61,8 @@ type eventTime struct {
 
 // newEventTime returns the task's event-time machinery, or nil when the
 // task needs none (it then runs exactly as before).
-func newEventTime(t *task) (*eventTime, error) {
-	plan := t.inst.cfg.plan
+func newEventTime(t *Task) (*eventTime, error) {
+	plan := t.env.Plan
 	root := t.sub.Root
 	windowed := root.Kind == translate.RootGroupByKey && root.Windowed
 	if !windowed && root.Kind != translate.RootTestStream && !plan.TestStream {
@@ -153,7 +153,7 @@ func (e *eventTime) afterWatermark(ctx context.Context) error {
 	if !e.synthetic || e.t.inputWatermark() == e.lastIn {
 		return nil
 	}
-	return e.t.prepareCommit(ctx)
+	return e.t.PrepareCommit(ctx)
 }
 
 // onProcessingTime handles a PROCESSING_TIME record: the clock moves, what
@@ -172,7 +172,7 @@ func (e *eventTime) onProcessingTime(ctx context.Context, r *kgo.Record) error {
 	if !e.synthetic {
 		return nil
 	}
-	return e.t.prepareCommit(ctx)
+	return e.t.PrepareCommit(ctx)
 }
 
 // prepare is the hook at the start of prepareCommit, instead of the fast
@@ -227,15 +227,15 @@ func (e *eventTime) outputWatermark(in int64) (int64, bool, error) {
 
 // broadcast writes a record value to every partition of every topic this
 // task writes (as reportWatermark does for watermarks).
-func (t *task) broadcast(val []byte) {
+func (t *Task) broadcast(val []byte) {
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
 		if seen[s.Topic] {
 			continue
 		}
 		seen[s.Topic] = true
-		for p := int32(0); p < t.inst.cfg.topics.Partitions[s.Topic]; p++ {
-			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.Full(s.Topic), Partition: p, Value: val})
+		for p := int32(0); p < t.env.Topics.Partitions[s.Topic]; p++ {
+			t.env.Produce(&kgo.Record{Topic: t.env.Topics.Full(s.Topic), Partition: p, Value: val})
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package host
+package task
 
 import (
 	"bytes"
@@ -40,7 +40,7 @@ import (
 // "ksrunner" of the GroupByKey transform), elements of closed windows in
 // dropped_closed_window_elements.
 type windowedGBK struct {
-	t     *task
+	t     *Task
 	s     *windowing.Strategy
 	codec *shuffle.ElementCodec
 
@@ -55,25 +55,25 @@ type windowedGBK struct {
 	pending  []pendingElement
 }
 
-func newWindowedGBK(t *task) (*windowedGBK, error) {
-	comps := t.inst.cfg.plan.Pipeline.GetComponents()
+func newWindowedGBK(t *Task) (*windowedGBK, error) {
+	comps := t.env.Plan.Pipeline.GetComponents()
 	ws := comps.GetWindowingStrategies()[t.sub.Root.WindowingStrategy]
 	s, err := windowing.NewStrategy(ws, comps)
 	if err != nil {
 		return nil, fmt.Errorf("group-by-key %s: %w", t.sub.Root.TransformID, err)
 	}
-	codec := t.inst.codecs[t.inst.cfg.topics.ByName[t.sub.Input].PCollection]
+	codec := t.env.Codecs[t.env.Topics.ByName[t.sub.Input].PCollection]
 	if codec == nil {
 		return nil, fmt.Errorf("group-by-key %s: no input codec", t.sub.Root.TransformID)
 	}
 	g := &windowedGBK{t: t, s: s, codec: codec}
 	if ms := t.sub.Root.MergeWindows; ms != nil {
-		exec := t.inst.execs[ms.ID]
+		exec := t.env.Execs[ms.ID]
 		if exec == nil {
 			return nil, fmt.Errorf("group-by-key %s: merge stage %s has no executor", t.sub.Root.TransformID, ms.ID)
 		}
 		g.merger = exec
-		if g.mergeOut = t.inst.codecs[ms.Outputs[0]]; g.mergeOut == nil {
+		if g.mergeOut = t.env.Codecs[ms.Outputs[0]]; g.mergeOut == nil {
 			return nil, fmt.Errorf("group-by-key %s: merge stage %s: no output codec", t.sub.Root.TransformID, ms.ID)
 		}
 		if g.winLen, err = shuffle.ValueLength(comps.GetCoders(), ws.GetWindowCoderId()); err != nil {

@@ -1,4 +1,4 @@
-package host
+package runtime
 
 import (
 	"context"
@@ -44,17 +44,17 @@ type sideInputReader struct {
 
 func newSideInputReader(inst *instance) (*sideInputReader, error) {
 	r := &sideInputReader{db: inst.db, topics: map[string]*sideTopic{}, byName: map[string]*sideTopic{}}
-	plan := inst.cfg.plan
+	plan := inst.cfg.Plan
 	for _, tp := range plan.Topics {
 		if tp.Kind != translate.TopicSideInput {
 			continue
 		}
 		st := &sideTopic{
 			name:  tp.Name,
-			full:  inst.cfg.topics.Full(tp.Name),
+			full:  inst.topics.Full(tp.Name),
 			codec: inst.codecs[tp.PCollection],
 		}
-		agg, err := watermark.NewAggregator(inst.cfg.topics.Producers[tp.Name])
+		agg, err := watermark.NewAggregator(inst.topics.Producers[tp.Name])
 		if err != nil {
 			return nil, fmt.Errorf("side input topic %s: %w", tp.Name, err)
 		}

@@ -1,4 +1,4 @@
-package host
+package task
 
 import (
 	"context"
@@ -31,7 +31,7 @@ const (
 	processBatchBytes = 1 << 20
 )
 
-// task runs one sub-topology for one partition of its input topic.
+// Task runs one sub-topology for one partition of its input topic.
 //
 // Invariants:
 //   - Only the instance's loop calls handle, prepareCommit, commitState and
@@ -40,8 +40,8 @@ const (
 //   - Output reaches Kafka before the watermark report that covers it: both
 //     are produced from this task in order, and Kafka keeps order per
 //     partition.
-type task struct {
-	inst      *instance
+type Task struct {
+	env       *Env
 	sub       *translate.SubTopology
 	partition int32
 	producer  string // shuffle.ProducerID of this task
@@ -59,7 +59,7 @@ type task struct {
 	statusDirty bool
 	// pendingStatus is the status to send once the commit in progress is
 	// done (see sendStatus).
-	pendingStatus *taskStatus
+	pendingStatus *Status
 	gateSeq       uint64 // next sequence number of held input
 	// user holds the user state and timers of stateful stages; nil if none.
 	user *state.User
@@ -136,20 +136,22 @@ func (sr *stageRun) pendingBytes() int {
 	return n
 }
 
-func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task, error) {
-	t := &task{
-		inst:       inst,
+// New opens the task of sub-topology sub for one partition of its input
+// topic, from the store (which the runtime restored first).
+func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
+	t := &Task{
+		env:        env,
 		sub:        sub,
 		partition:  partition,
 		producer:   shuffle.ProducerID(sub.ID, partition),
 		consumers:  map[string][]consumer{},
-		producers:  inst.cfg.topics.Producers[sub.Input],
+		producers:  env.Topics.Producers[sub.Input],
 		reportedWM: minWatermark,
-		batch:      inst.db.NewIndexedBatch(),
+		batch:      env.DB.NewIndexedBatch(),
 	}
 	t.prefix = state.TaskPrefix(sub.ID, partition)
 	for _, s := range sub.Stages {
-		exec := inst.execs[s.ID]
+		exec := env.Execs[s.ID]
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
@@ -158,7 +160,7 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}
 		if s.Stateful && t.user == nil {
-			u, err := state.NewUser(t.inst.db, t.prefix)
+			u, err := state.NewUser(t.env.DB, t.prefix)
 			if err != nil {
 				return nil, err
 			}
@@ -166,13 +168,13 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 		}
 		var side harness.StateHandler
 		if len(s.SideInputs) > 0 {
-			side = state.NewSideInputs(inst.db, s)
+			side = state.NewSideInputs(env.DB, s)
 		}
 		switch {
 		case s.Stateful:
 			ordered := map[[2]string]func([]byte) (int, error){}
 			for _, ol := range s.OrderedLists {
-				f, err := shuffle.ValueLength(inst.cfg.plan.Pipeline.GetComponents().GetCoders(), ol.ElementCoderID)
+				f, err := shuffle.ValueLength(env.Plan.Pipeline.GetComponents().GetCoders(), ol.ElementCoderID)
 				if err != nil {
 					return nil, fmt.Errorf("stage %s: ordered list state %s: %w", s.ID, ol.StateID, err)
 				}
@@ -224,11 +226,11 @@ func newTask(inst *instance, sub *translate.SubTopology, partition int32) (*task
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
 //	'G' stage | max window ts | seq            → min timestamp | element count | input held for side inputs
 
-func (t *task) key(store state.Kind, parts ...[]byte) []byte {
+func (t *Task) key(store state.Kind, parts ...[]byte) []byte {
 	return state.Key(t.prefix, store, parts...)
 }
 
-func (t *task) loadWatermarks() error {
+func (t *Task) loadWatermarks() error {
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Watermark), UpperBound: t.key(state.Watermark + 1)})
 	if err != nil {
 		return err
@@ -249,14 +251,14 @@ func (t *task) loadWatermarks() error {
 
 // inputWatermark is the minimum over every producer's latest report, held at
 // the minimum until every producer has reported.
-func (t *task) inputWatermark() int64 {
+func (t *Task) inputWatermark() int64 {
 	if t.inputWM == nil {
 		return minWatermark
 	}
 	return int64(t.inputWM.Watermark())
 }
 
-func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
+func (t *Task) Handle(ctx context.Context, recs []*kgo.Record) error {
 	for _, r := range recs {
 		if len(r.Value) == 0 {
 			return fmt.Errorf("topic %s partition %d offset %d: empty record", r.Topic, r.Partition, r.Offset)
@@ -309,14 +311,14 @@ func (t *task) handle(ctx context.Context, recs []*kgo.Record) error {
 // flushPending processes the records a windowed GroupByKey holds back to
 // merge their windows together (mergewindows.go). Nothing may observe the
 // task's state or move its input watermark while records are held.
-func (t *task) flushPending(ctx context.Context) error {
+func (t *Task) flushPending(ctx context.Context) error {
 	if t.ev == nil || t.ev.gbk == nil {
 		return nil
 	}
 	return t.ev.gbk.flushPending(ctx)
 }
 
-func (t *task) handleData(r *kgo.Record) error {
+func (t *Task) handleData(r *kgo.Record) error {
 	root := t.sub.Root
 	if t.ev != nil {
 		if handled, err := t.ev.handleData(r); handled {
@@ -352,7 +354,7 @@ var impulseElement = func() []byte {
 
 // route sends an encoded windowed value of pcoll to everything that consumes
 // it in this sub-topology. raw is only read during the call.
-func (t *task) route(pcoll string, raw []byte) error {
+func (t *Task) route(pcoll string, raw []byte) error {
 	for _, c := range t.consumers[pcoll] {
 		switch {
 		case c.stage != nil:
@@ -372,14 +374,14 @@ func (t *task) route(pcoll string, raw []byte) error {
 	return nil
 }
 
-func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
-	topic := t.inst.cfg.topics.ByName[s.Topic]
-	rec := &kgo.Record{Topic: t.inst.cfg.topics.Full(s.Topic)}
+func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
+	topic := t.env.Topics.ByName[s.Topic]
+	rec := &kgo.Record{Topic: t.env.Topics.Full(s.Topic)}
 	val := make([]byte, 1+len(raw))
 	val[0] = shuffle.KindData
 	copy(val[1:], raw)
 	rec.Value = val
-	codec := t.inst.codecs[pcoll]
+	codec := t.env.Codecs[pcoll]
 	if codec.IsKV() {
 		wv, err := codec.Next(val[1:])
 		if err != nil {
@@ -393,17 +395,17 @@ func (t *task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 	} else if topic.Kind == translate.TopicRepartition {
 		return fmt.Errorf("pcollection %s: a GroupByKey input must be a KV", pcoll)
 	} else {
-		n := t.inst.cfg.topics.Partitions[s.Topic]
+		n := t.env.Topics.Partitions[s.Topic]
 		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
 	}
-	t.inst.produce(rec)
+	t.env.Produce(rec)
 	return nil
 }
 
 // flushStages hands pending input to the stages in topological order; with
 // closing set it also finishes every bundle, and repeats until no stage has
 // input left (a finished bundle can feed a later stage or return residuals).
-func (t *task) flushStages(ctx context.Context, closing bool) error {
+func (t *Task) flushStages(ctx context.Context, closing bool) error {
 	for {
 		idle := true
 		for _, sr := range t.stages {
@@ -431,7 +433,7 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 					return err
 				}
 			}
-			if sr.bundle != nil && (closing || sr.count >= t.inst.cfg.opts.MaxBundleSize) {
+			if sr.bundle != nil && (closing || sr.count >= t.env.MaxBundleSize) {
 				if err := t.finish(sr); err != nil {
 					return err
 				}
@@ -452,7 +454,7 @@ func (t *task) flushStages(ctx context.Context, closing bool) error {
 	}
 }
 
-func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
+func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 	if sr.bundle == nil {
 		sr.carry = map[string][]byte{}
 		sr.timerCarry = map[string][]byte{}
@@ -465,7 +467,7 @@ func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 					return fmt.Errorf("stage %s: timer for unknown family %s", sr.stage.ID, k)
 				}
 				c := sr.timerCarry[k]
-				err := t.user.SetTimers(fam, t.inst.timerCodecs[[2]string{transformID, familyID}], data, &c)
+				err := t.user.SetTimers(fam, t.env.TimerCodecs[[2]string{transformID, familyID}], data, &c)
 				sr.timerCarry[k] = c
 				return err
 			}
@@ -487,7 +489,7 @@ func (t *task) process(ctx context.Context, sr *stageRun, in chunk) error {
 	return nil
 }
 
-func (t *task) finish(sr *stageRun) error {
+func (t *Task) finish(sr *stageRun) error {
 	b := sr.bundle
 	sr.bundle = nil
 	res, err := b.Finish()
@@ -515,18 +517,18 @@ func (t *task) finish(sr *stageRun) error {
 
 // addMetrics counts a bundle's (or the host's own) metrics as attempted, and
 // as committed once the cycle commits.
-func (t *task) addMetrics(infos []*pipepb.MonitoringInfo) {
+func (t *Task) addMetrics(infos []*pipepb.MonitoringInfo) {
 	if len(infos) == 0 {
 		return
 	}
-	t.inst.cfg.metrics.Attempted.Add(infos)
+	t.env.Metrics.Attempted.Add(infos)
 	t.cycleMetrics = append(t.cycleMetrics, infos)
 }
 
 // emit receives a chunk of a stage's output, which may end inside an
 // element: the rest is carried to the next chunk.
-func (t *task) emit(sr *stageRun, pcoll string, data []byte) error {
-	codec := t.inst.codecs[pcoll]
+func (t *Task) emit(sr *stageRun, pcoll string, data []byte) error {
+	codec := t.env.Codecs[pcoll]
 	if codec == nil {
 		return fmt.Errorf("stage %s: output %s has no wire coder", sr.stage.ID, pcoll)
 	}
@@ -550,9 +552,9 @@ func (t *task) emit(sr *stageRun, pcoll string, data []byte) error {
 	return nil
 }
 
-// prepareCommit fires what the input watermark allows, closes every bundle
+// PrepareCommit fires what the input watermark allows, closes every bundle
 // and reports the output watermark if it moved.
-func (t *task) prepareCommit(ctx context.Context) error {
+func (t *Task) PrepareCommit(ctx context.Context) error {
 	in := t.inputWatermark()
 	if t.ev != nil {
 		if err := t.ev.prepare(ctx, in); err != nil {
@@ -582,7 +584,7 @@ func (t *task) prepareCommit(ctx context.Context) error {
 	return nil
 }
 
-func (t *task) outputWatermark(in int64) (int64, error) {
+func (t *Task) outputWatermark(in int64) (int64, error) {
 	out, err := t.rootWatermark(in)
 	if err != nil {
 		return 0, err
@@ -601,7 +603,7 @@ func (t *task) outputWatermark(in int64) (int64, error) {
 	return min(out, hold), nil
 }
 
-func (t *task) rootWatermark(in int64) (int64, error) {
+func (t *Task) rootWatermark(in int64) (int64, error) {
 	if t.ev != nil {
 		if wm, ok, err := t.ev.outputWatermark(in); ok {
 			return wm, err
@@ -625,10 +627,10 @@ func (t *task) rootWatermark(in int64) (int64, error) {
 
 // reportWatermark sends the output watermark to every partition of every
 // topic this task writes, and the task's status.
-func (t *task) reportWatermark(wm int64) {
+func (t *Task) reportWatermark(wm int64) {
 	wm = max(wm, t.reportedWM)
 	t.reportedWM, t.statusDirty = wm, false
-	t.inst.cfg.logger.Debug("watermark", "task", t.producer, "watermark", wm, "producers", t.producers)
+	t.env.Logger.Debug("watermark", "task", t.producer, "watermark", wm, "producers", t.producers)
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
 		if seen[s.Topic] {
@@ -636,32 +638,32 @@ func (t *task) reportWatermark(wm int64) {
 		}
 		seen[s.Topic] = true
 		val := shuffle.EncodeWatermark(t.producer, wm)
-		for p := int32(0); p < t.inst.cfg.topics.Partitions[s.Topic]; p++ {
-			t.inst.produce(&kgo.Record{Topic: t.inst.cfg.topics.Full(s.Topic), Partition: p, Value: val})
+		for p := int32(0); p < t.env.Topics.Partitions[s.Topic]; p++ {
+			t.env.Produce(&kgo.Record{Topic: t.env.Topics.Full(s.Topic), Partition: p, Value: val})
 		}
 	}
 	// The status goes out after the commit (sendStatus): the job server
 	// ends a bounded job on it, and by then the bundles it covers must be
 	// committed and finalized.
-	t.pendingStatus = &taskStatus{watermark: wm}
+	t.pendingStatus = &Status{Watermark: wm}
 }
 
-// sendStatus produces the status recorded by the last watermark report, if
+// SendStatus produces the status recorded by the last watermark report, if
 // any; it reports whether it did.
-func (t *task) sendStatus() bool {
+func (t *Task) SendStatus() bool {
 	if t.pendingStatus == nil {
 		return false
 	}
-	t.inst.produce(&kgo.Record{
-		Topic: t.inst.cfg.topics.Full(shuffle.StatusTopic),
+	t.env.Produce(&kgo.Record{
+		Topic: t.env.Topics.Full(shuffle.StatusTopic),
 		Key:   []byte(t.producer),
-		Value: encodeTaskStatus(*t.pendingStatus),
+		Value: EncodeStatus(*t.pendingStatus),
 	})
 	t.pendingStatus = nil
 	return true
 }
 
-func (t *task) commitState() error {
+func (t *Task) CommitState() error {
 	if t.user != nil {
 		if err := t.user.Commit(); err != nil {
 			return fmt.Errorf("task %s: committing user state: %w", t.producer, err)
@@ -676,13 +678,13 @@ func (t *task) commitState() error {
 		return fmt.Errorf("task %s: committing state: %w", t.producer, err)
 	}
 	t.batch.Close() // committed: only releases it for reuse
-	t.batch = t.inst.db.NewIndexedBatch()
+	t.batch = t.env.DB.NewIndexedBatch()
 	return nil
 }
 
-// abort drops the open bundles' state; their input is redelivered to the
+// Abort drops the open bundles' state; their input is redelivered to the
 // partition's next owner because its offsets were not committed.
-func (t *task) abort() {
+func (t *Task) Abort() {
 	t.batch.Close()
 	if t.user != nil {
 		t.user.Abort()
@@ -693,15 +695,20 @@ func (t *task) abort() {
 	}
 }
 
-type taskStatus struct{ watermark int64 }
-
-func encodeTaskStatus(s taskStatus) []byte {
-	return binary.BigEndian.AppendUint64(nil, uint64(s.watermark))
-}
-
-func decodeTaskStatus(b []byte) (taskStatus, error) {
-	if len(b) < 8 {
-		return taskStatus{}, fmt.Errorf("status record: %d bytes", len(b))
+// Finalize runs the finalizers of the committed cycle's bundles and counts
+// their metrics as committed; the runtime calls it once the cycle committed.
+func (t *Task) Finalize(ctx context.Context) {
+	for _, m := range t.cycleMetrics {
+		t.env.Metrics.Committed.Add(m)
 	}
-	return taskStatus{watermark: int64(binary.BigEndian.Uint64(b))}, nil
+	t.cycleMetrics = nil
+	for _, f := range t.finalizers {
+		if err := f(ctx); err != nil {
+			t.env.Logger.Warn("bundle finalization failed", "task", t.producer, "error", err)
+		}
+	}
+	t.finalizers = nil
 }
+
+// ID is the task's producer id (shuffle.ProducerID).
+func (t *Task) ID() string { return t.producer }

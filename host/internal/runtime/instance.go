@@ -1,4 +1,4 @@
-package host
+package runtime
 
 import (
 	"context"
@@ -10,10 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ksrunner/ksrunner/host/internal/metrics"
+	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
-
-	"github.com/ksrunner/ksrunner/host/internal/executor"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,17 +19,6 @@ import (
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
-
-type instanceConfig struct {
-	plan     *translate.Plan
-	opts     Options
-	topics   *topics.Set
-	execs    map[string]executor.Executor
-	stateDir string
-	logger   *slog.Logger
-	metrics  *metrics.Job
-	hooks    *TestHooks // nil: none
-}
 
 // instance is one member of the application's consumer group. It owns the
 // Kafka client (consumer and producer), the Pebble store and the tasks of the
@@ -46,7 +33,9 @@ type instanceConfig struct {
 // offsets. Rebalances only happen between iterations (BlockRebalanceOnPoll),
 // so a task never moves with a bundle or a transaction open.
 type instance struct {
-	cfg    instanceConfig
+	cfg    Config
+	topics *topics.Set
+	env    *task.Env // what the tasks share
 	cl     *kgo.Client
 	sess   *kgo.GroupTransactSession // exactly_once: the session cl belongs to; nil at_least_once
 	admin  *kgo.Client               // for changelog offsets
@@ -54,13 +43,12 @@ type instance struct {
 	codecs map[string]*shuffle.ElementCodec // by PCollection id
 
 	subByTopic map[string]*translate.SubTopology // by full topic name
-	execs      map[string]executor.Executor      // by stage id
 	side       *sideInputReader
 	// timerCodecs parse the timers of each (transform, family).
 	timerCodecs map[[2]string]*shuffle.TimerCodec
 
 	mu    sync.Mutex // guards tasks against the rebalance callbacks
-	tasks map[taskID]*task
+	tasks map[taskID]*task.Task
 	inTxn bool // a transaction is open (only the loop touches it)
 
 	produceErr atomic.Pointer[error]
@@ -72,15 +60,16 @@ type taskID struct {
 	partition int32
 }
 
-func newInstance(cfg instanceConfig) (*instance, error) {
+func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error) {
 	i := &instance{
 		cfg:        cfg,
+		topics:     ts,
 		codecs:     map[string]*shuffle.ElementCodec{},
 		subByTopic: map[string]*translate.SubTopology{},
-		tasks:      map[taskID]*task{},
+		tasks:      map[taskID]*task.Task{},
 	}
-	coders := cfg.plan.Pipeline.GetComponents().GetCoders()
-	for pcoll, wv := range cfg.plan.WireCoders {
+	coders := cfg.Plan.Pipeline.GetComponents().GetCoders()
+	for pcoll, wv := range cfg.Plan.WireCoders {
 		c, err := shuffle.NewElementCodec(coders, wv)
 		if err != nil {
 			return nil, fmt.Errorf("pcollection %s: %w", pcoll, err)
@@ -88,14 +77,14 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		i.codecs[pcoll] = c
 	}
 	var topics []string
-	for _, st := range cfg.plan.SubTopologies {
-		full := cfg.topics.Full(st.Input)
+	for _, st := range cfg.Plan.SubTopologies {
+		full := ts.Full(st.Input)
 		i.subByTopic[full] = st
 		topics = append(topics, full)
 	}
-	db, err := pebble.Open(cfg.stateDir, &pebble.Options{Logger: pebbleLogger{cfg.logger}})
+	db, err := pebble.Open(stateDir, &pebble.Options{Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {
-		return nil, fmt.Errorf("state store %s: %w", cfg.stateDir, err)
+		return nil, fmt.Errorf("state store %s: %w", stateDir, err)
 	}
 	i.db = db
 	if i.side, err = newSideInputReader(i); err != nil {
@@ -107,20 +96,14 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		db.Close()
 		return nil, err
 	}
-	i.execs = map[string]executor.Executor{}
-	for _, st := range cfg.plan.SubTopologies {
-		for _, s := range st.ExecutorStages() {
-			i.execs[s.ID] = cfg.execs[s.ID]
-		}
-	}
-	seeds := kgo.SeedBrokers(strings.Split(cfg.opts.BootstrapServers, ",")...)
+	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
 	if i.admin, err = kgo.NewClient(seeds); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	opts := []kgo.Opt{
 		seeds,
-		kgo.ConsumerGroup(cfg.opts.ApplicationID),
+		kgo.ConsumerGroup(cfg.ApplicationID),
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
@@ -134,12 +117,11 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		kgo.OnPartitionsRevoked(i.onRevoked),
 		kgo.OnPartitionsLost(i.onLost),
 	}
-	if cfg.opts.exactlyOnce() {
+	if cfg.ExactlyOnce {
 		// One transactional producer per instance, fenced by the group's
 		// generation (KIP-447), so the id only has to be unique.
 		opts = append(opts,
-			kgo.TransactionalID(cfg.opts.ApplicationID+"-"+randomSuffix()),
-			kgo.RequireStableFetchOffsets(),
+			kgo.TransactionalID(cfg.ApplicationID+"-"+randomSuffix()),
 			kgo.TransactionTimeout(transactionTimeout),
 		)
 		i.sess, err = kgo.NewGroupTransactSession(opts...)
@@ -154,6 +136,21 @@ func newInstance(cfg instanceConfig) (*instance, error) {
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
+	i.env = &task.Env{
+		Plan:          cfg.Plan,
+		Topics:        ts,
+		Codecs:        i.codecs,
+		TimerCodecs:   i.timerCodecs,
+		Execs:         cfg.Execs,
+		DB:            i.db,
+		Metrics:       cfg.Metrics,
+		Logger:        cfg.Logger,
+		MaxBundleSize: cfg.MaxBundleSize,
+		Produce:       i.produce,
+		ProduceWith:   i.cl.Produce,
+		Fail:          i.setProduceErr,
+		SideWatermark: i.side.watermark,
+	}
 	return i, nil
 }
 
@@ -166,7 +163,7 @@ func (i *instance) close() {
 	i.admin.Close()
 	i.mu.Lock()
 	for id, t := range i.tasks {
-		t.abort()
+		t.Abort()
 		delete(i.tasks, id)
 	}
 	i.mu.Unlock()
@@ -190,13 +187,13 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 		return
 	}
 	for _, id := range ids {
-		t, err := newTask(i, i.subByTopic[id.topic], id.partition)
+		t, err := task.New(i.env, i.subByTopic[id.topic], id.partition)
 		if err != nil {
 			i.setProduceErr(fmt.Errorf("opening task %s/%d: %w", id.topic, id.partition, err))
 			continue
 		}
 		i.tasks[id] = t
-		i.cfg.logger.Debug("task assigned", "topic", id.topic, "partition", id.partition)
+		i.cfg.Logger.Debug("task assigned", "topic", id.topic, "partition", id.partition)
 	}
 }
 
@@ -228,7 +225,7 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 		for _, p := range ps {
 			id := taskID{topic, p}
 			if t := i.tasks[id]; t != nil {
-				t.abort()
+				t.Abort()
 				delete(i.tasks, id)
 			}
 		}
@@ -242,12 +239,12 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 func (i *instance) resetTasks() {
 	ids := make([]taskID, 0, len(i.tasks))
 	for id, t := range i.tasks {
-		t.abort()
+		t.Abort()
 		ids = append(ids, id)
 	}
 	for _, id := range ids {
 		delete(i.tasks, id)
-		nt, err := newTask(i, i.subByTopic[id.topic], id.partition)
+		nt, err := task.New(i.env, i.subByTopic[id.topic], id.partition)
 		if err != nil {
 			i.setProduceErr(fmt.Errorf("reopening task %s/%d: %w", id.topic, id.partition, err))
 			continue
@@ -277,7 +274,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			// holding back read_committed readers of its partitions.
 			actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			if _, aerr := i.sess.End(actx, kgo.TryAbort); aerr != nil {
-				i.cfg.logger.Warn("aborting the open transaction", "error", aerr)
+				i.cfg.Logger.Warn("aborting the open transaction", "error", aerr)
 			}
 			cancel()
 			i.inTxn = false
@@ -288,16 +285,16 @@ func (i *instance) run(ctx context.Context) (err error) {
 	sideDone := make(chan struct{})
 	go func() {
 		defer close(sideDone)
-		if err := i.side.run(ctx, i.cfg.opts.BootstrapServers); err != nil {
+		if err := i.side.run(ctx, i.cfg.BootstrapServers); err != nil {
 			i.setProduceErr(err)
 		}
 	}()
 	defer func() { cancel(); <-sideDone }()
-	interval := i.cfg.opts.commitInterval()
+	interval := i.cfg.CommitInterval
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, interval)
 		maxRecords := 100000
-		if h := i.cfg.hooks; h != nil && h.MaxPollRecords != nil && h.MaxPollRecords() > 0 {
+		if h := i.cfg.Hooks; h != nil && h.MaxPollRecords != nil && h.MaxPollRecords() > 0 {
 			maxRecords = h.MaxPollRecords()
 		}
 		fetches := i.cl.PollRecords(pollCtx, maxRecords)
@@ -353,7 +350,7 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := t.handle(ctx, p.Records); err != nil {
+			if err := t.Handle(ctx, p.Records); err != nil {
 				errs <- err
 			}
 		}()
@@ -384,11 +381,11 @@ func (i *instance) prepareTasks(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := t.prepareCommit(ctx); err != nil {
+			if err := t.PrepareCommit(ctx); err != nil {
 				errs <- err
 				return
 			}
-			if err := t.produceChangelog(ctx); err != nil {
+			if err := t.ProduceChangelog(ctx); err != nil {
 				errs <- err
 			}
 		}()
@@ -401,7 +398,7 @@ func (i *instance) prepareTasks(ctx context.Context) error {
 // beforeCommit runs the test hook, if any, on a cycle that consumed
 // records; it reports whether the cycle must abort.
 func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, err error) {
-	h := i.cfg.hooks
+	h := i.cfg.Hooks
 	if h == nil || h.BeforeCommit == nil || records == 0 {
 		return false, nil
 	}
@@ -427,7 +424,7 @@ func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, e
 //     bounded job on it.
 func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	for _, t := range i.tasks {
-		t.sendStatus()
+		t.SendStatus()
 	}
 	// Flushed before End (which flushes too) so that a failed produce is
 	// seen here and fails the instance: End would commit without the record.
@@ -445,12 +442,12 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 		return fmt.Errorf("ending the transaction: %w", err)
 	}
 	if !committed {
-		i.cfg.logger.Info("transaction aborted: tasks restart from the last committed cycle", "injected", abort)
+		i.cfg.Logger.Info("transaction aborted: tasks restart from the last committed cycle", "injected", abort)
 		i.resetTasks()
 		return i.failure()
 	}
 	for _, t := range i.tasks {
-		if err := t.commitState(); err != nil {
+		if err := t.CommitState(); err != nil {
 			return err
 		}
 	}
@@ -491,7 +488,7 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 		return i.failure()
 	}
 	for _, t := range i.tasks {
-		if err := t.commitState(); err != nil {
+		if err := t.CommitState(); err != nil {
 			return err
 		}
 	}
@@ -501,7 +498,7 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 	i.finalize(ctx)
 	sent := false
 	for _, t := range i.tasks {
-		sent = t.sendStatus() || sent
+		sent = t.SendStatus() || sent
 	}
 	if sent {
 		if err := i.cl.Flush(ctx); err != nil {
@@ -533,16 +530,7 @@ func (i *instance) rewind() {
 // their metrics as committed.
 func (i *instance) finalize(ctx context.Context) {
 	for _, t := range i.tasks {
-		for _, m := range t.cycleMetrics {
-			i.cfg.metrics.Committed.Add(m)
-		}
-		t.cycleMetrics = nil
-		for _, f := range t.finalizers {
-			if err := f(ctx); err != nil {
-				i.cfg.logger.Warn("bundle finalization failed", "task", t.producer, "error", err)
-			}
-		}
-		t.finalizers = nil
+		t.Finalize(ctx)
 	}
 }
 
@@ -568,8 +556,8 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 }
 
 func (i *instance) buildTimerCodecs() error {
-	comps := i.cfg.plan.Pipeline.GetComponents()
-	for _, st := range i.cfg.plan.SubTopologies {
+	comps := i.cfg.Plan.Pipeline.GetComponents()
+	for _, st := range i.cfg.Plan.SubTopologies {
 		for _, s := range st.Stages {
 			for _, f := range s.TimerFamilies {
 				c, err := shuffle.NewTimerCodec(comps.GetCoders(), f.CoderID)

@@ -1,4 +1,4 @@
-package host
+package task
 
 import (
 	"bytes"
@@ -22,7 +22,7 @@ import (
 
 // sortTestTask is a task with a store and one time-sorted stage reading
 // strings in the global window.
-func sortTestTask(t *testing.T, lateness int64) (*task, *stageRun) {
+func sortTestTask(t *testing.T, lateness int64) (*Task, *stageRun) {
 	t.Helper()
 	db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 	if err != nil {
@@ -38,8 +38,8 @@ func sortTestTask(t *testing.T, lateness int64) (*task, *stageRun) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk := &task{
-		inst:   &instance{cfg: instanceConfig{metrics: metrics.NewJob()}, codecs: map[string]*shuffle.ElementCodec{"in": codec}},
+	tk := &Task{
+		env:    &Env{Metrics: metrics.NewJob(), Codecs: map[string]*shuffle.ElementCodec{"in": codec}},
 		prefix: []byte("task"),
 		batch:  db.NewIndexedBatch(),
 	}
@@ -66,12 +66,12 @@ func stamped(t *testing.T, ts ...int64) []chunk {
 }
 
 // timestamps decodes the released chunks' timestamps, in order.
-func timestamps(t *testing.T, tk *task, out []chunk) []int64 {
+func timestamps(t *testing.T, tk *Task, out []chunk) []int64 {
 	t.Helper()
 	var got []int64
 	for _, c := range out {
 		for b := c.data; len(b) > 0; {
-			l, err := tk.inst.codecs["in"].Locate(b)
+			l, err := tk.env.Codecs["in"].Locate(b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -143,7 +143,7 @@ func TestSortByTime(t *testing.T) {
 				}
 			}
 			var dropped int64
-			for _, m := range tk.inst.cfg.metrics.Attempted.Results() {
+			for _, m := range tk.env.Metrics.Attempted.Results() {
 				if m.GetLabels()["NAME"] == "dropped_late_elements" && m.GetLabels()["PTRANSFORM"] == "sortedFn" {
 					v, err := coder.DecodeVarInt(bytes.NewReader(m.GetPayload()))
 					if err != nil {

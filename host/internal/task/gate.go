@@ -1,4 +1,4 @@
-package host
+package task
 
 import (
 	"bytes"
@@ -20,8 +20,8 @@ import (
 // holds the task's output watermark at its smallest element timestamp.
 
 // gate parks in and returns the parked chunks that are ready, deleting them.
-func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
-	codec := t.inst.codecs[sr.stage.Input]
+func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
+	codec := t.env.Codecs[sr.stage.Input]
 	for _, c := range in {
 		// Each stored piece is whole elements of at most about
 		// maxStoredValue bytes: it is one changelog record.
@@ -56,7 +56,7 @@ func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 	}
 	ready := maxWatermark
 	for _, si := range sr.stage.SideInputs {
-		ready = min(ready, t.inst.side.watermark(si.Topic))
+		ready = min(ready, t.env.SideWatermark(si.Topic))
 	}
 	lower := t.key(state.Gate, []byte{sr.idx})
 	return t.unpark(lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
@@ -64,7 +64,7 @@ func (t *task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 
 // unpark returns the parked chunks whose keys are in [lower, upper), in key
 // order, deleting them.
-func (t *task) unpark(lower, upper []byte) ([]chunk, error) {
+func (t *Task) unpark(lower, upper []byte) ([]chunk, error) {
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func (t *task) unpark(lower, upper []byte) ([]chunk, error) {
 }
 
 // park stores n whole elements of a gated stage's input.
-func (t *task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64) error {
+func (t *Task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64) error {
 	k := t.key(state.Gate, []byte{sr.idx})
 	k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(maxWin))
 	k = binary.BigEndian.AppendUint64(k, t.gateSeq)
@@ -100,7 +100,7 @@ func (t *task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64) error
 
 // gateHold is the smallest timestamp of parked input, or the maximum
 // watermark when none is parked.
-func (t *task) gateHold() (int64, error) {
+func (t *Task) gateHold() (int64, error) {
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Gate), UpperBound: t.key(state.Gate + 1)})
 	if err != nil {
 		return 0, err
@@ -114,7 +114,7 @@ func (t *task) gateHold() (int64, error) {
 }
 
 // loadGateSeq continues the sequence of parked input after a restart.
-func (t *task) loadGateSeq() error {
+func (t *Task) loadGateSeq() error {
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Gate), UpperBound: t.key(state.Gate + 1)})
 	if err != nil {
 		return err
@@ -138,12 +138,12 @@ func (t *task) loadGateSeq() error {
 // dropped_late_elements, as a GroupByKey drops what is past its allowed
 // lateness. (The release point is kept in memory: after the task moves,
 // such an element is processed, out of order, rather than dropped.)
-func (t *task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, error) {
+func (t *Task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, error) {
 	ready := inputWM
 	if ready < maxWatermark {
 		ready = max(ready-sr.stage.TimeSortedLateness, minWatermark)
 	}
-	codec := t.inst.codecs[sr.stage.Input]
+	codec := t.env.Codecs[sr.stage.Input]
 	dropped := int64(0)
 	for _, c := range in {
 		for b := c.data; len(b) > 0; {

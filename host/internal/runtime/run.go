@@ -1,0 +1,216 @@
+package runtime
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/host/internal/executor"
+	"github.com/ksrunner/ksrunner/host/internal/metrics"
+	"github.com/ksrunner/ksrunner/host/internal/task"
+	"github.com/ksrunner/ksrunner/host/internal/topics"
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// Config is how Run runs a plan.
+type Config struct {
+	Plan             *translate.Plan
+	BootstrapServers string // a comma-separated broker list
+	ApplicationID    string
+	// ReplicationFactor and Parallelism lay out the internal topics.
+	ReplicationFactor, Parallelism int
+	// KeepInternalTopics keeps a bounded job's topics when it is done.
+	KeepInternalTopics bool
+	// StateDir holds the store, under ApplicationID; "" makes a temporary
+	// directory removed afterwards.
+	StateDir       string
+	ExactlyOnce    bool
+	CommitInterval time.Duration
+	MaxBundleSize  int
+	// Execs run the plan's stages, by stage id (executor.Start).
+	Execs   map[string]executor.Executor
+	Logger  *slog.Logger
+	Metrics *metrics.Job
+	Hooks   *Hooks // nil: none
+	// OnRunning is called once the instance is open and starts consuming.
+	OnRunning func()
+}
+
+// Hooks inject faults into the commit loop and observe restoration (the
+// host re-exports them as host.TestHooks).
+type Hooks struct {
+	// BeforeCommit runs in every commit cycle that consumed records, after
+	// the cycle's records (outputs, watermarks, changelog) were produced and
+	// flushed to the broker, before the transaction (at_least_once: the
+	// state and offsets) commits. ErrAbortCycle aborts the cycle as a failed
+	// transaction would; any other error fails the instance.
+	BeforeCommit func(records int) error
+	// Restored runs after a task's state was restored from its changelog,
+	// with the number of changelog records replayed.
+	Restored func(subTopology int, partition int32, records int)
+	// MaxPollRecords, if it returns a positive number, replaces the most
+	// records one commit cycle consumes (100,000), to spread small inputs
+	// over many cycles.
+	MaxPollRecords func() int
+}
+
+// ErrAbortCycle makes Hooks.BeforeCommit abort the commit cycle.
+var ErrAbortCycle = errors.New("commit cycle aborted by a test hook")
+
+const (
+	minWatermark = int64(mtime.MinTimestamp)
+	maxWatermark = int64(mtime.MaxTimestamp)
+)
+
+// Run runs the plan until it is done (every task reported the maximum
+// watermark: nil), ctx ends (context.Cause(ctx)) or the instance fails.
+func Run(ctx context.Context, cfg Config) (err error) {
+	parent := ctx
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+
+	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
+	admin, err := topics.NewAdmin(cfg.BootstrapServers)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	if err := ts.Create(ctx, admin); err != nil {
+		return err
+	}
+	if cfg.Plan.Bounded && !cfg.KeepInternalTopics {
+		defer func() {
+			if err == nil {
+				if derr := ts.Delete(context.WithoutCancel(ctx), admin); derr != nil {
+					cfg.Logger.Warn("deleting internal topics", "error", derr)
+				}
+			}
+		}()
+	}
+	if err := ts.WriteImpulses(ctx, cfg.BootstrapServers); err != nil {
+		return err
+	}
+
+	stateDir := cfg.StateDir
+	if stateDir == "" {
+		dir, err := os.MkdirTemp("", "ksrunner-state-")
+		if err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		stateDir = dir
+	}
+	stateDir = filepath.Join(stateDir, cfg.ApplicationID)
+
+	inst, err := newInstance(cfg, ts, stateDir)
+	if err != nil {
+		return err
+	}
+	defer inst.close()
+
+	if cfg.OnRunning != nil {
+		cfg.OnRunning()
+	}
+	var wg sync.WaitGroup
+	instErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		instErr <- inst.run(ctx)
+	}()
+	defer wg.Wait()
+
+	// A job is done when every task has reported the final watermark: for
+	// a bounded pipeline always eventually, for an unbounded one when its
+	// sources end (a splittable DoFn that stops, a TestStream).
+	doneErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		doneErr <- waitDone(ctx, cfg, ts)
+	}()
+	select {
+	case err := <-instErr:
+		stop(err)
+		<-doneErr
+		if parent.Err() != nil {
+			return context.Cause(parent)
+		}
+		if err == nil {
+			err = errors.New("instance stopped before the job was done")
+		}
+		return err
+	case err := <-doneErr:
+		if err != nil {
+			stop(err)
+			<-instErr
+			if parent.Err() != nil {
+				return context.Cause(parent)
+			}
+			return err
+		}
+		stop(nil)
+		<-instErr
+		return nil
+	}
+}
+
+// waitDone follows the status topic until every task of the plan reports the
+// maximum watermark.
+func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...),
+		kgo.ConsumeTopics(ts.Full(shuffle.StatusTopic)),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	if err != nil {
+		return fmt.Errorf("status consumer: %w", err)
+	}
+	defer cl.Close()
+	expected := ts.TaskCount()
+	finished := map[string]bool{}
+	for len(finished) < expected {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return context.Cause(ctx) // not done: stopped (cancelled, or the instance failed)
+		}
+		if err := fetches.Err0(); err != nil {
+			return fmt.Errorf("status topic %s: %w", ts.Full(shuffle.StatusTopic), err)
+		}
+		var bad error
+		fetches.EachRecord(func(r *kgo.Record) {
+			st, err := task.DecodeStatus(r.Value)
+			if err != nil {
+				bad = fmt.Errorf("status topic %s offset %d (task %s): %w", r.Topic, r.Offset, r.Key, err)
+				return
+			}
+			cfg.Logger.Debug("task status", "task", string(r.Key), "watermark", st.Watermark)
+			if st.Watermark >= maxWatermark {
+				finished[string(r.Key)] = true
+			}
+		})
+		if bad != nil {
+			return bad
+		}
+	}
+	return nil
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
