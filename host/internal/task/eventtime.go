@@ -134,19 +134,6 @@ func (e *eventTime) now() int64 {
 	return pt
 }
 
-// handleData is the hook for data records; handled is false when the task's
-// own code handles the record.
-func (e *eventTime) handleData(r *kgo.Record) (handled bool, err error) {
-	switch {
-	case e.gbk != nil:
-		return true, e.gbk.add(r.Value[1:], r.Offset)
-	case e.ts != nil:
-		e.ts.triggered = true // the events run in prepare, once (see teststream.go)
-		return true, nil
-	}
-	return false, nil
-}
-
 // afterWatermark is the hook after a watermark record: in a TestStream
 // pipeline the task reacts to every input watermark change at once.
 func (e *eventTime) afterWatermark(ctx context.Context) error {
@@ -175,28 +162,6 @@ func (e *eventTime) onProcessingTime(ctx context.Context, r *kgo.Record) error {
 	return e.t.PrepareCommit(ctx)
 }
 
-// prepare is the hook at the start of prepareCommit, instead of the fast
-// path's firing: it runs the TestStream or fires the windowed GBK's due
-// timers, counts dropped elements in the job's metrics.
-func (e *eventTime) prepare(ctx context.Context, in int64) error {
-	e.lastIn = in
-	if e.ts != nil {
-		if err := e.runTestStream(ctx); err != nil {
-			return err
-		}
-	}
-	if e.gbk != nil {
-		if err := e.gbk.flushPending(ctx); err != nil {
-			return err
-		}
-		if err := e.gbk.fire(in, e.now()); err != nil {
-			return err
-		}
-		e.gbk.flushMetrics()
-	}
-	return nil
-}
-
 // afterPrepare is the hook at the end of prepareCommit: forward the
 // synthetic clock once the bundles that precede it are closed.
 func (e *eventTime) afterPrepare() {
@@ -208,21 +173,6 @@ func (e *eventTime) afterPrepare() {
 		e.sentPT = pt
 		e.t.broadcast(shuffle.EncodeProcessingTime(e.t.producer, pt))
 	}
-}
-
-// outputWatermark is the hook for the task's output watermark.
-func (e *eventTime) outputWatermark(in int64) (int64, bool, error) {
-	switch {
-	case e.gbk != nil:
-		hold, err := e.gbk.earliestHold()
-		if err != nil {
-			return 0, true, err
-		}
-		return min(in, hold), true, nil
-	case e.ts != nil:
-		return e.ts.watermark(), true, nil
-	}
-	return 0, false, nil
 }
 
 // broadcast writes a record value to every partition of every topic this

@@ -76,8 +76,9 @@ type Task struct {
 	// produced this cycle; 0: none (changelog.go).
 	changelogNext atomic.Int64
 
-	ev  *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
-	gbk gbkRuns    // group-by-key root only: values not yet in batch (gbk.go)
+	root root       // how the task takes its input (root.go)
+	ev   *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
+	gbk  gbkRuns    // group-by-key root only: values not yet in batch (gbk.go)
 
 	mu sync.Mutex
 }
@@ -214,6 +215,9 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		return nil, err
 	}
 	t.ev = ev
+	if t.root, err = newRoot(t); err != nil {
+		return nil, err
+	}
 	t.statusDirty = true
 	return t, nil
 }
@@ -308,40 +312,17 @@ func (t *Task) Handle(ctx context.Context, recs []*kgo.Record) error {
 	return t.flushStages(ctx, false)
 }
 
-// flushPending processes the records a windowed GroupByKey holds back to
-// merge their windows together (mergewindows.go). Nothing may observe the
+// flushPending processes the records a root holds back (a windowed
+// GroupByKey merging windows, mergewindows.go). Nothing may observe the
 // task's state or move its input watermark while records are held.
 func (t *Task) flushPending(ctx context.Context) error {
-	if t.ev == nil || t.ev.gbk == nil {
-		return nil
+	if f, ok := t.root.(pendingFlusher); ok {
+		return f.flushPending(ctx)
 	}
-	return t.ev.gbk.flushPending(ctx)
+	return nil
 }
 
-func (t *Task) handleData(r *kgo.Record) error {
-	root := t.sub.Root
-	if t.ev != nil {
-		if handled, err := t.ev.handleData(r); handled {
-			return err
-		}
-	}
-	switch root.Kind {
-	case translate.RootImpulse:
-		if t.impulseSeen {
-			return nil
-		}
-		t.impulseSeen = true
-		if err := t.batch.Set(t.key(state.Impulse), nil, nil); err != nil {
-			return err
-		}
-		return t.route(root.Output, impulseElement)
-	case translate.RootPassthrough:
-		return t.route(root.Output, r.Value[1:])
-	case translate.RootGroupByKey:
-		return t.buffer(r.Value[1:], r.Offset)
-	}
-	return fmt.Errorf("sub-topology %d: unknown root kind %d", t.sub.ID, root.Kind)
-}
+func (t *Task) handleData(r *kgo.Record) error { return t.root.data(r) }
 
 // impulseElement is the impulse's one element: empty bytes at the minimum
 // timestamp in the global window, with the no-firing pane.
@@ -557,13 +538,10 @@ func (t *Task) emit(sr *stageRun, pcoll string, data []byte) error {
 func (t *Task) PrepareCommit(ctx context.Context) error {
 	in := t.inputWatermark()
 	if t.ev != nil {
-		if err := t.ev.prepare(ctx, in); err != nil {
-			return err
-		}
-	} else if t.sub.Root.Kind == translate.RootGroupByKey {
-		if err := t.fire(in); err != nil {
-			return err
-		}
+		t.ev.lastIn = in
+	}
+	if err := t.root.prepare(ctx, in); err != nil {
+		return err
 	}
 	if err := t.flushStages(ctx, true); err != nil {
 		return err
@@ -585,7 +563,7 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 }
 
 func (t *Task) outputWatermark(in int64) (int64, error) {
-	out, err := t.rootWatermark(in)
+	out, err := t.root.watermark(in)
 	if err != nil {
 		return 0, err
 	}
@@ -601,28 +579,6 @@ func (t *Task) outputWatermark(in int64) (int64, error) {
 		hold = min(hold, th)
 	}
 	return min(out, hold), nil
-}
-
-func (t *Task) rootWatermark(in int64) (int64, error) {
-	if t.ev != nil {
-		if wm, ok, err := t.ev.outputWatermark(in); ok {
-			return wm, err
-		}
-	}
-	switch t.sub.Root.Kind {
-	case translate.RootImpulse:
-		if t.impulseSeen {
-			return maxWatermark, nil
-		}
-		return minWatermark, nil
-	case translate.RootGroupByKey:
-		hold, err := t.earliestTimer()
-		if err != nil {
-			return 0, err
-		}
-		return min(in, hold), nil
-	}
-	return in, nil
 }
 
 // reportWatermark sends the output watermark to every partition of every
