@@ -15,7 +15,7 @@ import (
 func BenchmarkBundleThroughput(b *testing.B) {
 	const elements = 1_000_000
 	const perBatch = 10_000
-	h := startHarness(b, harness.Config{})
+	h := startHarnessEnv(b, harness.Config{}, loopbackEnv(b))
 	spec := buildStage(b, echoFn, 1)
 	ctx := context.Background()
 	stage, err := h.Stage(ctx, "go", spec.desc, spec.input, spec.outputs)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,8 +25,17 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// startHarness starts a harness and its LOOPBACK environment "go".
+// startHarness starts a harness and its environment "go", a PROCESS worker
+// (processEnv).
 func startHarness(t testing.TB, cfg harness.Config) *harness.Harness {
+	t.Helper()
+	return startHarnessEnv(t, cfg, processEnv(t))
+}
+
+// startHarnessEnv is startHarness with the environment env. Make env before
+// the call (as an argument does): cleanups run last-in first-out, and a
+// LOOPBACK worker pool must outlive the harness.
+func startHarnessEnv(t testing.TB, cfg harness.Config, env *pipepb.Environment) *harness.Harness {
 	t.Helper()
 	if cfg.JobID == "" {
 		cfg.JobID = "job-" + strings.ReplaceAll(t.Name(), "/", "_")
@@ -34,7 +44,6 @@ func startHarness(t testing.TB, cfg harness.Config) *harness.Harness {
 		cfg.Logger = quietLogger()
 	}
 	ctx := context.Background()
-	env := loopbackEnv(t) // first: cleanups run last-in first-out, and the pool must outlive the harness
 	h, err := harness.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
@@ -417,18 +426,22 @@ func TestCloseStopsWorkerAndGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.StartEnvironment(ctx, "go", loopbackEnv(t)); err != nil {
+	env, workerPID := processEnvWithPID(t)
+	if err := h.StartEnvironment(ctx, "go", env); err != nil {
 		t.Fatalf("StartEnvironment: %v", err)
 	}
-	gate := make(chan struct{})
-	slowGate.Store(&gate)
-	spec := buildStage(t, slowFn, 1)
+	worker, err := os.FindProcess(workerPID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Release()
+	spec := buildStage(t, stuckFn, 1)
 	stage, err := h.Stage(ctx, "go", spec.desc, spec.input, spec.outputs)
 	if err != nil {
 		t.Fatalf("Stage: %v", err)
 	}
 	// A bundle in flight when Close is called fails with ErrClosed rather
-	// than hanging, even though its DoFn is stuck.
+	// than hanging, even though its DoFn never returns.
 	b, err := stage.StartBundle(ctx, newCollector(t).emit)
 	if err != nil {
 		t.Fatalf("StartBundle: %v", err)
@@ -441,16 +454,23 @@ func TestCloseStopsWorkerAndGoroutines(t *testing.T) {
 		_, err := b.Finish()
 		finished <- err
 	}()
+	if err := worker.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("worker process %d is not running before Close: %v", worker.Pid, err)
+	}
 	if err := h.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+	// Close has stopped the stuck worker: its process has exited and been
+	// waited for (a zombie would still take the signal).
+	if err := worker.Signal(syscall.Signal(0)); !errors.Is(err, os.ErrProcessDone) {
+		t.Errorf("worker process %d after Close: signalling it got %v, want %v", worker.Pid, err, os.ErrProcessDone)
 	}
 	if err := <-finished; !errors.Is(err, harness.ErrClosed) {
 		t.Errorf("in-flight bundle: got %v, want ErrClosed", err)
 	}
-	close(gate) // let the stuck DoFn return, so the SDK worker can exit
 	checkNoHarnessGoroutines(t)
 
-	if err := h.StartEnvironment(ctx, "other", loopbackEnv(t)); !errors.Is(err, harness.ErrClosed) {
+	if err := h.StartEnvironment(ctx, "other", processEnv(t)); !errors.Is(err, harness.ErrClosed) {
 		t.Errorf("StartEnvironment after Close: got %v, want ErrClosed", err)
 	}
 	if _, err := stage.StartBundle(ctx, newCollector(t).emit); err == nil {
@@ -481,8 +501,8 @@ func TestDockerRefused(t *testing.T) {
 }
 
 func TestStartEnvironmentIdempotent(t *testing.T) {
-	h := startHarness(t, harness.Config{})
-	env := loopbackEnv(t)
+	env := processEnv(t)
+	h := startHarnessEnv(t, harness.Config{}, env)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
@@ -552,12 +572,7 @@ func TestProcessEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, _ := proto.Marshal(&pipepb.ProcessPayload{Command: exe, Env: map[string]string{workerModeEnv: "1"}})
-	if err := h.StartEnvironment(ctx, "proc", &pipepb.Environment{Urn: harness.URNEnvProcess, Payload: payload}); err != nil {
+	if err := h.StartEnvironment(ctx, "proc", processEnv(t)); err != nil {
 		t.Fatalf("StartEnvironment: %v", err)
 	}
 	spec := buildStage(t, echoFn, 1)

@@ -22,17 +22,6 @@ import (
 	"github.com/ksrunner/ksrunner/harness"
 )
 
-// processEnv runs this test binary as a PROCESS environment worker.
-func processEnv(t testing.TB) *pipepb.Environment {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	payload, _ := proto.Marshal(&pipepb.ProcessPayload{Command: exe, Env: map[string]string{workerModeEnv: "1"}})
-	return &pipepb.Environment{Urn: harness.URNEnvProcess, Payload: payload}
-}
-
 // TestWorkerDeathFailsBundles kills the SDK worker process mid-bundle: every
 // bundle in flight on it fails with an error saying the worker was lost, and
 // StartEnvironment starts a replacement.
