@@ -96,6 +96,25 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		db.Close()
 		return nil, err
 	}
+	// The tasks' environment exists before the client: the client may
+	// assign partitions (onAssigned opens tasks) as soon as it exists.
+	i.env = &task.Env{
+		Plan:          cfg.Plan,
+		Topics:        ts,
+		Codecs:        i.codecs,
+		TimerCodecs:   i.timerCodecs,
+		Execs:         cfg.Execs,
+		DB:            i.db,
+		Metrics:       cfg.Metrics,
+		Logger:        cfg.Logger,
+		MaxBundleSize: cfg.MaxBundleSize,
+		Produce:       i.produce,
+		ProduceWith: func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+			i.cl.Produce(ctx, r, promise)
+		},
+		Fail:          i.setProduceErr,
+		SideWatermark: i.side.watermark,
+	}
 	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
 	if i.admin, err = kgo.NewClient(seeds); err != nil {
 		db.Close()
@@ -135,21 +154,6 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		i.admin.Close()
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
-	}
-	i.env = &task.Env{
-		Plan:          cfg.Plan,
-		Topics:        ts,
-		Codecs:        i.codecs,
-		TimerCodecs:   i.timerCodecs,
-		Execs:         cfg.Execs,
-		DB:            i.db,
-		Metrics:       cfg.Metrics,
-		Logger:        cfg.Logger,
-		MaxBundleSize: cfg.MaxBundleSize,
-		Produce:       i.produce,
-		ProduceWith:   i.cl.Produce,
-		Fail:          i.setProduceErr,
-		SideWatermark: i.side.watermark,
 	}
 	return i, nil
 }
