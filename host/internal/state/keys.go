@@ -18,6 +18,7 @@ const (
 	Buffer     Kind = 'B' // a run of buffered GroupByKey values (fast path)
 	Timer      Kind = 'T' // a window's end-of-window timer (fast path)
 	Gate       Kind = 'G' // input parked for side inputs or time sorting
+	GateHold   Kind = 'H' // index of input parked for side inputs, by smallest timestamp
 	SortedUpTo Kind = 'S' // per stage: time-sorted input was released before this time
 
 	// Changelog position of the task's store (runtime/changelog.go).
@@ -43,7 +44,7 @@ const (
 
 // kinds lists every Kind, for the registry test and for Kinds.
 var kinds = []Kind{
-	Watermark, Impulse, Buffer, Timer, Gate, SortedUpTo, Changelog,
+	Watermark, Impulse, Buffer, Timer, Gate, GateHold, SortedUpTo, Changelog,
 	WindowState, Value, EventTimer, ProcTimer, Hold, ProcTime, TestStreamDone,
 	Bag, Multimap, Seq, UserTimers, TimerRefs, Ordered,
 }

@@ -155,7 +155,9 @@ func (e *eventTime) onProcessingTime(ctx context.Context, r *kgo.Record) error {
 		return nil
 	}
 	e.procTimes[p] = pt
-	e.t.batch.Set(e.t.key(state.ProcTime, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(pt)), nil)
+	if err := e.t.batch.Set(e.t.key(state.ProcTime, []byte(p)), binary.BigEndian.AppendUint64(nil, uint64(pt)), nil); err != nil {
+		return fmt.Errorf("task %s: recording the processing time of %s: %w", e.t.producer, p, err)
+	}
 	if !e.synthetic {
 		return nil
 	}

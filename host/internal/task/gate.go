@@ -3,6 +3,7 @@ package task
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
@@ -47,7 +48,7 @@ func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 			b = b[len(wv.Raw):]
 			off += len(wv.Raw)
 			if len(b) == 0 || off-start >= maxStoredValue {
-				if err := t.park(sr, c.data[start:off], n, minTs, maxWin); err != nil {
+				if err := t.park(sr, c.data[start:off], n, minTs, maxWin, true); err != nil {
 					return nil, err
 				}
 				minTs, maxWin, start, n = maxWatermark, minWatermark, off, 0
@@ -59,58 +60,97 @@ func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 		ready = min(ready, t.env.SideWatermark(si.Topic))
 	}
 	lower := t.key(state.Gate, []byte{sr.idx})
-	return t.unpark(lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
+	return t.unpark(sr, lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
 }
 
-// unpark returns the parked chunks whose keys are in [lower, upper), in key
-// order, deleting them.
-func (t *Task) unpark(lower, upper []byte) ([]chunk, error) {
+// unpark returns the parked chunks of sr whose keys are in [lower, upper),
+// in key order, deleting them (and their hold index entries).
+func (t *Task) unpark(sr *stageRun, lower, upper []byte) ([]chunk, error) {
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, err
 	}
 	var out []chunk
 	var keys [][]byte
+	var mins []int64
 	for it.First(); it.Valid(); it.Next() {
 		v := it.Value()
 		out = append(out, chunk{data: append([]byte(nil), v[16:]...), elements: int(binary.BigEndian.Uint64(v[8:]))})
 		keys = append(keys, append([]byte(nil), it.Key()...))
+		mins = append(mins, int64(binary.BigEndian.Uint64(v)))
 	}
 	if err := it.Close(); err != nil {
 		return nil, err
 	}
-	for _, k := range keys {
+	for i, k := range keys {
 		if err := t.batch.Delete(k, nil); err != nil {
 			return nil, err
+		}
+		if sr.gated {
+			if err := t.batch.Delete(t.holdKey(sr, mins[i], k[len(k)-8:]), nil); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return out, nil
 }
 
-// park stores n whole elements of a gated stage's input.
-func (t *Task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64) error {
-	k := t.key(state.Gate, []byte{sr.idx})
-	k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(maxWin))
-	k = binary.BigEndian.AppendUint64(k, t.gateSeq)
+// park stores n whole elements of a stage's input under the time maxWin,
+// their smallest timestamp being minTs. Input parked for side inputs
+// (indexHold) is also indexed by minTs, so that gateHold finds the smallest
+// without reading every parked value; time-sorted input is parked under its
+// own timestamp (minTs == maxWin), which orders the keys already.
+func (t *Task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64, indexHold bool) error {
+	seq := binary.BigEndian.AppendUint64(nil, t.gateSeq)
 	t.gateSeq++
+	k := t.key(state.Gate, []byte{sr.idx}, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(maxWin)), seq)
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(data)), uint64(minTs))
 	v = binary.BigEndian.AppendUint64(v, uint64(n))
-	return t.batch.Set(k, append(v, data...), nil)
+	if err := t.batch.Set(k, append(v, data...), nil); err != nil {
+		return err
+	}
+	if indexHold {
+		return t.batch.Set(t.holdKey(sr, minTs, seq), nil, nil)
+	}
+	return nil
+}
+
+// holdKey is the hold index entry of the input parked with sequence seq.
+func (t *Task) holdKey(sr *stageRun, minTs int64, seq []byte) []byte {
+	return t.key(state.GateHold, []byte{sr.idx}, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(minTs)), seq)
 }
 
 // gateHold is the smallest timestamp of parked input, or the maximum
-// watermark when none is parked.
+// watermark when none is parked: per stage, the first key of its parked
+// input (time-sorted input) and of its hold index (input parked for side
+// inputs, whose keys order by window rather than timestamp).
 func (t *Task) gateHold() (int64, error) {
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Gate), UpperBound: t.key(state.Gate + 1)})
-	if err != nil {
-		return 0, err
-	}
-	defer it.Close()
 	hold := maxWatermark
-	for it.First(); it.Valid(); it.Next() {
-		hold = min(hold, int64(binary.BigEndian.Uint64(it.Value())))
+	first := func(kind state.Kind, idx byte) error {
+		lower := t.key(kind, []byte{idx})
+		it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: state.PrefixEnd(lower)})
+		if err != nil {
+			return err
+		}
+		if it.First() {
+			k := it.Key()
+			hold = min(hold, int64(binary.BigEndian.Uint64(k[len(lower):])^(1<<63)))
+		}
+		return it.Close()
 	}
-	return hold, it.Error()
+	for _, sr := range t.stages {
+		if sr.sorted {
+			if err := first(state.Gate, sr.idx); err != nil {
+				return 0, err
+			}
+		}
+		if sr.gated {
+			if err := first(state.GateHold, sr.idx); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return hold, nil
 }
 
 // loadGateSeq continues the sequence of parked input after a restart.
@@ -127,6 +167,25 @@ func (t *Task) loadGateSeq() error {
 	return it.Error()
 }
 
+// loadSortedUpTo reads each time-sorted stage's committed release point.
+func (t *Task) loadSortedUpTo() error {
+	for _, sr := range t.stages {
+		if !sr.sorted {
+			continue
+		}
+		v, closer, err := t.batch.Get(t.key(state.SortedUpTo, []byte{sr.idx}))
+		if errors.Is(err, pebble.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("stage %s: reading the time-sorted release point: %w", sr.stage.ID, err)
+		}
+		sr.sortedUpTo = int64(binary.BigEndian.Uint64(v))
+		closer.Close()
+	}
+	return nil
+}
+
 // sortByTime parks every element of a time-sorted stage's input under the
 // gate's store keys, ordered by the element's timestamp, and returns, as one
 // chunk in timestamp order, those the input watermark less the allowed
@@ -136,8 +195,8 @@ func (t *Task) loadGateSeq() error {
 // watermark (gateHold). An element older than what was released already
 // could no longer be sorted in: it is dropped and counted in
 // dropped_late_elements, as a GroupByKey drops what is past its allowed
-// lateness. (The release point is kept in memory: after the task moves,
-// such an element is processed, out of order, rather than dropped.)
+// lateness. The release point is state (state.SortedUpTo): it survives an
+// aborted cycle, a restart and a move to another instance as committed.
 func (t *Task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, error) {
 	ready := inputWM
 	if ready < maxWatermark {
@@ -153,7 +212,7 @@ func (t *Task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, err
 			}
 			if l.Timestamp < sr.sortedUpTo {
 				dropped++
-			} else if err := t.park(sr, b[:l.End], 1, l.Timestamp, l.Timestamp); err != nil {
+			} else if err := t.park(sr, b[:l.End], 1, l.Timestamp, l.Timestamp, false); err != nil {
 				return nil, err
 			}
 			b = b[l.End:]
@@ -167,11 +226,16 @@ func (t *Task) sortByTime(sr *stageRun, in []chunk, inputWM int64) ([]chunk, err
 	if ready < maxWatermark {
 		upper = binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready))
 	}
-	parked, err := t.unpark(lower, upper)
+	parked, err := t.unpark(sr, lower, upper)
 	if err != nil {
 		return nil, err
 	}
-	sr.sortedUpTo = max(sr.sortedUpTo, ready)
+	if ready > sr.sortedUpTo {
+		sr.sortedUpTo = ready
+		if err := t.batch.Set(t.key(state.SortedUpTo, []byte{sr.idx}), binary.BigEndian.AppendUint64(nil, uint64(ready)), nil); err != nil {
+			return nil, fmt.Errorf("stage %s: recording the time-sorted release point: %w", sr.stage.ID, err)
+		}
+	}
 	if len(parked) == 0 {
 		return nil, nil
 	}

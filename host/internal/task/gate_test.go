@@ -39,7 +39,7 @@ func sortTestTask(t *testing.T, lateness int64) (*Task, *stageRun) {
 		t.Fatal(err)
 	}
 	tk := &Task{
-		env:    &Env{Metrics: metrics.NewJob(), Codecs: map[string]*shuffle.ElementCodec{"in": codec}},
+		env:    &Env{Metrics: metrics.NewJob(), Codecs: map[string]*shuffle.ElementCodec{"in": codec}, DB: db},
 		prefix: []byte("task"),
 		batch:  db.NewIndexedBatch(),
 	}
@@ -47,6 +47,7 @@ func sortTestTask(t *testing.T, lateness int64) (*Task, *stageRun) {
 		stage:  &translate.Stage{ID: "s", Input: "in", Transforms: []string{"sortedFn"}, TimeSortedInput: true, TimeSortedLateness: lateness},
 		sorted: true, sortedUpTo: minWatermark,
 	}
+	tk.stages = []*stageRun{sr}
 	return tk, sr
 }
 
@@ -156,5 +157,47 @@ func TestSortByTime(t *testing.T) {
 				t.Errorf("dropped_late_elements %d, want %d", dropped, tc.dropped)
 			}
 		})
+	}
+}
+
+// TestSortByTimeReleasePointIsState: the release point is committed with the
+// task's state, so a task reopened after a commit still drops what is
+// behind it, and an aborted cycle's advance is forgotten with the cycle.
+func TestSortByTimeReleasePointIsState(t *testing.T) {
+	tk, sr := sortTestTask(t, 0)
+	reopen := func(commit bool) {
+		t.Helper()
+		if commit {
+			if err := tk.batch.Commit(pebble.NoSync); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tk.batch.Close()
+		tk.batch = tk.env.DB.NewIndexedBatch()
+		sr.sortedUpTo = minWatermark
+		if err := tk.loadSortedUpTo(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tk.sortByTime(sr, stamped(t, 1000), 2000); err != nil {
+		t.Fatal(err)
+	}
+	reopen(true)
+	if sr.sortedUpTo != 2000 {
+		t.Fatalf("release point after a committed cycle: %d, want 2000", sr.sortedUpTo)
+	}
+	if _, err := tk.sortByTime(sr, nil, 5000); err != nil {
+		t.Fatal(err)
+	}
+	reopen(false)
+	if sr.sortedUpTo != 2000 {
+		t.Fatalf("release point after an aborted cycle: %d, want the committed 2000", sr.sortedUpTo)
+	}
+	out, err := tk.sortByTime(sr, stamped(t, 1500, 2500), 3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := timestamps(t, tk, out); !slices.Equal(got, []int64{2500}) {
+		t.Fatalf("released %v after reopening, want [2500] (1500 is behind the committed release point)", got)
 	}
 }

@@ -210,6 +210,9 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 	if err := t.loadGateSeq(); err != nil {
 		return nil, err
 	}
+	if err := t.loadSortedUpTo(); err != nil {
+		return nil, err
+	}
 	ev, err := newEventTime(t)
 	if err != nil {
 		return nil, err
@@ -228,7 +231,11 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 //	'I'                              → the impulse was processed
 //	'B' len key | key | len win | win | offset → a run of buffered GBK values (gbkRun)
 //	'T' maxTs | len key | key | len win | win  → the window's end-of-window timer
-//	'G' stage | max window ts | seq            → min timestamp | element count | input held for side inputs
+//	'G' stage | max window ts | seq            → min timestamp | element count | input parked (gate.go)
+//	'H' stage | min timestamp | seq            → (empty) index of input parked for side inputs
+//	'S' stage                                  → time-sorted input released before this time (8 bytes)
+//
+// (The kinds are declared in host/internal/state/keys.go.)
 
 func (t *Task) key(store state.Kind, parts ...[]byte) []byte {
 	return state.Key(t.prefix, store, parts...)
