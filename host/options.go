@@ -33,7 +33,9 @@ type Options struct {
 	// StateDir holds the Pebble stores; empty means a temporary directory
 	// removed when the job ends.
 	StateDir string `koanf:"state_dir"`
-	// KeepInternalTopics keeps internal topics after a bounded job is DONE.
+	// KeepInternalTopics keeps internal topics after a bounded job is DONE, and
+	// their consumed records (otherwise shuffle topics are purged after each
+	// commit), for inspection.
 	KeepInternalTopics bool `koanf:"keep_internal_topics"`
 	// ProcessingGuarantee is "exactly_once" (each commit interval is one
 	// Kafka transaction: outputs, changelog and consumed offsets) or
@@ -288,7 +290,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
 		d("state_dir", "directory of the Pebble state stores", jobpb.PipelineOptionType_STRING, ""),
 		d("processing_guarantee", "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)", jobpb.PipelineOptionType_STRING, def.ProcessingGuarantee),
-		d("keep_internal_topics", "keep internal topics after a bounded job is done", jobpb.PipelineOptionType_BOOLEAN, "false"),
+		d("keep_internal_topics", "keep internal topics, whole, after a bounded job is done (consumed shuffle records are otherwise purged after each commit)", jobpb.PipelineOptionType_BOOLEAN, "false"),
 		d("stage_wasm", "PATTERN=MODULE[#DOFN] entries: run the transforms whose unique name matches PATTERN as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME)", jobpb.PipelineOptionType_ARRAY, ""),
 		d("wasm_interruptible", "stop WASM guest code past wasm_bundle_deadline (slower guests)", jobpb.PipelineOptionType_BOOLEAN, "false"),
 		d("wasm_bundle_deadline", "longest a WASM bundle may run (e.g. 30s; 0: no limit)", jobpb.PipelineOptionType_STRING, def.WASMBundleDeadline.String()),

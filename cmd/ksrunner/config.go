@@ -47,7 +47,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.Int("commit_interval_ms", def.CommitIntervalMs, "how often tasks commit")
 	fs.String("state_dir", def.StateDir, "directory of the Pebble state stores (default: a temporary directory per job)")
 	fs.String("processing_guarantee", def.ProcessingGuarantee, "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)")
-	fs.Bool("keep_internal_topics", def.KeepInternalTopics, "keep internal topics after a bounded job is done")
+	fs.Bool("keep_internal_topics", def.KeepInternalTopics, "keep internal topics, whole, after a bounded job is done (consumed shuffle records are otherwise purged after each commit)")
 	fs.StringSlice("stage_wasm", nil, "PATTERN=MODULE[#DOFN]: run the transforms whose unique name matches PATTERN (a name or glob) as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME); repeatable, or comma-separated")
 	fs.Bool("wasm_interruptible", def.WASMInterruptible, "stop WASM guest code past wasm_bundle_deadline (costs guest throughput)")
 	fs.Duration("wasm_bundle_deadline", def.WASMBundleDeadline, "longest a WASM bundle may run; a stuck non-interruptible guest makes the process exit (0: no limit)")

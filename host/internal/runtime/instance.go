@@ -44,6 +44,7 @@ type instance struct {
 
 	subByTopic map[string]*translate.SubTopology // by full topic name
 	side       *sideInputReader
+	purge      *purger
 	// timerCodecs parse the timers of each (transform, family).
 	timerCodecs map[[2]string]*shuffle.TimerCodec
 
@@ -120,6 +121,16 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
+	purged := map[string]bool{}
+	if !cfg.KeepInternalTopics {
+		for _, tp := range cfg.Plan.Topics {
+			// Shuffle topics: read by one sub-topology of this group only.
+			if tp.Kind == translate.TopicRepartition || tp.Kind == translate.TopicRedistribute {
+				purged[ts.Full(tp.Name)] = true
+			}
+		}
+	}
+	i.purge = newPurger(i.admin, purged, cfg.Logger)
 	opts := []kgo.Opt{
 		seeds,
 		kgo.ConsumerGroup(cfg.ApplicationID),
@@ -293,7 +304,12 @@ func (i *instance) run(ctx context.Context) (err error) {
 			i.setProduceErr(err)
 		}
 	}()
-	defer func() { cancel(); <-sideDone }()
+	purgeDone := make(chan struct{})
+	go func() {
+		defer close(purgeDone)
+		i.purge.run(ctx)
+	}()
+	defer func() { cancel(); <-sideDone; <-purgeDone }()
 	interval := i.cfg.CommitInterval
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, interval)
@@ -455,6 +471,7 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 			return err
 		}
 	}
+	i.purge.committed(i.cl.CommittedOffsets())
 	i.finalize(ctx)
 	return i.failure()
 }
@@ -499,6 +516,7 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
 		return fmt.Errorf("committing offsets: %w", err)
 	}
+	i.purge.committed(i.cl.CommittedOffsets())
 	i.finalize(ctx)
 	sent := false
 	for _, t := range i.tasks {
