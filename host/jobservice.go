@@ -43,6 +43,8 @@ type JobServer struct {
 	embedded   *EmbeddedBroker
 
 	mu       sync.Mutex
+	closed   bool                    // Stop was called: Run refuses new jobs
+	starting sync.WaitGroup          // Runs past the closed check, not yet registered
 	prepared map[string]*preparedJob // by preparation id == staging token
 	jobs     map[string]*job
 	order    []string
@@ -101,8 +103,13 @@ func (s *JobServer) Serve() error {
 	return nil
 }
 
-// Stop cancels every running job, waits for them and stops the server.
+// Stop refuses later Runs, cancels every running job, waits for them and
+// stops the server.
 func (s *JobServer) Stop() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.starting.Wait() // a Run that passed the check registers its job first
 	s.mu.Lock()
 	jobs := make([]*job, 0, len(s.jobs))
 	for _, j := range s.jobs {
@@ -220,6 +227,12 @@ func (s *JobServer) fetchArtifact(stream jobpb.ArtifactStagingService_ReverseArt
 // construct fails here, at submission) and starts the job.
 func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.RunJobResponse, error) {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.Unavailable, "run %s: the job server is stopping", req.GetPreparationId())
+	}
+	s.starting.Add(1)
+	defer s.starting.Done()
 	prep := s.prepared[req.GetPreparationId()]
 	delete(s.prepared, req.GetPreparationId())
 	s.mu.Unlock()
