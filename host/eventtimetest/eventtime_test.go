@@ -1,8 +1,10 @@
 // Package eventtimetest runs Beam Go SDK pipelines with event-time features
 // (fixed, sliding and session windows, triggers, allowed lateness,
 // TestStream) end to end on ksrunner, submitted through the Job API with
-// --runner=universal --environment_type=LOOPBACK to in-process job servers,
-// and compares their outputs with Prism's.
+// --runner=universal --environment_type=LOOPBACK to in-process job servers.
+// Bounded windowed pipelines are compared with Prism's outputs; TestStream
+// pipelines (late data, early and late firings) with the panes the Beam
+// model gives, derived in each case, Prism running them as a cross-check.
 //
 // Outputs are collected in process: LOOPBACK workers run in the test binary,
 // so the collecting DoFn appends to a global map keyed by run.
