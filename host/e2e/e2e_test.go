@@ -251,7 +251,7 @@ func TestUnsupportedFailsAtSubmission(t *testing.T) {
 	const (
 		stateless = "Pair/e2e.withOne"
 		stateful  = "UsesState/e2e.statefulFn"
-		withSide  = "UsesSideInput/e2e.withSide"
+		sideInput = "UsesSideInput/e2e.withSide"
 		group     = "Group/CoGBK"
 	)
 	timeSorted := func(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform) {
@@ -275,7 +275,7 @@ func TestUnsupportedFailsAtSubmission(t *testing.T) {
 			editParDo(t, tr, func(pd *pipepb.ParDoPayload) { pd.OnWindowExpirationTimerFamilySpec = "expiry" })
 			pipe.Requirements = append(pipe.Requirements, "beam:requirement:pardo:on_window_expiration:v1")
 		}, "on-window-expiration is not supported yet"},
-		{"side input access pattern", withSide, func(t *testing.T, _ *pipepb.Pipeline, tr *pipepb.PTransform) {
+		{"side input access pattern", sideInput, func(t *testing.T, _ *pipepb.Pipeline, tr *pipepb.PTransform) {
 			editParDo(t, tr, func(pd *pipepb.ParDoPayload) {
 				if len(pd.GetSideInputs()) != 1 {
 					t.Fatalf("%s has side inputs %v, want one", tr.GetUniqueName(), pd.GetSideInputs())
