@@ -1,4 +1,20 @@
-// Package shuffle owns everything on the Kafka wire: internal topic names,
-// their creation and purge, the record envelope (DATA and WATERMARK records),
-// partitioning by key, and watermark report aggregation.
+// Package shuffle owns what ksrunner's internal records look like on the
+// Kafka wire, shared by every task that writes or reads them:
+//
+//   - internal topic names: TopicName ("__beam_<application_id>_<name>")
+//     and the status topic's name, StatusTopic;
+//   - the record envelope: a kind byte (KindData, KindWatermark,
+//     KindProcessingTime) before a windowed value or a report, the
+//     watermark and processing-time reports (EncodeWatermark and
+//     DecodeWatermark, EncodeProcessingTime and DecodeProcessingTime) and
+//     the producer ids in them (ProducerID);
+//   - partitioning (Partitioner): a keyed record goes to the partition
+//     Kafka's default partitioner picks for its key, any other to the
+//     partition set on it;
+//   - parsing the windowed values, keys and timers in the standard coders
+//     the host reads (ElementCodec, TimerCodec, ValueLength);
+//   - watermark report aggregation, in the subpackage watermark.
+//
+// Creating and deleting a job's topics is not here: the host does it, from
+// the Plan and its options.
 package shuffle

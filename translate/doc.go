@@ -7,37 +7,64 @@
 //
 //   - Walk: starting at the root transforms it descends into composites,
 //     except Reshuffle/Redistribute (one leaf each, run by the host) and
-//     liftable CombinePerKeys. Supported leaves are Impulse, ParDo,
-//     GroupByKey, Flatten and WindowInto (plus the combine and SDF component
-//     URNs this package itself emits). Any other leaf fails, naming the
-//     transform and its URN. ParDos with time-sorted input, on-window-
-//     expiration timers, or a splittable DoFn with side inputs, state or
-//     stable input fail, naming the transform and the feature; so do unknown
-//     or unsupported pipeline requirements. A ParDo requiring stable input
+//     liftable CombinePerKeys. Supported leaves are Impulse, TestStream (one
+//     per pipeline, events inline), ParDo, GroupByKey, Flatten and
+//     WindowInto (plus the combine and SDF component URNs this package
+//     itself emits). Any other leaf fails, naming the transform and its URN,
+//     and so does a Flatten of no inputs.
+//     A ParDo fails, naming the transform and the feature, when it has a
+//     side input whose access pattern is neither iterable nor multimap, a
+//     timer family in a time domain other than event or processing time, an
+//     on-window-expiration timer, user state or timers on a non-KV input,
+//     or requires time-sorted input without user state or timers, with side
+//     inputs, or while splittable; a splittable DoFn fails with side inputs,
+//     user state or timers, or stable input. So do an on-window-expiration
+//     or unknown pipeline requirement, a second TestStream and a TestStream
+//     reading its events from an endpoint. A ParDo requiring stable input
 //     gets a Redistribute of its main input (stableInput), so that it reads
-//     committed records.
-//   - Expand: a CombinePerKey over non-merging windows is lifted into
-//     precombine → GroupByKey on KV<K, Accum> → merge accumulators → extract
-//     outputs; any other combine runs its own expansion. A splittable ParDo
-//     becomes pair with restriction → split and size → a Redistribute of the
-//     sized restrictions → process sized elements, which so heads a
-//     sub-topology of its own and reads a source's splits in parallel. Replaced expansions are
-//     removed from the pipeline and the original transform becomes the
-//     composite of its replacement.
-//   - Lay out: every Impulse, GroupByKey (lifted or not), Reshuffle and every
-//     Flatten whose inputs come from several sub-topologies starts a
-//     sub-topology reading its own topic ("impulse-<n>",
-//     "<name>-repartition", "<name>-flatten", names sanitized injectively to
-//     Kafka's characters). GroupByKeys must use the default trigger and
-//     non-merging global or interval windows.
+//     committed records; a stateful ParDo or one with side inputs reads its
+//     own topic already.
+//   - Expand: a CombinePerKey over non-merging windows with END_OF_WINDOW
+//     output times and a trigger that counts no elements (liftableStrategy)
+//     is lifted into precombine → GroupByKey on KV<K, Accum> → merge
+//     accumulators → extract outputs; any other combine runs its own
+//     expansion. A splittable ParDo becomes pair with restriction → split
+//     and size → a Redistribute of the sized restrictions → process sized
+//     elements, which so heads a sub-topology of its own and reads a
+//     source's splits in parallel. Replaced expansions are removed from the
+//     pipeline and the original transform becomes the composite of its
+//     replacement. A Flatten or Redistribute input (or a TestStream
+//     output) whose coder differs from the output's (the events') gets a
+//     one-input Flatten run in an SDK to re-encode it (transcodeFlattens);
+//     with no SDK environment to run it in, it fails.
+//   - Lay out: every Impulse and TestStream ("impulse-<n>",
+//     "teststream-<n>"), GroupByKey, lifted or not ("<name>-repartition"),
+//     Reshuffle ("<name>-repartition"), stateful ParDo or ParDo with side
+//     inputs ("<name>-main", its side inputs written to "<pcollection>-side"
+//     topics read whole by every instance) and every Flatten whose inputs
+//     come from several sub-topologies ("<name>-flatten") starts a
+//     sub-topology reading its own topic, names sanitized injectively to
+//     Kafka's characters. A GroupByKey runs any windowing strategy that
+//     host/windowing compiles: triggers, allowed lateness, merging windows
+//     and custom WindowFns (a custom merging one gets a merge stage in the
+//     SDK environment its strategy names); it fails, naming the transform,
+//     on a window coder other than the global or interval window's, a
+//     trigger or window fn that package cannot compile (unknown or
+//     malformed), RETRACTING accumulation or an unknown output time, a
+//     custom merging WindowFn whose strategy names no defined environment,
+//     or input and output coders that are not KV<K, V> and
+//     KV<K, Iterable<V>>.
 //   - Fuse: inside a sub-topology a transform joins the stage producing its
 //     input when executor (WASM per Options.StageWASM, or harness) and
 //     environment agree, else a sibling stage reading the same input, else
 //     starts a stage. A flatten joins a stage holding all its inputs, else
-//     runs as a runner-side Flatten.
+//     runs as a runner-side Flatten. A stage fails when the environment of
+//     its transforms is undefined, or unknown while several are defined.
 //   - Coders: every PCollection crossing the host boundary gets a
 //     windowed_value wire coder in which coders the host cannot parse are
 //     length-prefixed (Plan.WireCoders); new coders go into the components.
+//     A PCollection crossing the boundary in windows other than global or
+//     interval windows fails.
 //   - Descriptors: each stage gets a ProcessBundleDescriptor with a data
 //     source and sinks using the wire coders and empty service descriptors.
 package translate

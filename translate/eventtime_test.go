@@ -92,7 +92,11 @@ func TestTestStream(t *testing.T) {
 	if n := len(root.TestStream.GetEvents()); n != 4 {
 		t.Errorf("%d events, want 4", n)
 	}
-	for _, r := range gbkRoots(plan) {
+	roots := gbkRoots(plan)
+	if len(roots) == 0 {
+		t.Fatalf("no GroupByKey root for the CombinePerKey: %s", describe(plan))
+	}
+	for _, r := range roots {
 		if !r.Windowed {
 			t.Errorf("GroupByKey root %s not windowed in a TestStream pipeline", r.TransformID)
 		}

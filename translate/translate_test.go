@@ -219,7 +219,7 @@ func TestWordCountCombinePerKeyCustomAccumulator(t *testing.T) {
 	words := beam.ParDo(s, splitWords, lines)
 	kvs := beam.ParDo(s, pairWithOne, words)
 	sums := beam.CombinePerKey(s, sumInts, kvs)
-	means := beam.CombinePerKey(s, &meanFn{}, kvs)
+	means := beam.CombinePerKey(s.Scope("Mean"), &meanFn{}, kvs)
 	beam.ParDo(s, formatCount, sums)
 	_ = means
 	pp := marshal(t, p)
@@ -232,24 +232,31 @@ func TestWordCountCombinePerKeyCustomAccumulator(t *testing.T) {
 	if len(st0.Stages) != 1 || len(st0.Stages[0].Outputs) != 2 || len(st0.Sinks) != 2 {
 		t.Fatalf("sub-topology 0: %d stages, sinks %v", len(st0.Stages), st0.Sinks)
 	}
-	// The mean accumulator has a custom coder: the wire coder of the
-	// lifted PCollection must length-prefix it.
+	// The mean accumulator, a struct, has a coder the host cannot parse
+	// (the Go SDK's row coder): the wire coder of the lifted PCollection
+	// must length-prefix it.
 	comps := plan.Pipeline.GetComponents()
-	found := false
-	for _, tp := range plan.Topics[1:] {
-		w := comps.GetCoders()[plan.WireCoders[tp.PCollection]]
-		kv := comps.GetCoders()[w.GetComponentCoderIds()[0]]
-		v := comps.GetCoders()[kv.GetComponentCoderIds()[1]]
-		orig := comps.GetCoders()[comps.GetCoders()[comps.GetPcollections()[tp.PCollection].GetCoderId()].GetComponentCoderIds()[1]]
-		if !hostCoderURNs[orig.GetSpec().GetUrn()] {
-			found = true
-			if v.GetSpec().GetUrn() != urnCoderLengthPrefix {
-				t.Errorf("accumulator coder %s not length-prefixed on the wire", orig.GetSpec().GetUrn())
+	var lifted string
+	for _, st := range plan.SubTopologies {
+		if strings.HasPrefix(comps.GetTransforms()[st.Root.TransformID].GetUniqueName(), "Mean/") {
+			for _, tp := range plan.Topics {
+				if tp.Name == st.Input {
+					lifted = tp.PCollection
+				}
 			}
 		}
 	}
-	if !found {
-		t.Logf("note: the Go SDK gave the struct accumulator a standard coder")
+	if lifted == "" {
+		t.Fatalf("no topic feeds the Mean combine: %s", describe(plan))
+	}
+	acc := comps.GetCoders()[comps.GetCoders()[comps.GetPcollections()[lifted].GetCoderId()].GetComponentCoderIds()[1]]
+	if hostCoderURNs[acc.GetSpec().GetUrn()] {
+		t.Fatalf("the Go SDK gave the struct accumulator coder %s, which the host parses: this test needs one it cannot", acc.GetSpec().GetUrn())
+	}
+	w := comps.GetCoders()[plan.WireCoders[lifted]]
+	kv := comps.GetCoders()[w.GetComponentCoderIds()[0]]
+	if v := comps.GetCoders()[kv.GetComponentCoderIds()[1]]; v.GetSpec().GetUrn() != urnCoderLengthPrefix {
+		t.Errorf("accumulator coder %s is %s on the wire, want it length-prefixed", acc.GetSpec().GetUrn(), v.GetSpec().GetUrn())
 	}
 }
 
@@ -449,17 +456,24 @@ func TestTextIO(t *testing.T) {
 		t.Errorf("topics %v: no textio.Write repartition", topicNames(plan))
 	}
 	// pair-with-restriction and split-and-size run in the producing stage.
+	splits := 0
 	for _, st := range plan.SubTopologies {
 		for _, s := range st.Stages {
 			if s == proc {
 				continue
 			}
 			for _, id := range s.Transforms {
-				if comps.GetTransforms()[id].GetSpec().GetUrn() == urnSDFSplitAndSize && len(s.Outputs) == 0 {
-					t.Errorf("split stage %s has no output", s.ID)
+				if comps.GetTransforms()[id].GetSpec().GetUrn() == urnSDFSplitAndSize {
+					splits++
+					if len(s.Outputs) == 0 {
+						t.Errorf("split stage %s has no output", s.ID)
+					}
 				}
 			}
 		}
+	}
+	if splits != 1 {
+		t.Errorf("%d stages run the split-and-size transform, want 1: %v", splits, stageNames(plan))
 	}
 }
 

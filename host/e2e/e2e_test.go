@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 // pipelines are the pipelines compared with Prism; each writes its output
@@ -235,63 +236,140 @@ func checkRepartitionTopics(ctx context.Context, t *testing.T, bootstrap, appID 
 	}
 }
 
-// TestUnsupportedFailsAtSubmission: a side input and user state are refused
-// by Run, naming the transform.
+// TestUnsupportedFailsAtSubmission: what translate refuses today is refused
+// by Run, before anything runs, with an error naming the transform (for a
+// pipeline requirement, the requirement) and what is unsupported. Each case
+// edits one transform of statefulPipeline, found by its unique name. The
+// accepted cases make edits translate supports, on the same pipeline and
+// transforms, and require the job to run to DONE: so a refusal comes from
+// its own edit, not from the pipeline around it or from how the test edits
+// it, and time-sorted input is refused only where it is unsupported (a DoFn
+// without user state or timers), not on the stateful DoFn, whose input the
+// host sorts.
 func TestUnsupportedFailsAtSubmission(t *testing.T) {
-	ctx := testContext(t, time.Minute)
+	ctx := testContext(t, 2*time.Minute)
+	const (
+		stateless = "Pair/e2e.withOne"
+		stateful  = "UsesState/e2e.statefulFn"
+		sideInput = "UsesSideInput/e2e.withSide"
+		group     = "Group/CoGBK"
+	)
+	timeSorted := func(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform) {
+		if err := pipelinetest.RequireTimeSortedInput(pipe, tr.GetUniqueName()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
-		name  string
-		edit  func(tr *pipepb.PTransform) // applied to the first ParDo
-		issue string
+		name   string
+		target string // unique name of the transform edited; "" for the pipeline
+		edit   func(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform)
+		issue  string // what the error must say; "" if the edit is supported
 	}{
-		{"unknown URN", func(tr *pipepb.PTransform) {
+		{"unknown URN", stateful, func(_ *testing.T, _ *pipepb.Pipeline, tr *pipepb.PTransform) {
 			tr.Spec.Urn = "beam:transform:ksrunner_e2e_unknown:v1"
 		}, "unsupported URN beam:transform:ksrunner_e2e_unknown:v1"},
-		{"time-sorted input", func(tr *pipepb.PTransform) {
-			var pd pipepb.ParDoPayload
-			if err := proto.Unmarshal(tr.GetSpec().GetPayload(), &pd); err != nil {
-				t.Fatal(err)
-			}
-			pd.RequiresTimeSortedInput = true
-			b, err := proto.Marshal(&pd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tr.Spec.Payload = b
-		}, "time-sorted input"},
+		{"time-sorted input on a stateless DoFn", stateless, timeSorted,
+			"time-sorted input is supported for stateful DoFns"},
+		{"time-sorted input on a stateful DoFn", stateful, timeSorted, ""},
+		{"on-window-expiration", stateful, func(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform) {
+			editParDo(t, tr, func(pd *pipepb.ParDoPayload) { pd.OnWindowExpirationTimerFamilySpec = "expiry" })
+			pipe.Requirements = append(pipe.Requirements, "beam:requirement:pardo:on_window_expiration:v1")
+		}, "on-window-expiration is not supported yet"},
+		{"side input access pattern", sideInput, func(t *testing.T, _ *pipepb.Pipeline, tr *pipepb.PTransform) {
+			editParDo(t, tr, func(pd *pipepb.ParDoPayload) {
+				if len(pd.GetSideInputs()) != 1 {
+					t.Fatalf("%s has side inputs %v, want one", tr.GetUniqueName(), pd.GetSideInputs())
+				}
+				for _, si := range pd.GetSideInputs() {
+					si.AccessPattern.Urn = "beam:side_input:ksrunner_e2e_unknown:v1"
+				}
+			})
+		}, `unsupported access pattern "beam:side_input:ksrunner_e2e_unknown:v1"`},
+		{"custom window coder", group, func(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform) {
+			pipe.Components.Coders["ksrunner_e2e_window"] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: "beam:coder:ksrunner_e2e_window:v1"}}
+			inputStrategy(t, pipe, tr).WindowCoderId = "ksrunner_e2e_window"
+		}, "window coder beam:coder:ksrunner_e2e_window:v1 is not supported yet"},
+		{"retracting accumulation", group, func(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform) {
+			inputStrategy(t, pipe, tr).AccumulationMode = pipepb.AccumulationMode_RETRACTING
+		}, "RETRACTING accumulation mode is not supported"},
+		{"accumulating panes", group, func(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform) {
+			inputStrategy(t, pipe, tr).AccumulationMode = pipepb.AccumulationMode_ACCUMULATING
+		}, ""},
+		{"unknown pipeline requirement", "", func(_ *testing.T, pipe *pipepb.Pipeline, _ *pipepb.PTransform) {
+			pipe.Requirements = append(pipe.Requirements, "beam:requirement:ksrunner_e2e_unknown:v1")
+		}, "unknown pipeline requirement beam:requirement:ksrunner_e2e_unknown:v1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pipe := marshal(t, statefulPipeline())
 			var target *pipepb.PTransform
-			for _, id := range sortedTransformIDs(pipe) {
-				tr := pipe.GetComponents().GetTransforms()[id]
-				if tr.GetSpec().GetUrn() == "beam:transform:pardo:v1" {
-					target = tr
-					break
-				}
+			if tc.target != "" {
+				target = transformNamed(t, pipe, tc.target)
 			}
-			if target == nil {
-				t.Fatal("no ParDo in the pipeline")
+			tc.edit(t, pipe, target)
+			opts := map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")}
+			if tc.issue == "" {
+				runDone(ctx, t, ksrunner, pipe, opts)
+				return
 			}
-			tc.edit(target)
-			id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")})
+			id, err := submit(ctx, t, ksrunner, pipe, opts)
 			if err == nil {
 				t.Fatalf("Run accepted the pipeline (job %s); want it refused", id)
 			}
-			if !strings.Contains(err.Error(), target.GetUniqueName()) || !strings.Contains(err.Error(), tc.issue) {
-				t.Fatalf("Run error %q does not name transform %q and %q", err, target.GetUniqueName(), tc.issue)
+			if !strings.Contains(err.Error(), tc.target) || !strings.Contains(err.Error(), tc.issue) {
+				t.Fatalf("Run error %q does not name transform %q and %q", err, tc.target, tc.issue)
 			}
 		})
 	}
 }
 
-func sortedTransformIDs(p *pipepb.Pipeline) []string {
-	var ids []string
-	for id := range p.GetComponents().GetTransforms() {
-		ids = append(ids, id)
+// transformNamed returns the leaf transform of pipe with the given unique
+// name.
+func transformNamed(t *testing.T, pipe *pipepb.Pipeline, name string) *pipepb.PTransform {
+	t.Helper()
+	var names []string
+	for _, tr := range pipe.GetComponents().GetTransforms() {
+		if tr.GetUniqueName() == name && len(tr.GetSubtransforms()) == 0 {
+			return tr
+		}
+		names = append(names, tr.GetUniqueName())
 	}
-	sort.Strings(ids)
-	return ids
+	sort.Strings(names)
+	t.Fatalf("no leaf transform named %q among %q", name, names)
+	return nil
+}
+
+// editParDo rewrites the ParDoPayload of tr with edit.
+func editParDo(t *testing.T, tr *pipepb.PTransform, edit func(*pipepb.ParDoPayload)) {
+	t.Helper()
+	var pd pipepb.ParDoPayload
+	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), &pd); err != nil {
+		t.Fatalf("%s: %v", tr.GetUniqueName(), err)
+	}
+	edit(&pd)
+	b, err := proto.Marshal(&pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Spec.Payload = b
+}
+
+// inputStrategy gives the single input of tr a copy of its windowing
+// strategy of its own, so that editing it touches that PCollection only,
+// and returns it.
+func inputStrategy(t *testing.T, pipe *pipepb.Pipeline, tr *pipepb.PTransform) *pipepb.WindowingStrategy {
+	t.Helper()
+	if len(tr.GetInputs()) != 1 {
+		t.Fatalf("%s has inputs %v, want one", tr.GetUniqueName(), tr.GetInputs())
+	}
+	comps := pipe.GetComponents()
+	for _, in := range tr.GetInputs() {
+		pc := comps.GetPcollections()[in]
+		ws := proto.Clone(comps.GetWindowingStrategies()[pc.GetWindowingStrategyId()]).(*pipepb.WindowingStrategy)
+		pc.WindowingStrategyId = "ksrunner_e2e_ws"
+		comps.WindowingStrategies[pc.WindowingStrategyId] = ws
+		return ws
+	}
+	return nil
 }
 
 // TestDoFnPanicFailsJob: a panicking DoFn fails the job, with the panic's

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
@@ -30,6 +31,9 @@ func init() {
 	register.Function2x1(valueOf)
 	register.Function1x2(withOne)
 	register.Function1x0(dropInt)
+	register.Function3x0(withSide)
+	register.Iter1[string]()
+	register.Function2x0(dropGroup)
 	register.DoFn3x0[state.Provider, string, int](&statefulFn{})
 	register.DoFn2x0[[]byte, func(int)](&panicFn{})
 	register.Emitter1[int]()
@@ -151,12 +155,28 @@ func withOne(w string) (string, int) { return w, 1 }
 func dropInt(int)                    {}
 
 // statefulPipeline uses user state; tests edit it into unsupported shapes.
+// Each transform a test edits is in a scope of its own, so that tests find
+// it by name: "Pair" (withOne, stateless), "UsesState" (statefulFn, user
+// state), "UsesSideInput" (a ParDo with an iterable side input) and "Group"
+// (a GroupByKey over fixed windows).
 func statefulPipeline() *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
-	kvs := beam.ParDo(s, withOne, beam.CreateList(s, []string{"a", "b"}))
+	words := beam.CreateList(s, []string{"a", "b"})
+	kvs := beam.ParDo(s.Scope("Pair"), withOne, words)
 	beam.ParDo0(s.Scope("UsesState"), &statefulFn{}, kvs)
+	beam.ParDo0(s.Scope("UsesSideInput"), withSide, kvs, beam.SideInput{Input: words})
+	grouped := beam.GroupByKey(s.Scope("Group"), beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs))
+	beam.ParDo0(s, dropGroup, grouped)
 	return p
 }
+
+func withSide(_ string, _ int, side func(*string) bool) {
+	var w string
+	for side(&w) {
+	}
+}
+
+func dropGroup(_ string, vs func(*int) bool) {}
 
 type statefulFn struct {
 	Count state.Value[int]
