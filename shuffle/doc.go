@@ -15,6 +15,7 @@
 //     the host reads (ElementCodec, TimerCodec, ValueLength);
 //   - watermark report aggregation, in the subpackage watermark.
 //
-// Creating and deleting a job's topics is not here: the host does it, from
-// the Plan and its options.
+// Creating, purging and deleting a job's topics is not here: they need the
+// Plan's layout (package translate, which imports shuffle), so
+// host/internal/topics and host/internal/runtime do them.
 package shuffle

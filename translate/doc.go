@@ -45,7 +45,7 @@
 //     come from several sub-topologies ("<name>-flatten") starts a
 //     sub-topology reading its own topic, names sanitized injectively to
 //     Kafka's characters. A GroupByKey runs any windowing strategy that
-//     host/windowing compiles: triggers, allowed lateness, merging windows
+//     translate/windowing compiles: triggers, allowed lateness, merging windows
 //     and custom WindowFns (a custom merging one gets a merge stage in the
 //     SDK environment its strategy names); it fails, naming the transform,
 //     on a window coder other than the global or interval window's, a
