@@ -242,6 +242,12 @@ func TestTimers(t *testing.T) {
 			due(maxTime, 0, "ev c/@20", "proc q/@5", "proc p/@"+fmt.Sprint(maxTime)),
 			due(maxTime, 0),
 		}},
+		{"at the max watermark an event-time timer at the end of time fires", []timerStep{
+			set(evFam, at("a", maxTime)),
+			due(maxTime-1, 0),
+			due(maxTime, 0, "ev a/@"+fmt.Sprint(maxTime)),
+			due(maxTime, 0),
+		}},
 		{"a timer set earlier replaces the old one", []timerStep{
 			set(evFam, at("a", 50)),
 			set(evFam, at("a", 10)),

@@ -133,6 +133,8 @@ func (s *StageHandler) orderedRange(k *fnpb.StateKey_OrderedListUserState) (lowe
 func (s *StageHandler) prefix(key *fnpb.StateKey) (store Kind, prefix []byte, keysOnly bool, ok bool) {
 	t := s.user
 	switch {
+	case t == nil:
+		return 0, nil, false, false
 	case key.GetBagUserState() != nil:
 		k := key.GetBagUserState()
 		return Bag, t.key(Bag, LP([]byte(k.GetTransformId()), []byte(k.GetUserStateId()), k.GetWindow(), k.GetKey())), false, true
@@ -149,7 +151,7 @@ func (s *StageHandler) prefix(key *fnpb.StateKey) (store Kind, prefix []byte, ke
 // Get implements harness.StateHandler. User state is served whole (bundles
 // see their own writes), side inputs in pages.
 func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
-	if k := key.GetOrderedListUserState(); k != nil {
+	if k := key.GetOrderedListUserState(); k != nil && s.user != nil {
 		lower, upper := s.orderedRange(k)
 		s.user.mu.Lock()
 		defer s.user.mu.Unlock()
@@ -200,7 +202,7 @@ func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte
 // Append implements harness.StateHandler: data is one or more encoded values
 // appended after the existing ones.
 func (s *StageHandler) Append(ctx context.Context, key *fnpb.StateKey, data []byte) error {
-	if k := key.GetOrderedListUserState(); k != nil {
+	if k := key.GetOrderedListUserState(); k != nil && s.user != nil {
 		// Values are a varint timestamp then the element: split them, and
 		// store each under its timestamp so reads come back sorted.
 		elemLen := s.ordered[[2]string{k.GetTransformId(), k.GetUserStateId()}]
@@ -239,7 +241,7 @@ func (s *StageHandler) Append(ctx context.Context, key *fnpb.StateKey, data []by
 
 // Clear implements harness.StateHandler.
 func (s *StageHandler) Clear(ctx context.Context, key *fnpb.StateKey) error {
-	if k := key.GetOrderedListUserState(); k != nil {
+	if k := key.GetOrderedListUserState(); k != nil && s.user != nil {
 		lower, upper := s.orderedRange(k)
 		s.user.mu.Lock()
 		defer s.user.mu.Unlock()
@@ -374,13 +376,16 @@ func (u *User) DueTimers(inputWM, now int64) ([]DueTimer, error) {
 		}
 		return it.Error()
 	}
-	// Event-time timers fire once the watermark is past them.
-	if err := scan('e', inputWM); err != nil {
-		return nil, err
-	}
-	upTo := now + 1
+	// Event-time timers fire once the watermark is past them; at the end of
+	// time every timer fires (the input is complete: nothing can come
+	// after, and a timer set at the maximum itself would otherwise wait
+	// forever).
+	eventUpTo, upTo := inputWM, now+1
 	if inputWM >= maxTime {
-		upTo = maxTime + 1
+		eventUpTo, upTo = maxTime+1, maxTime+1
+	}
+	if err := scan('e', eventUpTo); err != nil {
+		return nil, err
 	}
 	if err := scan('p', upTo); err != nil {
 		return nil, err

@@ -374,6 +374,25 @@ func TestStageHandlerForwardsSideInputs(t *testing.T) {
 	}
 }
 
+// TestStageHandlerWithoutUserState: a stage without user state refuses user
+// state requests, naming the key, instead of failing inside the handler.
+func TestStageHandlerWithoutUserState(t *testing.T) {
+	base, _ := cells(t)
+	h := NewStageHandler(nil, nil, nil)
+	ctx := context.Background()
+	for _, key := range []*fnpb.StateKey{base.bag(), base.multimapKeys(), base.ordered(0, 1)} {
+		if _, _, err := h.Get(ctx, key, nil); err == nil || !strings.Contains(err.Error(), "user_state") {
+			t.Errorf("Get(%v) = %v, want an error naming the user state", key, err)
+		}
+		if err := h.Append(ctx, key, str(t, "x")); err == nil {
+			t.Errorf("Append(%v) succeeded without a user store", key)
+		}
+		if err := h.Clear(ctx, key); err == nil {
+			t.Errorf("Clear(%v) succeeded without a user store", key)
+		}
+	}
+}
+
 func TestStageHandlerRefuses(t *testing.T) {
 	base, _ := cells(t)
 	h := NewStageHandler(newUser(t, memDB(t), testPrefix), nil, testOrdered(t))
