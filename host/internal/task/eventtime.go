@@ -8,7 +8,6 @@ import (
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -190,14 +189,4 @@ func (t *Task) broadcast(val []byte) {
 			t.env.Produce(&kgo.Record{Topic: t.env.Topics.Full(s.Topic), Partition: p, Value: val})
 		}
 	}
-}
-
-func timeString(ms int64) string {
-	switch {
-	case ms <= minWatermark:
-		return "-inf"
-	case ms >= maxWatermark:
-		return "+inf"
-	}
-	return fmt.Sprint(mtime.Time(ms))
 }

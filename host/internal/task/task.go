@@ -140,6 +140,9 @@ func (sr *stageRun) pendingBytes() int {
 // New opens the task of sub-topology sub for one partition of its input
 // topic, from the store (which the runtime restored first).
 func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
+	if err := state.CheckSubTopology(sub.ID); err != nil {
+		return nil, err
+	}
 	t := &Task{
 		env:        env,
 		sub:        sub,
