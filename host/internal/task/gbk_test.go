@@ -1,0 +1,100 @@
+package task
+
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// groupTask is the group-by-key task of a grouping pipeline: its fake
+// stage (formatFn) emits each group's key as a string in the group's
+// window, to the Reshuffle's topic and the side input's.
+func groupTask(t *testing.T, te *testEnv) *translate.SubTopology {
+	t.Helper()
+	sub := te.sub(translate.RootGroupByKey)
+	codec := te.env.Codecs[sub.Root.Output]
+	te.exec(sub).setFn(func(in shuffle.WindowedValue) [][]byte {
+		k, _, err := codec.SplitKV(in.Elem)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		return [][]byte{rewrap(in, k)}
+	})
+	return sub
+}
+
+// step is one commit cycle of a task: the records it handles, what its
+// stage gets and what it produces.
+type step struct {
+	recs     []*kgo.Record
+	inputs   []string
+	produced []string
+}
+
+// runSteps runs each step as one commit cycle of tk.
+func runSteps(t *testing.T, te *testEnv, tk *Task, stage *fakeExec, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		te.cycle(tk, st.recs...)
+		checkLines(t, fmtStep("stage input", i), stage.inputs(), st.inputs)
+		checkLines(t, fmtStep("produced", i), te.describe(te.take()), st.produced)
+	}
+}
+
+func fmtStep(what string, i int) string { return what + " of step " + string(rune('0'+i)) }
+
+// The GroupByKey fast path fires each key and window once, when the
+// input watermark passes the window's maximum timestamp, with the values
+// in arrival order, and holds its output watermark at the earliest window
+// not fired; watermark reports follow the data they cover, to every
+// partition of every topic the task writes.
+func TestGroupByKeyFiresAtWindowEnd(t *testing.T) {
+	te := newTestEnv(t, marshal(t, groupingPipeline(t)), 3)
+	sub := groupTask(t, te)
+	tk := te.task(sub, 1)
+	in := te.input(sub, 1)
+	prod := shuffle.ProducerID(te.sub(translate.RootImpulse).ID, 0) // the input's one producer
+	if len(sub.Sinks) != 2 || te.env.Topics.Producers[sub.Input] != 1 {
+		t.Fatalf("sinks %v, %d producers of the input: the plan changed", sub.Sinks, te.env.Topics.Producers[sub.Input])
+	}
+	w0, w1 := interval(0, 60000), interval(60000, 120000)
+	report := func(wm string) []string { return te.reports(tk, wm) }
+	runSteps(t, te, tk, te.exec(sub), []step{{
+		// Nothing reported yet: the first report is at once.
+		produced: report("-inf"),
+	}, {
+		recs: append(in.data(
+			wv(1000, kv("k1", "a"), w0),
+			wv(2000, kv("k2", "b"), w0),
+			wv(61000, kv("k1", "c"), w1),
+			wv(5000, kv("k1", "d"), w0),
+		), in.wm(prod, 30000)),
+		produced: report("30000"),
+	}, {
+		// The window's maximum timestamp is 59999: not passed yet; the
+		// output watermark is held there.
+		recs:     []*kgo.Record{in.wm(prod, 59999)},
+		produced: report("59999"),
+	}, {
+		recs: []*kgo.Record{in.wm(prod, 70000)},
+		inputs: []string{
+			`"k1":["a" "d"] @59999 [0,60000) ontime#0 first last`,
+			`"k2":["b"] @59999 [0,60000) ontime#0 first last`,
+		},
+		produced: lines(te.sunk(sub,
+			`"k1" @59999 [0,60000) ontime#0 first last`,
+			`"k2" @59999 [0,60000) ontime#0 first last`),
+			report("70000")),
+	}, {
+		// No movement: no report.
+		recs: []*kgo.Record{in.wm(prod, 70000)},
+	}, {
+		recs:     []*kgo.Record{in.wm(prod, maxWatermark)},
+		inputs:   []string{`"k1":["c"] @119999 [60000,120000) ontime#0 first last`},
+		produced: lines(te.sunk(sub, `"k1" @119999 [60000,120000) ontime#0 first last`), report("+inf")),
+	}})
+}
