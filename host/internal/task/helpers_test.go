@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
@@ -333,11 +335,14 @@ type fakeExec struct {
 	te    *testEnv
 	stage *translate.Stage
 
-	mu      sync.Mutex
-	fn      func(in shuffle.WindowedValue) [][]byte
-	out     string
-	bundles [][]string // the rendered input elements (and timers) of each bundle
-	started int
+	mu       sync.Mutex
+	fn       func(in shuffle.WindowedValue) [][]byte
+	out      string
+	bundles  [][]string // the rendered input elements (and timers) of each bundle
+	started  int
+	finished int
+	// fail, when set, fails Process.
+	fail error
 	// finish, when set, is the result of every bundle's Finish.
 	finish func() (executor.Result, error)
 	// timers, when set, is called with each timer delivered.
@@ -394,6 +399,9 @@ func (b *fakeBundle) record(s string) {
 
 func (b *fakeBundle) Process(data []byte) error {
 	f := b.f
+	if f.fail != nil {
+		return f.fail
+	}
 	codec := f.te.env.Codecs[f.stage.Input]
 	var outData []byte
 	for len(data) > 0 {
@@ -441,6 +449,9 @@ func (b *fakeBundle) ProcessTimers(transformID, familyID string, data []byte) er
 }
 
 func (b *fakeBundle) Finish() (executor.Result, error) {
+	b.f.mu.Lock()
+	b.f.finished++
+	b.f.mu.Unlock()
 	if b.f.finish != nil {
 		return b.f.finish()
 	}
@@ -700,4 +711,21 @@ func (te *testEnv) writes(st *translate.SubTopology, k translate.TopicKind) bool
 		}
 	}
 	return false
+}
+
+// counter is the sum of counter name of transform in ms (the host's
+// counters and the tests' are all int64 sums).
+func counter(t *testing.T, ms *metrics.Store, transform, name string) int64 {
+	t.Helper()
+	var n int64
+	for _, m := range ms.Results() {
+		if m.GetLabels()["NAME"] == name && m.GetLabels()["PTRANSFORM"] == transform {
+			v, err := coder.DecodeVarInt(bytes.NewReader(m.GetPayload()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += v
+		}
+	}
+	return n
 }
