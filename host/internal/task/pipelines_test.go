@@ -7,6 +7,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
 )
 
 // The DoFns of the tests' pipelines never run: fake executors stand in
@@ -33,11 +34,34 @@ func init() {
 // materialized main input of a second impulse.
 func groupingPipeline(t *testing.T, opts ...beam.WindowIntoOption) *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
-	kvs := beam.ParDo(s, pairFn, beam.Create(s, "a"))
-	w := beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, opts...)
-	f := beam.ParDo(s, formatFn, beam.GroupByKey(s, w))
-	beam.Reshuffle(s, f)
+	f := grouping(s, beam.Create(s, "a"), window.NewFixedWindows(time.Minute), opts...)
 	main := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.Create(s, "m"))
 	beam.ParDo(s, withSideFn, main, beam.SideInput{Input: f})
+	return p
+}
+
+// grouping is words | pairFn | WindowInto(wfn, opts) | GroupByKey |
+// formatFn | Reshuffle; it returns formatFn's output.
+func grouping(s beam.Scope, words beam.PCollection, wfn *window.Fn, opts ...beam.WindowIntoOption) beam.PCollection {
+	kvs := beam.ParDo(s, pairFn, words)
+	w := beam.WindowInto(s, wfn, kvs, opts...)
+	f := beam.ParDo(s, formatFn, beam.GroupByKey(s, w))
+	beam.Reshuffle(s, f)
+	return f
+}
+
+// sessionsPipeline is Create | grouping over sessions with a gap of a
+// minute.
+func sessionsPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	grouping(s, beam.Create(s, "a"), window.NewSessions(time.Minute))
+	return p
+}
+
+// testStreamPipeline is a TestStream of strings (cfg) | grouping over
+// fixed minutes with opts.
+func testStreamPipeline(cfg teststream.Config, opts ...beam.WindowIntoOption) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	grouping(s, teststream.Create(s, cfg), window.NewFixedWindows(time.Minute), opts...)
 	return p
 }

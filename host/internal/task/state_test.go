@@ -22,13 +22,18 @@ type groupFixture struct {
 	sub  *translate.SubTopology
 	tk   *Task
 	in   *input
+	p    int32
 	prod string
 }
 
 func newGroupFixture(t *testing.T) *groupFixture {
-	te := newTestEnv(t, marshal(t, groupingPipeline(t)), 3)
+	return newGroupFixtureIn(t, newTestEnv(t, marshal(t, groupingPipeline(t)), 3), 2)
+}
+
+// newGroupFixtureIn is the group-by-key task of te for partition p.
+func newGroupFixtureIn(t *testing.T, te *testEnv, p int32) *groupFixture {
 	sub := groupTask(t, te)
-	return &groupFixture{te: te, sub: sub, tk: te.task(sub, 2), in: te.input(sub, 2), prod: shuffle.ProducerID(te.sub(translate.RootImpulse).ID, 0)}
+	return &groupFixture{te: te, sub: sub, tk: te.task(sub, p), in: te.input(sub, p), p: p, prod: shuffle.ProducerID(te.sub(translate.RootImpulse).ID, 0)}
 }
 
 // prepare handles recs and prepares the commit, without committing.
@@ -46,7 +51,7 @@ func (f *groupFixture) prepare(t *testing.T, recs ...*kgo.Record) {
 // reopen aborts the task and opens it again from the store.
 func (f *groupFixture) reopen() {
 	f.tk.Abort()
-	f.tk = f.te.task(f.sub, 2)
+	f.tk = f.te.task(f.sub, f.p)
 }
 
 // A record delivered again after the cycle that stored its value
