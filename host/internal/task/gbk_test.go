@@ -86,7 +86,7 @@ func TestGroupByKeyFiresAtWindowEnd(t *testing.T) {
 	sub := groupTask(t, te)
 	tk := te.task(sub, 1)
 	in := te.input(sub, 1)
-	prod := shuffle.ProducerID(te.sub(translate.RootImpulse).ID, 0) // the input's one producer
+	prod := te.producer(sub, 0) // the input's one producer
 	if len(sub.Sinks) != 2 || te.env.Topics.Producers[sub.Input] != 1 {
 		t.Fatalf("sinks %v, %d producers of the input: the plan changed", sub.Sinks, te.env.Topics.Producers[sub.Input])
 	}

@@ -1,9 +1,10 @@
 package task
 
 import (
-	"github.com/twmb/franz-go/pkg/kgo"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window/trigger"

@@ -36,16 +36,20 @@ import (
 
 const testApp = "app"
 
-// marshal is the pipeline proto of p, in a Docker environment of the Go
-// SDK (which nothing starts).
+// marshal is the pipeline proto of p as the Go SDK submits it, in a
+// Docker environment (which nothing starts) that has the Go SDK's
+// capabilities: translate tells the Go SDK by them (TestStream elements).
 func marshal(t testing.TB, p *beam.Pipeline) *pipepb.Pipeline {
 	t.Helper()
 	edges, _, err := p.Build()
 	if err == nil {
-		var pp *pipepb.Pipeline
-		env := &pipepb.Environment{Urn: graphx.URNEnvDocker, Payload: []byte("apache/beam_go_sdk:test")}
-		if pp, err = graphx.Marshal(edges, &graphx.Options{Environment: env}); err == nil {
-			return pp
+		var env *pipepb.Environment
+		image := func(context.Context) string { return "apache/beam_go_sdk:test" }
+		if env, err = graphx.CreateEnvironment(context.Background(), graphx.URNEnvDocker, image); err == nil {
+			var pp *pipepb.Pipeline
+			if pp, err = graphx.Marshal(edges, &graphx.Options{Environment: env}); err == nil {
+				return pp
+			}
 		}
 	}
 	t.Fatalf("marshalling the pipeline: %v", err)
@@ -654,13 +658,19 @@ func (te *testEnv) sinkTopics(sub *translate.SubTopology) []string {
 // reports are the lines (as describe shows them) of tk's watermark report
 // wm to every partition of every topic sub writes, then its status.
 func (te *testEnv) reports(tk *Task, wm string) []string {
+	return append(te.broadcast(tk, "wm "+tk.ID()+" "+wm), "status "+tk.ID()+" "+wm)
+}
+
+// broadcast are the lines of what (as describe shows it) written by tk to
+// every partition of every topic it writes.
+func (te *testEnv) broadcast(tk *Task, what string) []string {
 	var out []string
 	for _, topic := range te.sinkTopics(tk.sub) {
 		for p := range te.env.Topics.Partitions[topic] {
-			out = append(out, fmt.Sprintf("%s/%d wm %s %s", topic, p, tk.ID(), wm))
+			out = append(out, fmt.Sprintf("%s/%d %s", topic, p, what))
 		}
 	}
-	return append(out, "status "+tk.ID()+" "+wm)
+	return out
 }
 
 // sunk are the lines of each unkeyed element produced by sub, written to
@@ -728,4 +738,13 @@ func counter(t *testing.T, ms *metrics.Store, transform, name string) int64 {
 		}
 	}
 	return n
+}
+
+// producer is the producer id of partition p of the sub-topology writing
+// sub's input (the first).
+func (te *testEnv) producer(sub *translate.SubTopology, p int32) string {
+	te.t.Helper()
+	return shuffle.ProducerID(te.find("writing "+sub.Input, func(st *translate.SubTopology) bool {
+		return slices.ContainsFunc(st.Sinks, func(s translate.Sink) bool { return s.Topic == sub.Input })
+	}).ID, p)
 }

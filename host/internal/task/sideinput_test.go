@@ -5,7 +5,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -22,9 +21,7 @@ func TestSideInputGate(t *testing.T) {
 		t.Fatalf("root %d, side inputs %v: the plan changed", sub.Root.Kind, stage.SideInputs)
 	}
 	side := stage.SideInputs[0].Topic
-	prod := shuffle.ProducerID(te.find("writing the main input", func(st *translate.SubTopology) bool {
-		return len(st.Sinks) > 0 && st.Sinks[0].Topic == sub.Input
-	}).ID, 0)
+	prod := te.producer(sub, 0)
 	tk := te.task(sub, 1)
 	in := te.input(sub, 1)
 	w0, w1, w2 := interval(0, 60000), interval(60000, 120000), interval(120000, 180000)

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
-	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -33,7 +32,7 @@ func newGroupFixture(t *testing.T) *groupFixture {
 // newGroupFixtureIn is the group-by-key task of te for partition p.
 func newGroupFixtureIn(t *testing.T, te *testEnv, p int32) *groupFixture {
 	sub := groupTask(t, te)
-	return &groupFixture{te: te, sub: sub, tk: te.task(sub, p), in: te.input(sub, p), p: p, prod: shuffle.ProducerID(te.sub(translate.RootImpulse).ID, 0)}
+	return &groupFixture{te: te, sub: sub, tk: te.task(sub, p), in: te.input(sub, p), p: p, prod: te.producer(sub, 0)}
 }
 
 // prepare handles recs and prepares the commit, without committing.
