@@ -349,6 +349,8 @@ type fakeExec struct {
 	fail error
 	// finish, when set, is the result of every bundle's Finish.
 	finish func() (executor.Result, error)
+	// each, when set, is called with each input element.
+	each func(b *fakeBundle, in shuffle.WindowedValue) error
 	// timers, when set, is called with each timer delivered.
 	timers func(b *fakeBundle, transformID, familyID string, data []byte) error
 }
@@ -415,6 +417,11 @@ func (b *fakeBundle) Process(data []byte) error {
 		}
 		data = data[len(in.Raw):]
 		b.record(f.te.render(f.stage.Input, in.Raw))
+		if f.each != nil {
+			if err := f.each(b, in); err != nil {
+				return err
+			}
+		}
 		f.mu.Lock()
 		fn := f.fn
 		f.mu.Unlock()
@@ -445,7 +452,15 @@ func (b *fakeBundle) emitSplit(data []byte) error {
 }
 
 func (b *fakeBundle) ProcessTimers(transformID, familyID string, data []byte) error {
-	b.record(fmt.Sprintf("timers %s/%s %x", transformID, familyID, data))
+	te := b.f.te
+	for rest := data; len(rest) > 0; {
+		tm, err := te.env.TimerCodecs[[2]string{transformID, familyID}].Next(rest)
+		if err != nil {
+			return err
+		}
+		b.record(fmt.Sprintf("timer %s %q fire %s hold %s", familyID, tm.Key, timeString(tm.Fire), timeString(tm.Hold)))
+		rest = rest[len(tm.Raw):]
+	}
 	if b.f.timers != nil {
 		return b.f.timers(b, transformID, familyID, data)
 	}

@@ -1,11 +1,13 @@
 package task
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
 )
@@ -17,7 +19,21 @@ func pairFn(w string) (string, string)                      { return w, w }
 func formatFn(k string, vs func(*string) bool) string       { return k }
 func withSideFn(s string, side []string, emit func(string)) { emit(s) }
 
+// timerFn sets an event-time timer per key and window.
+type timerFn struct {
+	Fire timers.EventTime
+}
+
+func (fn *timerFn) ProcessElement(w beam.Window, tp timers.Provider, k, v string, emit func(string)) {
+	fn.Fire.Set(tp, w.MaxTimestamp().ToTime())
+}
+
+func (fn *timerFn) OnTimer(_ context.Context, _ beam.EventTime, _ timers.Provider, k string, _ timers.Context, emit func(string)) {
+	emit(k)
+}
+
 func init() {
+	register.DoFn5x0[beam.Window, timers.Provider, string, string, func(string)](&timerFn{})
 	register.Function1x2(pairFn)
 	register.Function2x1(formatFn)
 	register.Function3x0(withSideFn)
@@ -63,5 +79,14 @@ func sessionsPipeline() *beam.Pipeline {
 func testStreamPipeline(cfg teststream.Config, opts ...beam.WindowIntoOption) *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
 	grouping(s, teststream.Create(s, cfg), window.NewFixedWindows(time.Minute), opts...)
+	return p
+}
+
+// timerPipeline is Create | pairFn | WindowInto(fixed minutes) |
+// ParDo(timerFn), a stateful stage with timers.
+func timerPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, pairFn, beam.Create(s, "a"))
+	beam.ParDo(s, &timerFn{Fire: timers.InEventTime("fire")}, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs))
 	return p
 }
