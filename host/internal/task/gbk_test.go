@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -126,4 +129,67 @@ func TestGroupByKeyFiresAtWindowEnd(t *testing.T) {
 		inputs:   []string{`"k1":["c"] @119999 [60000,120000) ontime#0 first last`},
 		produced: lines(te.sunk(sub, `"k1" @119999 [60000,120000) ontime#0 first last`), report("+inf")),
 	}})
+}
+
+// The fast path groups in every window of an element (sliding windows)
+// and in the global window, which ends only at the end of time; its
+// unkeyed output is spread round-robin over the partitions of the
+// Reshuffle's topic.
+func TestGroupByKeyWindowFns(t *testing.T) {
+	eogw := timeString(endOfGlobalWindow)
+	for _, tc := range []struct {
+		name   string
+		wfn    *window.Fn
+		recs   func(in *input) []*kgo.Record
+		before int64 // a watermark that fires nothing yet; then it goes to +inf
+		groups []string
+	}{{
+		name:   "sliding",
+		wfn:    window.NewSlidingWindows(time.Minute, 2*time.Minute),
+		before: 119999,
+		recs: func(in *input) []*kgo.Record {
+			return in.data(
+				wv(70000, kv("k", "a"), interval(60000, 180000), interval(0, 120000)),
+				wv(130000, kv("k", "b"), interval(120000, 240000), interval(60000, 180000)))
+		},
+		groups: []string{
+			`"k":["a"] @119999 [0,120000) ontime#0 first last`,
+			`"k":["a" "b"] @179999 [60000,180000) ontime#0 first last`,
+			`"k":["b"] @239999 [120000,240000) ontime#0 first last`,
+		},
+	}, {
+		name:   "global",
+		wfn:    window.NewGlobalWindows(),
+		before: endOfGlobalWindow,
+		recs: func(in *input) []*kgo.Record {
+			return in.data(wv(5, kv("k1", "a"), globalWindow), wv(7, kv("k2", "b"), globalWindow), wv(6, kv("k1", "c"), globalWindow), wv(8, kv("k3", "d"), globalWindow))
+		},
+		groups: []string{
+			`"k1":["a" "c"] @` + eogw + ` GW ontime#0 first last`,
+			`"k2":["b"] @` + eogw + ` GW ontime#0 first last`,
+			`"k3":["d"] @` + eogw + ` GW ontime#0 first last`,
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			te := newTestEnv(t, marshal(t, groupingOver(tc.wfn)), 3)
+			f := newGroupFixtureIn(t, te, 0)
+			if f.sub.Root.Windowed {
+				t.Fatal("not the fast path: the plan changed")
+			}
+			te.cycle(f.tk, append(tc.recs(f.in), f.in.wm(f.prod, tc.before))...)
+			checkLines(t, "before the end", te.exec(f.sub).inputs(), nil)
+			te.take()
+			te.cycle(f.tk, f.in.wm(f.prod, maxWatermark))
+			checkLines(t, "groups", te.exec(f.sub).inputs(), tc.groups)
+			parts := map[int32]bool{}
+			for _, r := range te.take() {
+				if r.Value[0] == shuffle.KindData {
+					parts[r.Partition] = true
+				}
+			}
+			if len(parts) != 3 {
+				t.Errorf("output in partitions %v, want all 3", parts)
+			}
+		})
+	}
 }

@@ -68,9 +68,12 @@ func grouping(s beam.Scope, words beam.PCollection, wfn *window.Fn, opts ...beam
 
 // sessionsPipeline is Create | grouping over sessions with a gap of a
 // minute.
-func sessionsPipeline() *beam.Pipeline {
+func sessionsPipeline() *beam.Pipeline { return groupingOver(window.NewSessions(time.Minute)) }
+
+// groupingOver is Create | grouping over wfn.
+func groupingOver(wfn *window.Fn, opts ...beam.WindowIntoOption) *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
-	grouping(s, beam.Create(s, "a"), window.NewSessions(time.Minute))
+	grouping(s, beam.Create(s, "a"), wfn, opts...)
 	return p
 }
 
