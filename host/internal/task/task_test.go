@@ -45,6 +45,7 @@ func TestInputWatermarkOverProducers(t *testing.T) {
 		{recs: []*kgo.Record{in.wm(p(1), 40)}},
 		{recs: []*kgo.Record{in.wm(p(2), 60)}, reported: "40"},
 		{recs: []*kgo.Record{in.wm(p(1), 30)}}, // behind its latest
+		{reopen: true, reported: "40"},
 		{recs: []*kgo.Record{in.wm(p(1), 70), in.wm(p(0), 55)}, reported: "55"},
 		{reopen: true, reported: "55"},
 		{recs: []*kgo.Record{in.wm(p(0), 80)}, reported: "60"},
