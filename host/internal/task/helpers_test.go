@@ -333,15 +333,14 @@ func rewrap(in shuffle.WindowedValue, elem []byte) []byte {
 }
 
 // fakeExec is a stage executor that records its bundles and emits, for
-// each input element, what fn returns (windowed values of out, the stage's
-// first output unless set).
+// each input element, what fn returns (windowed values of the stage's
+// first output).
 type fakeExec struct {
 	te    *testEnv
 	stage *translate.Stage
 
 	mu       sync.Mutex
 	fn       func(in shuffle.WindowedValue) [][]byte
-	out      string
 	bundles  [][]string // the rendered input elements (and timers) of each bundle
 	started  int
 	finished int
@@ -440,10 +439,7 @@ func (b *fakeBundle) emitSplit(data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
-	out := b.f.out
-	if out == "" {
-		out = b.f.stage.Outputs[0]
-	}
+	out := b.f.stage.Outputs[0]
 	cut := len(data) / 2
 	if err := b.emit(out, data[:cut]); err != nil {
 		return err
