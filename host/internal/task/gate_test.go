@@ -143,17 +143,7 @@ func TestSortByTime(t *testing.T) {
 					t.Errorf("step %d: output hold %d, want %d", i, hold, st.hold)
 				}
 			}
-			var dropped int64
-			for _, m := range tk.env.Metrics.Attempted.Results() {
-				if m.GetLabels()["NAME"] == "dropped_late_elements" && m.GetLabels()["PTRANSFORM"] == "sortedFn" {
-					v, err := coder.DecodeVarInt(bytes.NewReader(m.GetPayload()))
-					if err != nil {
-						t.Fatal(err)
-					}
-					dropped += v
-				}
-			}
-			if dropped != tc.dropped {
+			if dropped := counter(t, tk.env.Metrics.Attempted, "sortedFn", "dropped_late_elements"); dropped != tc.dropped {
 				t.Errorf("dropped_late_elements %d, want %d", dropped, tc.dropped)
 			}
 		})

@@ -1,0 +1,195 @@
+package task
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// groupTask is the group-by-key task of a grouping pipeline: its fake
+// stage (formatFn) emits each group's key as a string in the group's
+// window, to the Reshuffle's topic and the side input's.
+func groupTask(t *testing.T, te *testEnv) *translate.SubTopology {
+	t.Helper()
+	sub := te.sub(translate.RootGroupByKey)
+	codec := te.env.Codecs[sub.Root.Output]
+	te.exec(sub).setFn(func(in shuffle.WindowedValue) [][]byte {
+		k, _, err := codec.SplitKV(in.Elem)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		return [][]byte{rewrap(in, k)}
+	})
+	return sub
+}
+
+// step is one commit cycle of a task: the records it handles, what its
+// stage gets and what it produces.
+type step struct {
+	recs     []*kgo.Record
+	inputs   []string
+	produced []string
+	// bug, when set, is what a known bug makes the step's stage input and
+	// produced records be: then the test is skipped after its other steps
+	// ran, so that it fails on any other difference and passes once the
+	// bug is fixed.
+	bug *knownBug
+}
+
+// knownBug is a reported bug, and the output it gives a step.
+type knownBug struct {
+	note             string
+	inputs, produced []string
+}
+
+// runSteps runs each step as one commit cycle of tk. It returns the
+// known bugs that showed, for skipKnownBugs once the test is done.
+func runSteps(t *testing.T, te *testEnv, tk *Task, stage *fakeExec, steps []step) []string {
+	t.Helper()
+	var bugs []string
+	for i, st := range steps {
+		te.cycle(tk, st.recs...)
+		in, out := stage.inputs(), te.describe(te.take())
+		if b := st.bug; b != nil && (!slices.Equal(in, st.inputs) || !slices.Equal(out, st.produced)) && slices.Equal(in, b.inputs) && slices.Equal(out, b.produced) {
+			bugs = append(bugs, fmtStep(b.note, i))
+			continue
+		}
+		checkLines(t, fmtStep("stage input", i), in, st.inputs)
+		checkLines(t, fmtStep("produced", i), out, st.produced)
+	}
+	return bugs
+}
+
+// skipKnownBugs skips the test if known bugs showed (after all its checks).
+func skipKnownBugs(t *testing.T, bugs []string) {
+	if len(bugs) > 0 {
+		t.Skipf("known bugs (reported): %s", strings.Join(bugs, "; "))
+	}
+}
+
+func fmtStep(what string, i int) string { return fmt.Sprintf("%s (step %d)", what, i) }
+
+// The GroupByKey fast path fires each key and window once, when the
+// input watermark passes the window's maximum timestamp, with the values
+// in arrival order, and holds its output watermark at the earliest window
+// not fired; watermark reports follow the data they cover, to every
+// partition of every topic the task writes.
+func TestGroupByKeyFiresAtWindowEnd(t *testing.T) {
+	te := newTestEnv(t, marshal(t, groupingPipeline(t)), 3)
+	sub := groupTask(t, te)
+	tk := te.task(sub, 1)
+	in := te.input(sub, 1)
+	prod := te.producer(sub, 0) // the input's one producer
+	if len(sub.Sinks) != 2 || te.env.Topics.Producers[sub.Input] != 1 {
+		t.Fatalf("sinks %v, %d producers of the input: the plan changed", sub.Sinks, te.env.Topics.Producers[sub.Input])
+	}
+	w0, w1 := interval(0, 60000), interval(60000, 120000)
+	report := func(wm string) []string { return te.reports(tk, wm) }
+	runSteps(t, te, tk, te.exec(sub), []step{{
+		// Nothing reported yet: the first report is at once.
+		produced: report("-inf"),
+	}, {
+		recs: append(in.data(
+			wv(1000, kv("k1", "a"), w0),
+			wv(2000, kv("k2", "b"), w0),
+			wv(61000, kv("k1", "c"), w1),
+			wv(5000, kv("k1", "d"), w0),
+		), in.wm(prod, 30000)),
+		produced: report("30000"),
+	}, {
+		// The window's maximum timestamp is 59999: not passed yet; the
+		// output watermark is held there.
+		recs:     []*kgo.Record{in.wm(prod, 59999)},
+		produced: report("59999"),
+	}, {
+		recs: []*kgo.Record{in.wm(prod, 70000)},
+		inputs: []string{
+			`"k1":["a" "d"] @59999 [0,60000) ontime#0 first last`,
+			`"k2":["b"] @59999 [0,60000) ontime#0 first last`,
+		},
+		produced: lines(te.sunk(sub,
+			`"k1" @59999 [0,60000) ontime#0 first last`,
+			`"k2" @59999 [0,60000) ontime#0 first last`),
+			report("70000")),
+	}, {
+		// No movement: no report.
+		recs: []*kgo.Record{in.wm(prod, 70000)},
+	}, {
+		recs:     []*kgo.Record{in.wm(prod, maxWatermark)},
+		inputs:   []string{`"k1":["c"] @119999 [60000,120000) ontime#0 first last`},
+		produced: lines(te.sunk(sub, `"k1" @119999 [60000,120000) ontime#0 first last`), report("+inf")),
+	}})
+}
+
+// The fast path groups in every window of an element (sliding windows)
+// and in the global window, which ends only at the end of time; its
+// unkeyed output is spread round-robin over the partitions of the
+// Reshuffle's topic.
+func TestGroupByKeyWindowFns(t *testing.T) {
+	eogw := timeString(endOfGlobalWindow)
+	for _, tc := range []struct {
+		name   string
+		wfn    *window.Fn
+		recs   func(in *input) []*kgo.Record
+		before int64 // a watermark that fires nothing yet; then it goes to +inf
+		groups []string
+	}{{
+		name:   "sliding",
+		wfn:    window.NewSlidingWindows(time.Minute, 2*time.Minute),
+		before: 119999,
+		recs: func(in *input) []*kgo.Record {
+			return in.data(
+				wv(70000, kv("k", "a"), interval(60000, 180000), interval(0, 120000)),
+				wv(130000, kv("k", "b"), interval(120000, 240000), interval(60000, 180000)))
+		},
+		groups: []string{
+			`"k":["a"] @119999 [0,120000) ontime#0 first last`,
+			`"k":["a" "b"] @179999 [60000,180000) ontime#0 first last`,
+			`"k":["b"] @239999 [120000,240000) ontime#0 first last`,
+		},
+	}, {
+		name:   "global",
+		wfn:    window.NewGlobalWindows(),
+		before: endOfGlobalWindow,
+		recs: func(in *input) []*kgo.Record {
+			return in.data(wv(5, kv("k1", "a"), globalWindow), wv(7, kv("k2", "b"), globalWindow), wv(6, kv("k1", "c"), globalWindow), wv(8, kv("k3", "d"), globalWindow))
+		},
+		groups: []string{
+			`"k1":["a" "c"] @` + eogw + ` GW ontime#0 first last`,
+			`"k2":["b"] @` + eogw + ` GW ontime#0 first last`,
+			`"k3":["d"] @` + eogw + ` GW ontime#0 first last`,
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			te := newTestEnv(t, marshal(t, groupingOver(tc.wfn)), 3)
+			f := newGroupFixtureIn(t, te, 0)
+			if f.sub.Root.Windowed {
+				t.Fatal("not the fast path: the plan changed")
+			}
+			te.cycle(f.tk, append(tc.recs(f.in), f.in.wm(f.prod, tc.before))...)
+			checkLines(t, "before the end", te.exec(f.sub).inputs(), nil)
+			te.take()
+			te.cycle(f.tk, f.in.wm(f.prod, maxWatermark))
+			checkLines(t, "groups", te.exec(f.sub).inputs(), tc.groups)
+			parts := map[int32]bool{}
+			for _, r := range te.take() {
+				if r.Value[0] == shuffle.KindData {
+					parts[r.Partition] = true
+				}
+			}
+			if len(parts) != 3 {
+				t.Errorf("output in partitions %v, want all 3", parts)
+			}
+		})
+	}
+}

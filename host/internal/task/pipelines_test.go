@@ -1,0 +1,95 @@
+package task
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
+)
+
+// The DoFns of the tests' pipelines never run: fake executors stand in
+// for them. They only give the pipelines their types.
+
+func pairFn(w string) (string, string)                      { return w, w }
+func formatFn(k string, vs func(*string) bool) string       { return k }
+func withSideFn(s string, side []string, emit func(string)) { emit(s) }
+
+// timerFn sets an event-time timer per key and window.
+type timerFn struct {
+	Fire timers.EventTime
+}
+
+func (fn *timerFn) ProcessElement(w beam.Window, tp timers.Provider, k, v string, emit func(string)) {
+	fn.Fire.Set(tp, w.MaxTimestamp().ToTime())
+}
+
+func (fn *timerFn) OnTimer(_ context.Context, _ beam.EventTime, _ timers.Provider, k string, _ timers.Context, emit func(string)) {
+	emit(k)
+}
+
+func init() {
+	register.DoFn5x0[beam.Window, timers.Provider, string, string, func(string)](&timerFn{})
+	register.Function1x2(pairFn)
+	register.Function2x1(formatFn)
+	register.Function3x0(withSideFn)
+	register.Emitter1[string]()
+	register.Iter1[string]()
+}
+
+// groupingPipeline is Create | pairFn | WindowInto(fixed minutes, opts) |
+// GroupByKey | formatFn, whose output is reshuffled and read as a side
+// input by a ParDo over minute windows. Its sub-topologies: the impulse
+// (Create, pairFn, WindowInto) writes the GroupByKey's repartition topic;
+// the GroupByKey root and formatFn write the Reshuffle's topic and the
+// side input topic; the side input's reader (withSideFn) reads the
+// materialized main input of a second impulse.
+func groupingPipeline(t *testing.T, opts ...beam.WindowIntoOption) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	f := grouping(s, beam.Create(s, "a"), window.NewFixedWindows(time.Minute), opts...)
+	main := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.Create(s, "m"))
+	beam.ParDo(s, withSideFn, main, beam.SideInput{Input: f})
+	return p
+}
+
+// grouping is words | pairFn | WindowInto(wfn, opts) | GroupByKey |
+// formatFn | Reshuffle; it returns formatFn's output.
+func grouping(s beam.Scope, words beam.PCollection, wfn *window.Fn, opts ...beam.WindowIntoOption) beam.PCollection {
+	kvs := beam.ParDo(s, pairFn, words)
+	w := beam.WindowInto(s, wfn, kvs, opts...)
+	f := beam.ParDo(s, formatFn, beam.GroupByKey(s, w))
+	beam.Reshuffle(s, f)
+	return f
+}
+
+// sessionsPipeline is Create | grouping over sessions with a gap of a
+// minute.
+func sessionsPipeline() *beam.Pipeline { return groupingOver(window.NewSessions(time.Minute)) }
+
+// groupingOver is Create | grouping over wfn.
+func groupingOver(wfn *window.Fn, opts ...beam.WindowIntoOption) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	grouping(s, beam.Create(s, "a"), wfn, opts...)
+	return p
+}
+
+// testStreamPipeline is a TestStream of strings (cfg) | grouping over
+// fixed minutes with opts.
+func testStreamPipeline(cfg teststream.Config, opts ...beam.WindowIntoOption) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	grouping(s, teststream.Create(s, cfg), window.NewFixedWindows(time.Minute), opts...)
+	return p
+}
+
+// timerPipeline is Create | pairFn | WindowInto(fixed minutes) |
+// ParDo(timerFn), a stateful stage with timers.
+func timerPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.ParDo(s, pairFn, beam.Create(s, "a"))
+	beam.ParDo(s, &timerFn{Fire: timers.InEventTime("fire")}, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs))
+	return p
+}

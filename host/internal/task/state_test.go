@@ -1,0 +1,196 @@
+package task
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// groupFixture is a group-by-key task of a grouping pipeline on partition
+// 2 of its input, the numbering of its input and its input's producer.
+type groupFixture struct {
+	te   *testEnv
+	sub  *translate.SubTopology
+	tk   *Task
+	in   *input
+	p    int32
+	prod string
+}
+
+func newGroupFixture(t *testing.T) *groupFixture {
+	return newGroupFixtureIn(t, newTestEnv(t, marshal(t, groupingPipeline(t)), 3), 2)
+}
+
+// newGroupFixtureIn is the group-by-key task of te for partition p.
+func newGroupFixtureIn(t *testing.T, te *testEnv, p int32) *groupFixture {
+	sub := groupTask(t, te)
+	return &groupFixture{te: te, sub: sub, tk: te.task(sub, p), in: te.input(sub, p), p: p, prod: te.producer(sub, 0)}
+}
+
+// prepare handles recs and prepares the commit, without committing.
+func (f *groupFixture) prepare(t *testing.T, recs ...*kgo.Record) {
+	t.Helper()
+	ctx := context.Background()
+	if err := f.tk.Handle(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tk.PrepareCommit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reopen aborts the task and opens it again from the store.
+func (f *groupFixture) reopen() {
+	f.tk.Abort()
+	f.tk = f.te.task(f.sub, f.p)
+}
+
+// A record delivered again after the cycle that stored its value
+// committed (state applied, offsets not: the runtime then redelivers from
+// the committed offset) is grouped once, however the redelivered records
+// are cut into cycles.
+func TestGroupByKeyRedelivered(t *testing.T) {
+	w := interval(0, 60000)
+	for _, tc := range []struct {
+		name   string
+		cycles [][]int // the offsets of the input records each cycle handles
+	}{
+		{"once", [][]int{{0, 1, 2}}},
+		{"again whole", [][]int{{0, 1}, {0, 1, 2}}},
+		{"again shorter", [][]int{{0, 1}, {0}, {1, 2}}},
+		{"again longer", [][]int{{0}, {0, 1, 2}}},
+		{"again after the next", [][]int{{0, 1}, {1, 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newGroupFixture(t)
+			recs := f.in.data(wv(1000, kv("k", "a"), w), wv(1000, kv("k", "b"), w), wv(1000, kv("k", "c"), w))
+			for _, c := range tc.cycles {
+				var batch []*kgo.Record
+				for _, off := range c {
+					batch = append(batch, recs[off])
+				}
+				f.te.cycle(f.tk, batch...)
+			}
+			f.te.exec(f.sub).inputs()
+			f.te.cycle(f.tk, f.in.wm(f.prod, maxWatermark))
+			checkLines(t, "groups", f.te.exec(f.sub).inputs(), []string{`"k":["a" "b" "c"] @59999 [0,60000) ontime#0 first last`})
+		})
+	}
+}
+
+// A task aborted mid-cycle and opened again from the same store holds
+// exactly the committed state: the aborted cycle's values, timers, firings
+// and input watermark are gone, the committed ones are there.
+func TestAbortKeepsCommittedState(t *testing.T) {
+	f := newGroupFixture(t)
+	w := interval(0, 60000)
+	f.te.cycle(f.tk, append(f.in.data(wv(1000, kv("k1", "a"), w)), f.in.wm(f.prod, 30000))...)
+	committed := storeContents(t, f.te.env.DB, f.tk.prefix)
+	f.te.take()
+
+	aborted := append(f.in.data(wv(2000, kv("k1", "b"), w), wv(3000, kv("k2", "x"), w)), f.in.wm(f.prod, 70000))
+	f.prepare(t, aborted...)
+	if got := f.te.exec(f.sub).inputs(); len(got) != 2 {
+		t.Fatalf("the aborted cycle fired %v, want both keys", got)
+	}
+	f.te.take()
+	f.reopen()
+	if got := storeContents(t, f.te.env.DB, f.tk.prefix); !maps.Equal(got, committed) {
+		t.Errorf("store after the abort:\n%q\nwant the committed one:\n%q", got, committed)
+	}
+	// The reopened task reports the committed input watermark at once.
+	f.te.cycle(f.tk)
+	checkLines(t, "first report", f.te.describe(f.te.take()), f.te.reports(f.tk, "30000"))
+
+	f.te.cycle(f.tk, aborted...) // redelivered
+	checkLines(t, "groups", f.te.exec(f.sub).inputs(), []string{
+		`"k1":["a" "b"] @59999 [0,60000) ontime#0 first last`,
+		`"k2":["x"] @59999 [0,60000) ontime#0 first last`,
+	})
+}
+
+// ProduceChangelog produces one record per mutation of the cycle's state
+// batch to the task's partition of its sub-topology's changelog: the key
+// and 0x01 and the value for a set, a tombstone for a delete. Replayed in
+// order onto an empty store they rebuild the task's store, and the commit
+// records the offset after the last one.
+func TestProduceChangelog(t *testing.T) {
+	f := newGroupFixture(t)
+	w := interval(0, 60000)
+	ctx := context.Background()
+	replayed := map[string]string{}
+	var next int64 // the offset after the last changelog record
+	for i, recs := range [][]*kgo.Record{
+		append(f.in.data(wv(1000, kv("k1", "a"), w), wv(1000, kv("k2", "b"), w)), f.in.wm(f.prod, 30000)),
+		f.in.data(wv(1000, kv("k1", "c"), w), wv(61000, kv("k1", "d"), interval(60000, 120000))),
+		{f.in.wm(f.prod, 70000)}, // fires [0,60000): deletes
+		{},                       // no mutation: no record
+		{f.in.wm(f.prod, maxWatermark)},
+	} {
+		f.prepare(t, recs...)
+		mutations := int(f.tk.batch.Count())
+		if err := f.tk.ProduceChangelog(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cl := f.te.takeChangelog()
+		if len(cl) != mutations {
+			t.Errorf("cycle %d: %d changelog records for %d mutations", i, len(cl), mutations)
+		}
+		sets, deletes := 0, 0
+		for _, r := range cl {
+			if r.Topic != f.te.env.Topics.Full(f.te.env.Topics.Changelogs[f.sub.ID]) || r.Partition != 2 {
+				t.Errorf("cycle %d: a changelog record to %s/%d, want partition 2 of the sub-topology's changelog", i, r.Topic, r.Partition)
+			}
+			next = r.Offset + 1
+			if r.Value == nil {
+				deletes++
+				delete(replayed, string(r.Key))
+				continue
+			}
+			sets++
+			if r.Value[0] != 1 {
+				t.Errorf("cycle %d: changelog value %x does not start with 0x01", i, r.Value)
+			}
+			replayed[string(r.Key)] = string(r.Value[1:])
+		}
+		if i == 2 && deletes == 0 {
+			t.Errorf("cycle %d fired windows, and its changelog has no tombstone", i)
+		}
+		if i == 3 && sets+deletes != 0 {
+			t.Errorf("cycle %d changed nothing, and its changelog has %d records", i, sets+deletes)
+		}
+		if err := f.tk.CommitState(); err != nil {
+			t.Fatal(err)
+		}
+		store := storeContents(t, f.te.env.DB, f.tk.prefix)
+		pos := string(state.Key(f.tk.prefix, state.Changelog))
+		if got := store[pos]; len(got) != 8 || int64(binary.BigEndian.Uint64([]byte(got))) != next {
+			t.Errorf("cycle %d: changelog position %x, want %d", i, got, next)
+		}
+		delete(store, pos)
+		if !maps.Equal(store, replayed) {
+			t.Errorf("cycle %d: the replayed changelog\n%q\nis not the store\n%q", i, replayed, store)
+		}
+	}
+}
+
+// A changelog record that fails to produce fails the instance (Env.Fail).
+func TestProduceChangelogFailure(t *testing.T) {
+	f := newGroupFixture(t)
+	f.te.failProduce = errors.New("broker gone")
+	f.prepare(t, f.in.data(wv(1000, kv("k1", "a"), interval(0, 60000)))...)
+	if err := f.tk.ProduceChangelog(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.te.fails) == 0 || !strings.Contains(f.te.fails[0].Error(), "broker gone") || !strings.Contains(f.te.fails[0].Error(), "changelog") {
+		t.Errorf("failures %v, want the produce error, naming the changelog", f.te.fails)
+	}
+}

@@ -1,0 +1,112 @@
+package task
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// timer encodes a timer of key k (a string) in window win in Beam's timer
+// coder.
+func timer(k string, win []byte, fire, hold int64) []byte {
+	b := append(strEl(k), 0) // the key, an empty tag
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = append(b, win...)
+	b = append(b, 0) // not cleared
+	b = binary.BigEndian.AppendUint64(b, state.EventTimeBits(fire))
+	b = binary.BigEndian.AppendUint64(b, state.EventTimeBits(hold))
+	return append(b, noFiringPane...)
+}
+
+// A stateful stage's timers are stored as the bundle sets them (a timer
+// replaces the one of its key, window and tag), fire once the input
+// watermark passes them, in rounds while firing sets more that are due,
+// and hold the output watermark at their output timestamps. They are
+// state: committed ones outlive the task, aborted ones are gone.
+func TestUserTimers(t *testing.T) {
+	te := newTestEnv(t, marshal(t, timerPipeline()), 1)
+	sub := te.find("with a stateful stage", func(st *translate.SubTopology) bool {
+		return len(st.Stages) == 1 && st.Stages[0].Stateful
+	})
+	fam := sub.Stages[0].TimerFamilies[0]
+	if len(sub.Stages[0].TimerFamilies) != 1 || !fam.EventTime {
+		t.Fatalf("timer families %v: the plan changed", sub.Stages[0].TimerFamilies)
+	}
+	codec := te.env.Codecs[sub.Stages[0].Input]
+	f := te.exec(sub)
+	// Each element sets a timer at the end of its window, held at its
+	// timestamp, in two chunks cut inside the timer.
+	f.each = func(b *fakeBundle, in shuffle.WindowedValue) error {
+		k, _, err := codec.SplitKV(in.Elem)
+		if err != nil {
+			return err
+		}
+		end, err := windowMaxTimestamp(in.Windows)
+		if err != nil {
+			return err
+		}
+		key, _, _ := state.ReadLP(k)
+		tm := timer(string(key), in.Windows, end, in.Timestamp)
+		if err := b.io.Timers(fam.TransformID, fam.FamilyID, tm[:5]); err != nil {
+			return err
+		}
+		return b.io.Timers(fam.TransformID, fam.FamilyID, tm[5:])
+	}
+	// Firing k2's first timer sets one more, due at once.
+	fired := 0
+	f.timers = func(b *fakeBundle, _, _ string, data []byte) error {
+		if fired++; fired == 2 {
+			return b.io.Timers(fam.TransformID, fam.FamilyID, timer("k2", interval(60000, 120000), 65000, 65000))
+		}
+		return nil
+	}
+	tk := te.task(sub, 0)
+	in := te.input(sub, 0)
+	prod := te.producer(sub, 0)
+	w0, w1 := interval(0, 60000), interval(60000, 120000)
+	check := func(what string, bundles [][]string, status string) {
+		t.Helper()
+		got := f.takeBundles()
+		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", bundles) {
+			t.Errorf("%s: bundles\n%q\nwant\n%q", what, got, bundles)
+		}
+		var want []string
+		if status != "" {
+			want = []string{"status " + tk.ID() + " " + status}
+		}
+		checkLines(t, what+": produced", te.describe(te.take()), want)
+	}
+
+	te.cycle(tk, append(in.data(wv(1000, kv("k1", "a"), w0), wv(2000, kv("k2", "b"), w0), wv(61000, kv("k1", "c"), w1), wv(5000, kv("k1", "d"), w0)), in.wm(prod, 30000))...)
+	check("set", [][]string{{
+		`"k1":"a" @1000 [0,60000) nofiring`, `"k2":"b" @2000 [0,60000) nofiring`,
+		`"k1":"c" @61000 [60000,120000) nofiring`, `"k1":"d" @5000 [0,60000) nofiring`,
+	}}, "2000")
+
+	// An aborted cycle's timer is gone.
+	ctx := context.Background()
+	if err := tk.Handle(ctx, in.data(wv(1500, kv("k3", "x"), w0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tk.PrepareCommit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.takeBundles()
+	te.take()
+	tk.Abort()
+	tk = te.task(sub, 0)
+
+	te.cycle(tk, in.wm(prod, 70000))
+	check("fired", [][]string{
+		{`timer fire "\x02k1" fire 59999 hold 5000`, `timer fire "\x02k2" fire 59999 hold 2000`},
+		{`timer fire "\x02k2" fire 65000 hold 65000`},
+	}, "61000")
+
+	te.cycle(tk, in.wm(prod, maxWatermark))
+	check("at the end", [][]string{{`timer fire "\x02k1" fire 119999 hold 61000`}}, "+inf")
+}
