@@ -389,8 +389,10 @@ func lateEvents(cfg *teststream.Config) error {
 //     the end; the late firing AfterCount(1) fires on each element), with
 //     the next index and on-time index. A late element cannot hold the
 //     output watermark at the window end, already passed, so it holds it at
-//     the garbage-collection time, 119999, and the LATE pane carries that
-//     timestamp.
+//     the garbage-collection time, 119999; the pane's timestamp is that
+//     hold clipped to the window's end, 59999 (WatermarkHold's
+//     extractAndRelease: "the hold was for garbage collection, take the end
+//     of window as the result").
 //   - When the watermark passes 119999 the window expires with nothing
 //     new: under the Go SDK's EMIT_IF_NONEMPTY closing behaviour no final
 //     pane, so no pane of [0, 60000) is last.
@@ -403,9 +405,7 @@ func lateEvents(cfg *teststream.Config) error {
 //     final pane, ON_TIME since the end of window is reached with it, so
 //     first and last.
 //
-// Prism differs, as each case's prism list says: it stamps LATE panes at
-// the window's end rather than at the garbage-collection hold (Beam's
-// onTrigger stamps a pane with the hold it releases); it fires the end of
+// Prism differs, as each case's prism list says: it fires the end of
 // window of [120000, 180000) as an ON_TIME pane that is not last, and
 // expires the window separately; and with the explicit late firing it
 // emits no pane as late elements arrive, only one last pane when the
@@ -423,21 +423,13 @@ func TestLatePanes(t *testing.T) {
 			want: []string{
 				"k1 sum=1 n=1 win=[0:60000) ts=59999 pane=ON_TIME/first=true/last=false/index=0/ontime=0",
 				"k0 sum=2 n=1 win=[0:60000) ts=59999 pane=ON_TIME/first=true/last=false/index=0/ontime=0",
-				"k0 sum=4 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1",
-				"k0 sum=6 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=2/ontime=2",
-				"k1 sum=3 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1",
+				"k0 sum=4 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1",
+				"k0 sum=6 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=2/ontime=2",
+				"k1 sum=3 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1",
 				"k0 sum=10 n=1 win=[120000:180000) ts=179999 pane=ON_TIME/first=true/last=true/index=0/ontime=0",
 			},
 			dropped: 2,
 			prism: []prismDiff{
-				// LATE panes stamped at the window's end, not at the
-				// garbage-collection hold.
-				{"k0 sum=4 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1",
-					"k0 sum=4 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1"},
-				{"k0 sum=6 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=2/ontime=2",
-					"k0 sum=6 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=2/ontime=2"},
-				{"k1 sum=3 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1",
-					"k1 sum=3 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1"},
 				// The end of window and expiry reached at once are not
 				// one final pane: the ON_TIME pane is not last (and the
 				// expiry, with nothing new, emits nothing).
@@ -457,9 +449,9 @@ func TestLatePanes(t *testing.T) {
 			want: []string{
 				"k1 sum=1 n=1 win=[0:60000) ts=59999 pane=ON_TIME/first=true/last=false/index=0/ontime=0",
 				"k0 sum=2 n=1 win=[0:60000) ts=59999 pane=ON_TIME/first=true/last=false/index=0/ontime=0",
-				"k0 sum=6 n=2 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1",
-				"k0 sum=12 n=3 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=2/ontime=2",
-				"k1 sum=4 n=2 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1",
+				"k0 sum=6 n=2 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1",
+				"k0 sum=12 n=3 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=2/ontime=2",
+				"k1 sum=4 n=2 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1",
 				"k0 sum=10 n=1 win=[120000:180000) ts=179999 pane=ON_TIME/first=true/last=true/index=0/ontime=0",
 			},
 			dropped: 2,
@@ -467,10 +459,10 @@ func TestLatePanes(t *testing.T) {
 				// No LATE pane as each late element arrives: one pane
 				// with all of the window's elements when it expires, last,
 				// stamped at the window's end.
-				{"k0 sum=6 n=2 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1", ""},
-				{"k0 sum=12 n=3 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=2/ontime=2",
+				{"k0 sum=6 n=2 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1", ""},
+				{"k0 sum=12 n=3 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=2/ontime=2",
 					"k0 sum=12 n=3 win=[0:60000) ts=59999 pane=LATE/first=false/last=true/index=1/ontime=1"},
-				{"k1 sum=4 n=2 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=1/ontime=1",
+				{"k1 sum=4 n=2 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=1/ontime=1",
 					"k1 sum=4 n=2 win=[0:60000) ts=59999 pane=LATE/first=false/last=true/index=1/ontime=1"},
 				// The end of window and expiry reached at once are two
 				// panes: an ON_TIME one, not last, and at expiry a LATE
@@ -539,9 +531,10 @@ func TestTestStreamPanes(t *testing.T) {
 			// late firing fires a LATE pane {12}, index 3, on-time index
 			// 1. The late element cannot hold the output watermark at
 			// 59999, already passed, so WatermarkHold holds it at the
-			// garbage-collection time, and ReduceFnRunner.onTrigger
-			// stamps the pane with the hold it releases: 119999.
-			"k0 sum=12 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=3/ontime=1",
+			// garbage-collection time, 119999; extractAndRelease clips
+			// the released hold to the window's end, so the pane is
+			// stamped 59999 (Prism agrees).
+			"k0 sum=12 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=3/ontime=1",
 			// Event 7 moves the watermark past 119999: the window expires
 			// with nothing new since the LATE pane, so under the Go SDK's
 			// EMIT_IF_NONEMPTY closing behaviour there is no final pane
@@ -549,11 +542,5 @@ func TestTestStreamPanes(t *testing.T) {
 		},
 		// Event 8 adds two elements for the expired window: dropped.
 		dropped: 2,
-		prism: []prismDiff{
-			// Prism stamps the LATE pane at the window's end, not at the
-			// garbage-collection hold.
-			{"k0 sum=12 n=1 win=[0:60000) ts=119999 pane=LATE/first=false/last=false/index=3/ontime=1",
-				"k0 sum=12 n=1 win=[0:60000) ts=59999 pane=LATE/first=false/last=false/index=3/ontime=1"},
-		},
 	}.run(ctx, t)
 }

@@ -317,9 +317,11 @@ func (s *Strategy) trigger(res *Result, c Context, isFinal bool) {
 	isEmpty := st.Count == 0
 	// WatermarkHold.extractAndRelease: the pane's timestamp is the minimum
 	// of the holds, which are released; a window that is not finished
-	// re-holds at its end (or expiry) for a pane that may fire empty.
+	// re-holds at its end (or expiry) for a pane that may fire empty. With
+	// no hold, or a hold past the window (the garbage-collection hold of a
+	// late pane), the pane is stamped at the window's end.
 	outTs, ok := st.OutputHold()
-	if !ok {
+	if !ok || outTs > c.Window.MaxTimestamp() {
 		outTs = c.Window.MaxTimestamp()
 	}
 	st.Count, st.Hold, st.HasHold, st.ExtraHold, st.HasExtraHold = 0, 0, false, 0, false

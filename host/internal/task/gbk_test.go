@@ -2,8 +2,6 @@ package task
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,41 +37,16 @@ type step struct {
 	recs     []*kgo.Record
 	inputs   []string
 	produced []string
-	// bug, when set, is what a known bug makes the step's stage input and
-	// produced records be: then the test is skipped after its other steps
-	// ran, so that it fails on any other difference and passes once the
-	// bug is fixed.
-	bug *knownBug
 }
 
-// knownBug is a reported bug, and the output it gives a step.
-type knownBug struct {
-	note             string
-	inputs, produced []string
-}
-
-// runSteps runs each step as one commit cycle of tk. It returns the
-// known bugs that showed, for skipKnownBugs once the test is done.
-func runSteps(t *testing.T, te *testEnv, tk *Task, stage *fakeExec, steps []step) []string {
+// runSteps runs each step as one commit cycle of tk.
+func runSteps(t *testing.T, te *testEnv, tk *Task, stage *fakeExec, steps []step) {
 	t.Helper()
-	var bugs []string
 	for i, st := range steps {
 		te.cycle(tk, st.recs...)
 		in, out := stage.inputs(), te.describe(te.take())
-		if b := st.bug; b != nil && (!slices.Equal(in, st.inputs) || !slices.Equal(out, st.produced)) && slices.Equal(in, b.inputs) && slices.Equal(out, b.produced) {
-			bugs = append(bugs, fmtStep(b.note, i))
-			continue
-		}
 		checkLines(t, fmtStep("stage input", i), in, st.inputs)
 		checkLines(t, fmtStep("produced", i), out, st.produced)
-	}
-	return bugs
-}
-
-// skipKnownBugs skips the test if known bugs showed (after all its checks).
-func skipKnownBugs(t *testing.T, bugs []string) {
-	if len(bugs) > 0 {
-		t.Skipf("known bugs (reported): %s", strings.Join(bugs, "; "))
 	}
 }
 

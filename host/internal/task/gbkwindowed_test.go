@@ -30,7 +30,7 @@ func TestWindowedGroupByKeyTriggers(t *testing.T) {
 		t.Fatal("the GroupByKey is not windowed: the plan changed")
 	}
 	w := interval(0, 60000)
-	bugs := runSteps(t, te, f.tk, te.exec(f.sub), []step{{
+	runSteps(t, te, f.tk, te.exec(f.sub), []step{{
 		recs:     append(f.in.data(wv(1000, kv("k", "a"), w), wv(2000, kv("k", "b"), w)), f.in.wm(f.prod, 30000)),
 		inputs:   []string{`"k":["a" "b"] @59999 [0,60000) early#0 first`},
 		produced: lines(te.sunk(f.sub, `"k" @59999 [0,60000) early#0 first`), te.reports(f.tk, "30000")),
@@ -42,11 +42,6 @@ func TestWindowedGroupByKeyTriggers(t *testing.T) {
 		recs:     f.in.data(wv(4000, kv("k", "d"), w)),
 		inputs:   []string{`"k":["a" "b" "c" "d"] @59999 [0,60000) late#2`},
 		produced: te.sunk(f.sub, `"k" @59999 [0,60000) late#2`),
-		bug: &knownBug{
-			note:     "translate/windowing/strategy.go trigger: a late pane's timestamp is the garbage collection hold 119999, outside its window, where Beam's WatermarkHold.extractAndRelease clips it to the window's end",
-			inputs:   []string{`"k":["a" "b" "c" "d"] @119999 [0,60000) late#2`},
-			produced: te.sunk(f.sub, `"k" @119999 [0,60000) late#2`),
-		},
 	}, {
 		recs:     []*kgo.Record{f.in.wm(f.prod, 120000)},
 		produced: te.reports(f.tk, "120000"),
@@ -56,7 +51,6 @@ func TestWindowedGroupByKeyTriggers(t *testing.T) {
 	if n := counter(t, te.env.Metrics.Attempted, f.sub.Root.TransformID, "dropped_late_elements"); n != 1 {
 		t.Errorf("dropped_late_elements %d, want 1", n)
 	}
-	skipKnownBugs(t, bugs)
 }
 
 // Over sessions, the GroupByKey merges each key's windows as elements
@@ -95,7 +89,7 @@ func TestSessionsMerge(t *testing.T) {
 			}
 			session := func(ts int64) []byte { return interval(ts, ts+60000) }
 			el := func(ts int64, k, v string) []byte { return wv(ts, kv(k, v), session(ts)) }
-			skipKnownBugs(t, runSteps(t, te, f.tk, te.exec(f.sub), []step{{
+			runSteps(t, te, f.tk, te.exec(f.sub), []step{{
 				recs:     append(f.in.data(el(1000, "k", "a"), el(30000, "k", "b"), el(200000, "k", "c"), el(2000, "j", "x")), f.in.wm(f.prod, 50000)),
 				produced: te.reports(f.tk, "50000"),
 			}, {
@@ -112,7 +106,7 @@ func TestSessionsMerge(t *testing.T) {
 				recs:     []*kgo.Record{f.in.wm(f.prod, maxWatermark)},
 				inputs:   []string{`"k":["c"] @259999 [200000,260000) ontime#0 first last`},
 				produced: lines(te.sunk(f.sub, `"k" @259999 [200000,260000) ontime#0 first last`), te.reports(f.tk, "+inf")),
-			}}))
+			}})
 			if merger != nil {
 				var got []string
 				for _, b := range merger.takeBundles() {

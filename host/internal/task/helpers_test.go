@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
@@ -758,4 +759,16 @@ func (te *testEnv) producer(sub *translate.SubTopology, p int32) string {
 	return shuffle.ProducerID(te.find("writing "+sub.Input, func(st *translate.SubTopology) bool {
 		return slices.ContainsFunc(st.Sinks, func(s translate.Sink) bool { return s.Topic == sub.Input })
 	}).ID, p)
+}
+
+// timeString renders a timestamp in milliseconds, the ends of time as -inf
+// and +inf.
+func timeString(ms int64) string {
+	switch {
+	case ms <= minWatermark:
+		return "-inf"
+	case ms >= maxWatermark:
+		return "+inf"
+	}
+	return fmt.Sprint(mtime.Time(ms))
 }

@@ -339,7 +339,7 @@ func (t *Task) handleData(r *kgo.Record) error { return t.root.data(r) }
 var impulseElement = func() []byte {
 	b := binary.BigEndian.AppendUint64(nil, state.EventTimeBits(minWatermark))
 	b = binary.BigEndian.AppendUint32(b, 1) // one window: the global window, encoded as nothing
-	b = append(b, 0x03)                     // pane: first, last, timing unknown
+	b = append(b, 0x0F)                     // pane: no firing (first, last, timing unknown)
 	return append(b, 0x00)                  // bytes coder: length 0
 }()
 
