@@ -1,0 +1,187 @@
+package translate
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Kafka IO primitives. ksrunner's expansion service (host/internal/expansion)
+// expands Beam's KafkaIO transforms (the URNs the Go and Python SDKs send,
+// which elsewhere a Java expansion service answers) into these two
+// primitives; translate lays them out and the host runs them on its own
+// Kafka machinery:
+//
+//   - URNKafkaRead: a root transform (no inputs) whose one output is the
+//     records of the user's topics, as KV<key, value> (KafkaRead.WithMetadata
+//     false) or as the with-metadata record row. It heads a sub-topology of
+//     its own that reads the topics under the application's consumer group,
+//     one task per partition.
+//   - URNKafkaWrite: a transform with one input and no outputs whose
+//     elements are produced to KafkaWrite.Topic by the task that computes
+//     them, inside its transaction.
+//
+// The payload of both is the spec as JSON (EncodeKafkaRead,
+// EncodeKafkaWrite): the expansion service has already checked every field
+// a user can get wrong, so the host never sees a configuration it cannot
+// honour.
+const (
+	URNKafkaRead  = "ksrunner:transform:kafka_read:v1"
+	URNKafkaWrite = "ksrunner:transform:kafka_write:v1"
+)
+
+// Kafka's serializer and deserializer classes that ksrunner implements
+// natively, by their Java class names as the SDKs send them.
+const (
+	KafkaByteArray = "ByteArray"
+	KafkaString    = "String"
+	KafkaLong      = "Long"
+	KafkaInteger   = "Integer"
+)
+
+// Timestamp policies of a Kafka read (KafkaIO's names).
+const (
+	TimestampProcessingTime = "ProcessingTime"
+	TimestampCreateTime     = "CreateTime"
+	TimestampLogAppendTime  = "LogAppendTime"
+)
+
+// KafkaRead is what a Kafka read reads and how.
+type KafkaRead struct {
+	// Topics are the user's topics, read whole (every partition).
+	Topics []string `json:"topics"`
+	// BootstrapServers is the consumer config's bootstrap.servers, a
+	// comma-separated broker list; empty means the job's own brokers.
+	BootstrapServers string `json:"bootstrap_servers,omitempty"`
+	// ConsumerConfig is the rest of the consumer config, as given (the
+	// host honours what franz-go has a setting for and reports the rest).
+	ConsumerConfig map[string]string `json:"consumer_config,omitempty"`
+	// KeyFormat and ValueFormat are the deserializers, one of the Kafka*
+	// constants.
+	KeyFormat   string `json:"key_format"`
+	ValueFormat string `json:"value_format"`
+	// WithMetadata: the output is the with-metadata record row (topic,
+	// partition, offset, timestamp, timestamp type, headers, key, value)
+	// rather than KV<key, value>.
+	WithMetadata bool `json:"with_metadata,omitempty"`
+	// StartReadTimeMs, when set, is where a partition without a committed
+	// offset starts: the first offset at or after this time.
+	StartReadTimeMs *int64 `json:"start_read_time_ms,omitempty"`
+	// MaxNumRecords and MaxReadTimeMs, when set, make the read bounded: it
+	// ends (its watermark goes to +inf) after that many records in all, or
+	// that long after it started.
+	MaxNumRecords *int64 `json:"max_num_records,omitempty"`
+	MaxReadTimeMs *int64 `json:"max_read_time_ms,omitempty"`
+	// TimestampPolicy is one of the Timestamp* constants.
+	TimestampPolicy string `json:"timestamp_policy"`
+}
+
+// KafkaWrite is where a Kafka write writes and how.
+type KafkaWrite struct {
+	Topic string `json:"topic"`
+	// BootstrapServers is the producer config's bootstrap.servers; empty
+	// means the job's own brokers.
+	BootstrapServers string            `json:"bootstrap_servers,omitempty"`
+	ProducerConfig   map[string]string `json:"producer_config,omitempty"`
+	KeyFormat        string            `json:"key_format"`
+	ValueFormat      string            `json:"value_format"`
+	// WithHeaders: the input is the write-with-headers row (topic, key,
+	// value, headers, partition, timestamp) rather than KV<key, value>.
+	WithHeaders bool `json:"with_headers,omitempty"`
+}
+
+var kafkaFormats = []string{KafkaByteArray, KafkaString, KafkaLong, KafkaInteger}
+
+// KafkaFormat maps a Kafka serializer or deserializer class name
+// (org.apache.kafka.common.serialization.StringDeserializer, or the short
+// StringSerializer) to its format, or fails naming the class.
+func KafkaFormat(class string) (string, error) {
+	name := class[strings.LastIndex(class, ".")+1:]
+	for _, f := range kafkaFormats {
+		if name == f+"Serializer" || name == f+"Deserializer" {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("%q is not a Kafka serializer or deserializer ksrunner implements (want one of %s, as org.apache.kafka.common.serialization classes)", class, strings.Join(kafkaFormats, ", "))
+}
+
+// Validate checks the spec is one the host can run.
+func (r *KafkaRead) Validate() error {
+	if len(r.Topics) == 0 {
+		return fmt.Errorf("kafka read: no topics")
+	}
+	for _, f := range []struct{ name, v string }{{"key_format", r.KeyFormat}, {"value_format", r.ValueFormat}} {
+		if !slices.Contains(kafkaFormats, f.v) {
+			return fmt.Errorf("kafka read: %s %q: want one of %s", f.name, f.v, strings.Join(kafkaFormats, ", "))
+		}
+	}
+	switch r.TimestampPolicy {
+	case TimestampProcessingTime, TimestampCreateTime, TimestampLogAppendTime:
+	default:
+		return fmt.Errorf("kafka read: timestamp policy %q: want %s, %s or %s", r.TimestampPolicy, TimestampProcessingTime, TimestampCreateTime, TimestampLogAppendTime)
+	}
+	if r.MaxNumRecords != nil && *r.MaxNumRecords < 0 {
+		return fmt.Errorf("kafka read: max_num_records %d is negative", *r.MaxNumRecords)
+	}
+	if r.MaxReadTimeMs != nil && *r.MaxReadTimeMs < 0 {
+		return fmt.Errorf("kafka read: max_read_time %dms is negative", *r.MaxReadTimeMs)
+	}
+	return nil
+}
+
+// Bounded reports whether the read ends by itself.
+func (r *KafkaRead) Bounded() bool { return r.MaxNumRecords != nil || r.MaxReadTimeMs != nil }
+
+// Validate checks the spec is one the host can run.
+func (w *KafkaWrite) Validate() error {
+	if w.Topic == "" && !w.WithHeaders {
+		return fmt.Errorf("kafka write: no topic")
+	}
+	for _, f := range []struct{ name, v string }{{"key_format", w.KeyFormat}, {"value_format", w.ValueFormat}} {
+		if !slices.Contains(kafkaFormats, f.v) {
+			return fmt.Errorf("kafka write: %s %q: want one of %s", f.name, f.v, strings.Join(kafkaFormats, ", "))
+		}
+	}
+	return nil
+}
+
+// EncodeKafkaRead is the payload of a URNKafkaRead transform.
+func EncodeKafkaRead(r *KafkaRead) ([]byte, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(r)
+}
+
+// DecodeKafkaRead reads what EncodeKafkaRead wrote and validates it.
+func DecodeKafkaRead(b []byte) (*KafkaRead, error) {
+	var r KafkaRead
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("kafka read payload: %w", err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// EncodeKafkaWrite is the payload of a URNKafkaWrite transform.
+func EncodeKafkaWrite(w *KafkaWrite) ([]byte, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(w)
+}
+
+// DecodeKafkaWrite reads what EncodeKafkaWrite wrote and validates it.
+func DecodeKafkaWrite(b []byte) (*KafkaWrite, error) {
+	var w KafkaWrite
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, fmt.Errorf("kafka write payload: %w", err)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
