@@ -1,0 +1,272 @@
+package expansion
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// Service is Beam's ExpansionService for the KafkaIO URNs.
+type Service struct {
+	jobpb.UnimplementedExpansionServiceServer
+	logger *slog.Logger
+}
+
+// NewService returns the service; warnings of expansions go to logger.
+func NewService(logger *slog.Logger) *Service {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{logger: logger}
+}
+
+// Register registers the service on a gRPC server.
+func (s *Service) Register(g *grpc.Server) { jobpb.RegisterExpansionServiceServer(g, s) }
+
+// Expand answers an ExpansionRequest. A request it cannot expand is
+// answered with the response's error, as Java's expansion service does,
+// which the SDKs raise at pipeline construction.
+func (s *Service) Expand(ctx context.Context, req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, error) {
+	res, warnings, err := Expand(req)
+	name := req.GetTransform().GetUniqueName()
+	for _, w := range warnings {
+		s.logger.Warn("kafka io expansion: "+w, "transform", name)
+	}
+	if err != nil {
+		s.logger.Info("kafka io expansion failed", "transform", name, "urn", req.GetTransform().GetSpec().GetUrn(), "error", err)
+		return &jobpb.ExpansionResponse{Error: err.Error()}, nil
+	}
+	return res, nil
+}
+
+// DiscoverSchemaTransform lists no schema transforms: ksrunner expands the
+// classic KafkaIO URNs only (the kafka_read/kafka_write schema transforms
+// are not implemented yet).
+func (s *Service) DiscoverSchemaTransform(context.Context, *jobpb.DiscoverSchemaTransformRequest) (*jobpb.DiscoverSchemaTransformResponse, error) {
+	return &jobpb.DiscoverSchemaTransformResponse{SchemaTransformConfigs: map[string]*jobpb.SchemaTransformConfig{}}, nil
+}
+
+// Expand expands one KafkaIO transform into ksrunner's primitive, with
+// the warnings to report (what the configuration asks that ksrunner does
+// differently).
+func Expand(req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, []string, error) {
+	t := req.GetTransform()
+	urn := t.GetSpec().GetUrn()
+	var (
+		warnings []string
+		out      *pipepb.PTransform
+		comps    *pipepb.Components
+		err      error
+	)
+	switch urn {
+	case URNReadWithoutMetadata, URNReadWithMetadata:
+		var spec *translate.KafkaRead
+		spec, warnings, err = ConfigRead(t.GetSpec().GetPayload(), urn == URNReadWithMetadata)
+		if err == nil {
+			out, comps, err = expandRead(req, spec)
+		}
+	case URNWrite, URNWriteWithHeaders:
+		var spec *translate.KafkaWrite
+		spec, err = ConfigWrite(t.GetSpec().GetPayload(), urn == URNWriteWithHeaders)
+		if err == nil {
+			out, comps, err = expandWrite(req, spec)
+		}
+	default:
+		return nil, nil, fmt.Errorf("ksrunner's expansion service expands KafkaIO only (%v), not %q", URNs, urn)
+	}
+	if err != nil {
+		return nil, warnings, fmt.Errorf("%s (%s): %w", t.GetUniqueName(), urn, err)
+	}
+	return &jobpb.ExpansionResponse{Components: comps, Transform: out}, warnings, nil
+}
+
+// components is the request's components, which the response returns
+// with what the expansion adds, as Java's expansion service does.
+func components(req *jobpb.ExpansionRequest) *pipepb.Components {
+	c := proto.Clone(req.GetComponents()).(*pipepb.Components)
+	if c == nil {
+		c = &pipepb.Components{}
+	}
+	if c.Transforms == nil {
+		c.Transforms = map[string]*pipepb.PTransform{}
+	}
+	if c.Pcollections == nil {
+		c.Pcollections = map[string]*pipepb.PCollection{}
+	}
+	if c.Coders == nil {
+		c.Coders = map[string]*pipepb.Coder{}
+	}
+	if c.WindowingStrategies == nil {
+		c.WindowingStrategies = map[string]*pipepb.WindowingStrategy{}
+	}
+	return c
+}
+
+func expandRead(req *jobpb.ExpansionRequest, spec *translate.KafkaRead) (*pipepb.PTransform, *pipepb.Components, error) {
+	t := req.GetTransform()
+	if len(t.GetInputs()) != 0 {
+		return nil, nil, fmt.Errorf("a Kafka read has no inputs, got %d", len(t.GetInputs()))
+	}
+	payload, err := translate.EncodeKafkaRead(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := components(req)
+	ns := req.GetNamespace()
+	id := func(s string) string { return fmt.Sprintf("%s_ksrunner_%s", ns, s) }
+
+	coder, err := addReadCoder(c, id, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := addGlobalWindowing(c, ns, id("windowing"))
+	if err != nil {
+		return nil, nil, err
+	}
+	bounded := pipepb.IsBounded_UNBOUNDED
+	if spec.Bounded() {
+		bounded = pipepb.IsBounded_BOUNDED
+	}
+	pcol := id("output")
+	c.Pcollections[pcol] = &pipepb.PCollection{
+		UniqueName:          t.GetUniqueName() + ".output",
+		CoderId:             coder,
+		IsBounded:           bounded,
+		WindowingStrategyId: ws,
+	}
+	// The output's local name: the one the request names (the Go SDK
+	// sends its outputs), else Java's.
+	tag := "output"
+	for k := range t.GetOutputs() {
+		tag = k
+	}
+	return &pipepb.PTransform{
+		UniqueName:  t.GetUniqueName(),
+		Spec:        &pipepb.FunctionSpec{Urn: translate.URNKafkaRead, Payload: payload},
+		Outputs:     map[string]string{tag: pcol},
+		Annotations: t.GetAnnotations(),
+	}, c, nil
+}
+
+func expandWrite(req *jobpb.ExpansionRequest, spec *translate.KafkaWrite) (*pipepb.PTransform, *pipepb.Components, error) {
+	t := req.GetTransform()
+	if len(t.GetInputs()) != 1 {
+		return nil, nil, fmt.Errorf("a Kafka write has one input, got %d", len(t.GetInputs()))
+	}
+	payload, err := translate.EncodeKafkaWrite(spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &pipepb.PTransform{
+		UniqueName:  t.GetUniqueName(),
+		Spec:        &pipepb.FunctionSpec{Urn: translate.URNKafkaWrite, Payload: payload},
+		Inputs:      t.GetInputs(),
+		Annotations: t.GetAnnotations(),
+	}, components(req), nil
+}
+
+// Beam's standard coders of the read's output.
+const (
+	urnBytes    = "beam:coder:bytes:v1"
+	urnString   = "beam:coder:string_utf8:v1"
+	urnVarInt   = "beam:coder:varint:v1"
+	urnKV       = "beam:coder:kv:v1"
+	urnNullable = "beam:coder:nullable:v1"
+	urnRow      = "beam:coder:row:v1"
+)
+
+// addReadCoder adds the read's output coder, the one Java's expansion
+// service gives it: KV<nullable(K), nullable(V)> without metadata (Java's
+// Read.External resolves each deserializer's coder and wraps it in
+// NullableCoder: Kafka keys and values may be null), and a row of
+// ByteArrayKafkaRecord's schema with metadata.
+func addReadCoder(c *pipepb.Components, id func(string) string, spec *translate.KafkaRead) (string, error) {
+	add := func(name, urn string, payload []byte, comps ...string) string {
+		cid := id(name)
+		c.Coders[cid] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urn, Payload: payload}, ComponentCoderIds: comps}
+		return cid
+	}
+	if spec.WithMetadata {
+		if spec.KeyFormat != translate.KafkaByteArray || spec.ValueFormat != translate.KafkaByteArray {
+			// As Java: "ExternalWithMetadata transform only supports keys
+			// of type nullable(byte[])".
+			return "", fmt.Errorf("a read with metadata needs ByteArrayDeserializer for key and value (its rows hold bytes), got %s and %s", spec.KeyFormat, spec.ValueFormat)
+		}
+		b, err := proto.Marshal(RecordSchema())
+		if err != nil {
+			return "", err
+		}
+		return add("record", urnRow, b), nil
+	}
+	elem := func(side, format string) string {
+		var inner string
+		switch format {
+		case translate.KafkaByteArray:
+			inner = add(side+"_bytes", urnBytes, nil)
+		case translate.KafkaString:
+			inner = add(side+"_string", urnString, nil)
+		default: // Long, Integer
+			inner = add(side+"_varint", urnVarInt, nil)
+		}
+		return add(side, urnNullable, nil, inner)
+	}
+	return add("kv", urnKV, nil, elem("key", spec.KeyFormat), elem("value", spec.ValueFormat)), nil
+}
+
+// RecordSchemaID is the schema id of the with-metadata record row.
+const RecordSchemaID = "ksrunner-kafka-record-v1"
+
+// RecordSchema is the row of a read with metadata: the fields of Java's
+// KafkaIO.ByteArrayKafkaRecord, in its order, with its nullability
+// (headers: KafkaIO.KafkaHeader rows).
+func RecordSchema() *pipepb.Schema {
+	atomic := func(t pipepb.AtomicType, nullable bool) *pipepb.FieldType {
+		return &pipepb.FieldType{Nullable: nullable, TypeInfo: &pipepb.FieldType_AtomicType{AtomicType: t}}
+	}
+	field := func(i int32, name string, t *pipepb.FieldType) *pipepb.Field {
+		return &pipepb.Field{Name: name, Type: t, Id: i, EncodingPosition: i}
+	}
+	header := &pipepb.Schema{Id: RecordSchemaID + "-header", Fields: []*pipepb.Field{
+		field(0, "key", atomic(pipepb.AtomicType_STRING, false)),
+		field(1, "value", atomic(pipepb.AtomicType_BYTES, true)),
+	}}
+	headers := &pipepb.FieldType{Nullable: true, TypeInfo: &pipepb.FieldType_ArrayType{ArrayType: &pipepb.ArrayType{
+		ElementType: &pipepb.FieldType{TypeInfo: &pipepb.FieldType_RowType{RowType: &pipepb.RowType{Schema: header}}},
+	}}}
+	return &pipepb.Schema{Id: RecordSchemaID, Fields: []*pipepb.Field{
+		field(0, "topic", atomic(pipepb.AtomicType_STRING, false)),
+		field(1, "partition", atomic(pipepb.AtomicType_INT32, false)),
+		field(2, "offset", atomic(pipepb.AtomicType_INT64, false)),
+		field(3, "timestamp", atomic(pipepb.AtomicType_INT64, false)),
+		field(4, "key", atomic(pipepb.AtomicType_BYTES, true)),
+		field(5, "value", atomic(pipepb.AtomicType_BYTES, true)),
+		field(6, "headers", headers),
+		field(7, "timestampTypeId", atomic(pipepb.AtomicType_INT32, false)),
+		field(8, "timestampTypeName", atomic(pipepb.AtomicType_STRING, false)),
+	}}
+}
+
+// addGlobalWindowing adds the global windowing strategy (and its window
+// coder) under id, as the Go SDK marshals it.
+func addGlobalWindowing(c *pipepb.Components, ns, wsID string) (string, error) {
+	cm := graphx.NewCoderMarshaller()
+	cm.Namespace = ns + "_ksrunner" // the request's own coders are c<n>@ns
+	ws, err := graphx.MarshalWindowingStrategy(cm, window.DefaultWindowingStrategy())
+	if err != nil {
+		return "", err
+	}
+	for k, v := range cm.Build() {
+		c.Coders[k] = v
+	}
+	c.WindowingStrategies[wsID] = ws
+	return wsID, nil
+}
