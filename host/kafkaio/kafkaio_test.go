@@ -1,16 +1,14 @@
 package kafkaio_test
 
 import (
-	"context"
 	"reflect"
 	"testing"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/xlangx"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
+	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
 	_ "github.com/ksrunner/ksrunner/host/kafkaio"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -23,25 +21,12 @@ func identity(k, v []byte) ([]byte, []byte) { return k, v }
 // no expansion address, and marshals to a pipeline proto holding the
 // primitives with their specs.
 func TestInProcessExpansion(t *testing.T) {
-	p, s := beam.NewPipelineWithRoot()
-	records := kafkaio.Read(s, "", "broker:9092", []string{"in"},
-		kafkaio.MaxNumRecords(10), kafkaio.TimestampPolicy(kafkaio.LogAppendTime),
-		kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "earliest"}))
-	kafkaio.Write(s, "", "out-broker:9092", "out", beam.ParDo(s, identity, records))
-
-	edges, _, err := p.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	xlangx.ResolveArtifacts(context.Background(), edges, nil)
-	env, err := graphx.CreateEnvironment(context.Background(), "beam:env:loopback:v1", func(context.Context) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	pipe, err := graphx.Marshal(edges, &graphx.Options{Environment: env})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pipe := expansiontest.Pipeline(t, func(s beam.Scope) {
+		records := kafkaio.Read(s, "", "broker:9092", []string{"in"},
+			kafkaio.MaxNumRecords(10), kafkaio.TimestampPolicy(kafkaio.LogAppendTime),
+			kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "earliest"}))
+		kafkaio.Write(s, "", "out-broker:9092", "out", beam.ParDo(s, identity, records))
+	})
 	comps := pipe.GetComponents()
 	var read, write *pipepb.PTransform
 	for _, tr := range comps.GetTransforms() {
@@ -93,7 +78,7 @@ func TestInProcessExpansion(t *testing.T) {
 	if pc.GetIsBounded() != pipepb.IsBounded_BOUNDED {
 		t.Errorf("read output bounded %v, want BOUNDED (max_num_records)", pc.GetIsBounded())
 	}
-	if got, want := coderString(comps, pc.GetCoderId()), "kv(nullable(bytes),nullable(bytes))"; got != want {
+	if got, want := expansiontest.CoderString(comps, pc.GetCoderId()), "kv(nullable(bytes),nullable(bytes))"; got != want {
 		t.Errorf("read output coder %s, want %s", got, want)
 	}
 	if ws := comps.GetWindowingStrategies()[pc.GetWindowingStrategyId()]; ws.GetWindowFn().GetUrn() != "beam:window_fn:global_windows:v1" {
@@ -118,29 +103,4 @@ func TestInProcessExpansion(t *testing.T) {
 			t.Errorf("write input %s is not a PCollection of the pipeline", in)
 		}
 	}
-}
-
-// coderString names a coder by its URN's short name and components.
-func coderString(c *pipepb.Components, id string) string {
-	cd := c.GetCoders()[id]
-	if cd == nil {
-		return "missing(" + id + ")"
-	}
-	names := map[string]string{"beam:coder:kv:v1": "kv", "beam:coder:nullable:v1": "nullable", "beam:coder:bytes:v1": "bytes",
-		"beam:coder:string_utf8:v1": "string", "beam:coder:varint:v1": "varint", "beam:coder:row:v1": "row"}
-	s, ok := names[cd.GetSpec().GetUrn()]
-	if !ok {
-		s = cd.GetSpec().GetUrn()
-	}
-	if len(cd.GetComponentCoderIds()) > 0 {
-		s += "("
-		for i, cid := range cd.GetComponentCoderIds() {
-			if i > 0 {
-				s += ","
-			}
-			s += coderString(c, cid)
-		}
-		s += ")"
-	}
-	return s
 }

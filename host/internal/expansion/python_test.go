@@ -1,0 +1,146 @@
+package expansion
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// beamPython returns a python that imports apache_beam: KSRUNNER_PYTHON,
+// else the virtual environment host/pythontest makes (apache-beam at
+// go.mod's Beam version), else python3 if it has apache_beam. Without
+// python3 the test skips, unless KSRUNNER_REQUIRE_PYTHON is set; a python3
+// without apache_beam fails it (run host/pythontest once to make the
+// environment).
+func beamPython(t *testing.T) string {
+	t.Helper()
+	if py := os.Getenv("KSRUNNER_PYTHON"); py != "" {
+		return py
+	}
+	sys, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("KSRUNNER_REQUIRE_PYTHON") != "" {
+			t.Fatalf("python3 is required (KSRUNNER_REQUIRE_PYTHON is set): %v", err)
+		}
+		t.Skipf("python3 not found (%v): the Python SDK tests need it", err)
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-2.77.0-2")
+		if _, err := os.Stat(filepath.Join(dir, ".ksrunner-ready")); err == nil {
+			return filepath.Join(dir, "bin", "python")
+		}
+	}
+	if err := exec.Command(sys, "-c", "import apache_beam").Run(); err != nil {
+		t.Fatalf("python3 cannot import apache_beam (%v): set KSRUNNER_PYTHON, or run go test ./host/pythontest once to make its environment", err)
+	}
+	return sys
+}
+
+func runPython(t *testing.T, py string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join("testdata", "kafka_pipeline.py")}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kafka_pipeline.py %v: %v\n%s", args, err, out)
+	}
+}
+
+// The Python SDK's ReadFromKafka and WriteToKafka, expanded against the
+// service: the pipeline it constructs holds the primitives with the specs
+// and the output coders.
+func TestPythonSDK(t *testing.T) {
+	py := beamPython(t)
+	addr := serve(t)
+	out := filepath.Join(t.TempDir(), "pipeline.pb")
+	runPython(t, py, out, addr, "pipeline")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := &pipepb.Pipeline{}
+	if err := proto.Unmarshal(b, pipe); err != nil {
+		t.Fatal(err)
+	}
+	comps := pipe.GetComponents()
+
+	reads := map[string]*translate.KafkaRead{}
+	readCoders := map[string]string{}
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaRead) {
+		spec, err := translate.DecodeKafkaRead(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads[tr.GetUniqueName()] = spec
+		for _, id := range tr.GetOutputs() {
+			readCoders[tr.GetUniqueName()] = expansiontest.CoderString(comps, comps.GetPcollections()[id].GetCoderId())
+			if meta := comps.GetCoders()[comps.GetPcollections()[id].GetCoderId()]; spec.WithMetadata {
+				schema := &pipepb.Schema{}
+				if err := proto.Unmarshal(meta.GetSpec().GetPayload(), schema); err != nil || !proto.Equal(schema, RecordSchema()) {
+					t.Errorf("with metadata: row schema %v (%v), want RecordSchema", schema, err)
+				}
+			}
+		}
+	}
+	wantReads := map[string]*translate.KafkaRead{
+		"Read": {Topics: []string{"in1", "in2"}, BootstrapServers: "b1:9092,b2:9092", ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
+			KeyFormat: "Long", ValueFormat: "String", StartReadTimeMs: ptr(1700000000000), MaxReadTimeMs: ptr(30000), TimestampPolicy: "CreateTime"},
+		"ReadMeta": {Topics: []string{"in3"}, BootstrapServers: "b1:9092", KeyFormat: "ByteArray", ValueFormat: "ByteArray",
+			WithMetadata: true, TimestampPolicy: "ProcessingTime"},
+	}
+	if !reflect.DeepEqual(reads, wantReads) {
+		t.Errorf("read specs\n got %+v\nwant %+v", reads, wantReads)
+	}
+	wantCoders := map[string]string{"Read": "kv(nullable(varint),nullable(string))", "ReadMeta": "row"}
+	if !reflect.DeepEqual(readCoders, wantCoders) {
+		t.Errorf("read output coders %v, want %v", readCoders, wantCoders)
+	}
+
+	writes := map[string]*translate.KafkaWrite{}
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaWrite) {
+		spec, err := translate.DecodeKafkaWrite(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes[tr.GetUniqueName()] = spec
+		if len(tr.GetInputs()) != 1 || len(tr.GetOutputs()) != 0 {
+			t.Errorf("%s: inputs %v outputs %v", tr.GetUniqueName(), tr.GetInputs(), tr.GetOutputs())
+		}
+	}
+	wantWrites := map[string]*translate.KafkaWrite{
+		"Write":        {Topic: "out", BootstrapServers: "out:9092", KeyFormat: "ByteArray", ValueFormat: "ByteArray"},
+		"WriteHeaders": {KeyFormat: "ByteArray", ValueFormat: "ByteArray", WithHeaders: true},
+	}
+	if !reflect.DeepEqual(writes, wantWrites) {
+		t.Errorf("write specs\n got %+v\nwant %+v", writes, wantWrites)
+	}
+}
+
+// An unsupported deserializer fails the Python pipeline's construction,
+// naming the field and the class.
+func TestPythonSDKExpansionError(t *testing.T) {
+	py := beamPython(t)
+	addr := serve(t)
+	out := filepath.Join(t.TempDir(), "error.txt")
+	runPython(t, py, out, addr, "error")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"key_deserializer", "io.confluent.kafka.serializers.KafkaAvroDeserializer"} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("error %q does not name %q", b, s)
+		}
+	}
+}
