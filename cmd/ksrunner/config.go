@@ -23,11 +23,14 @@ type serverConfig struct {
 	host.Options `koanf:",squash,flatten"`
 	JobHost      string `koanf:"job_host"`
 	JobPort      int    `koanf:"job_port"`
-	LogLevel     string `koanf:"log_level"`
+	// ExpansionPort is the port of the KafkaIO expansion service, on
+	// JobHost.
+	ExpansionPort int    `koanf:"expansion_port"`
+	LogLevel      string `koanf:"log_level"`
 }
 
 func defaultServerConfig() serverConfig {
-	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, LogLevel: "info"}
+	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, LogLevel: "info"}
 }
 
 // loadServerConfig merges, lowest first: defaults, the --config YAML file,
@@ -38,6 +41,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.String("config", "", "YAML configuration file")
 	fs.String("job_host", def.JobHost, "host the job endpoint listens on")
 	fs.Int("job_port", def.JobPort, "port of the job endpoint (0 picks a free port)")
+	fs.Int("expansion_port", def.ExpansionPort, "port of the KafkaIO expansion service, on job_host (0 picks a free port)")
 	fs.String("log_level", def.LogLevel, "debug, info, warn or error")
 	fs.String("bootstrap_servers", def.BootstrapServers, `Kafka brokers, or "embedded" for an in-process broker (data in memory only)`)
 	fs.String("application_id", def.ApplicationID, "consumer group and internal topic prefix (required for unbounded pipelines)")
@@ -105,7 +109,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 
 func knownKey(key string) bool {
 	switch key {
-	case "config", "job_host", "job_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
+	case "config", "job_host", "job_port", "expansion_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
 		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline":
 		return true

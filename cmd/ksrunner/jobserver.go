@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/kafkaio"
 )
 
 func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
@@ -25,16 +26,31 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "job endpoint: %s\n", srv.Endpoint())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve() }()
-	select {
-	case <-ctx.Done():
+	exp, err := kafkaio.NewExpansionServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.ExpansionPort)), logger)
+	if err != nil {
 		srv.Stop()
-		return <-errc
-	case err := <-errc:
 		return err
 	}
+	fmt.Fprintf(stdout, "job endpoint: %s\n", srv.Endpoint())
+	fmt.Fprintf(stdout, "expansion endpoint: %s\n", exp.Endpoint())
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve() }()
+	go func() { errc <- exp.Serve() }()
+	// Either server ending (or the signal) stops both.
+	pending := 2
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		pending--
+	}
+	exp.Stop()
+	srv.Stop()
+	for ; pending > 0; pending-- {
+		if err2 := <-errc; err == nil {
+			err = err2
+		}
+	}
+	return err
 }
 
 // exitOnStuckBundle ends the process when a non-interruptible WASM guest
