@@ -50,7 +50,7 @@ func TestInProcessExpansion(t *testing.T) {
 		KeyFormat:      translate.KafkaByteArray, ValueFormat: translate.KafkaByteArray,
 		MaxNumRecords: &ten, TimestampPolicy: translate.TimestampLogAppendTime}
 	if !reflect.DeepEqual(gotRead, wantRead) {
-		t.Errorf("read spec\n got %+v\nwant %+v", gotRead, wantRead)
+		t.Errorf("read spec\n got %s\nwant %s", expansiontest.JSON(gotRead), expansiontest.JSON(wantRead))
 	}
 	gotWrite, err := translate.DecodeKafkaWrite(write.GetSpec().GetPayload())
 	if err != nil {
@@ -59,7 +59,7 @@ func TestInProcessExpansion(t *testing.T) {
 	wantWrite := &translate.KafkaWrite{Topic: "out", BootstrapServers: "out-broker:9092",
 		KeyFormat: translate.KafkaByteArray, ValueFormat: translate.KafkaByteArray}
 	if !reflect.DeepEqual(gotWrite, wantWrite) {
-		t.Errorf("write spec\n got %+v\nwant %+v", gotWrite, wantWrite)
+		t.Errorf("write spec\n got %s\nwant %s", expansiontest.JSON(gotWrite), expansiontest.JSON(wantWrite))
 	}
 
 	// The read's output is what the ParDo consumes, bounded (max_num_records),

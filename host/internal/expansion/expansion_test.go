@@ -75,7 +75,7 @@ func TestGoSDKRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(*got, c.want) {
-				t.Errorf("spec\n got %+v\nwant %+v", *got, c.want)
+				t.Errorf("spec\n got %s\nwant %s", expansiontest.JSON(*got), expansiontest.JSON(c.want))
 			}
 			comps := pipe.GetComponents()
 			for _, id := range reads[0].GetOutputs() {
@@ -107,7 +107,7 @@ func TestGoSDKWrite(t *testing.T) {
 	}
 	want := translate.KafkaWrite{Topic: "out", BootstrapServers: "out:9092", ProducerConfig: map[string]string{"acks": "all"}, KeyFormat: "ByteArray", ValueFormat: "ByteArray"}
 	if !reflect.DeepEqual(*got, want) {
-		t.Errorf("spec\n got %+v\nwant %+v", *got, want)
+		t.Errorf("spec\n got %s\nwant %s", expansiontest.JSON(*got), expansiontest.JSON(want))
 	}
 	if len(writes[0].GetInputs()) != 1 || len(writes[0].GetOutputs()) != 0 {
 		t.Errorf("inputs %v outputs %v, want one input and no outputs", writes[0].GetInputs(), writes[0].GetOutputs())
@@ -240,7 +240,7 @@ func TestConfigRead(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(got, c.want) {
-				t.Errorf("spec\n got %+v\nwant %+v", got, c.want)
+				t.Errorf("spec\n got %s\nwant %s", expansiontest.JSON(got), expansiontest.JSON(c.want))
 			}
 			if len(warnings) != len(c.warnings) {
 				t.Fatalf("warnings %q, want %d like %q", warnings, len(c.warnings), c.warnings)
@@ -262,7 +262,7 @@ func TestConfigWrite(t *testing.T) {
 	}
 	want := &translate.KafkaWrite{Topic: "out", BootstrapServers: "b:9092", ProducerConfig: map[string]string{"linger.ms": "5"}, KeyFormat: "Long", ValueFormat: "String"}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("spec\n got %+v\nwant %+v", got, want)
+		t.Errorf("spec\n got %s\nwant %s", expansiontest.JSON(got), expansiontest.JSON(want))
 	}
 	_, err = ConfigWrite(encode(t, goStyleWrite{Topic: "out", KeySerializer: "com.example.AvroSerializer"}), false)
 	if err == nil || !strings.Contains(err.Error(), "KeySerializer") || !strings.Contains(err.Error(), "com.example.AvroSerializer") {

@@ -100,7 +100,7 @@ func TestPythonSDK(t *testing.T) {
 			WithMetadata: true, TimestampPolicy: "ProcessingTime"},
 	}
 	if !reflect.DeepEqual(reads, wantReads) {
-		t.Errorf("read specs\n got %+v\nwant %+v", reads, wantReads)
+		t.Errorf("read specs\n got %s\nwant %s", expansiontest.JSON(reads), expansiontest.JSON(wantReads))
 	}
 	wantCoders := map[string]string{"Read": "kv(nullable(varint),nullable(string))", "ReadMeta": "row"}
 	if !reflect.DeepEqual(readCoders, wantCoders) {
@@ -123,7 +123,7 @@ func TestPythonSDK(t *testing.T) {
 		"WriteHeaders": {KeyFormat: "ByteArray", ValueFormat: "ByteArray", WithHeaders: true},
 	}
 	if !reflect.DeepEqual(writes, wantWrites) {
-		t.Errorf("write specs\n got %+v\nwant %+v", writes, wantWrites)
+		t.Errorf("write specs\n got %s\nwant %s", expansiontest.JSON(writes), expansiontest.JSON(wantWrites))
 	}
 }
 

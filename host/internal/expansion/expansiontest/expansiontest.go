@@ -5,6 +5,8 @@ package expansiontest
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -70,4 +72,13 @@ func CoderString(c *pipepb.Components, id string) string {
 		s += "(" + strings.Join(parts, ",") + ")"
 	}
 	return s
+}
+
+// JSON shows a spec in a test's message (its pointers as values).
+func JSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
 }
