@@ -119,6 +119,25 @@ func TestGoSDKWrite(t *testing.T) {
 	}
 }
 
+func init() { beam.RegisterFunction(toStrings) }
+
+func toStrings(k, v []byte) (string, string) { return string(k), string(v) }
+
+// A write whose input the serializers cannot write fails its expansion,
+// naming the coders.
+func TestGoSDKWriteWrongInput(t *testing.T) {
+	addr := serve(t)
+	p, s := beam.NewPipelineWithRoot()
+	_ = p
+	in := beam.ParDo(s, toStrings, kafkaio.Read(s, addr, "b:9092", []string{"in"}))
+	_, err := beam.TryCrossLanguage(s, URNWrite,
+		encode(t, goStyleWrite{Topic: "out", KeySerializer: ser + "ByteArraySerializer", ValueSerializer: ser + "ByteArraySerializer"}),
+		addr, beam.UnnamedInput(in), nil)
+	if err == nil || !strings.Contains(err.Error(), "beam:coder:string_utf8:v1") || !strings.Contains(err.Error(), "ByteArray") {
+		t.Errorf("got %v, want an expansion error naming the input's coder and the serializer", err)
+	}
+}
+
 // Rows as the SDKs encode them (xlangx.EncodeStructPayload, the Go SDK's
 // encoder), in Go's and in Python's case style.
 type goStyleRead struct {

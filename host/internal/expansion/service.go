@@ -162,6 +162,11 @@ func expandWrite(req *jobpb.ExpansionRequest, spec *translate.KafkaWrite) (*pipe
 	if len(t.GetInputs()) != 1 {
 		return nil, nil, fmt.Errorf("a Kafka write has one input, got %d", len(t.GetInputs()))
 	}
+	for _, in := range t.GetInputs() {
+		if err := checkWriteInput(req.GetComponents(), in, spec); err != nil {
+			return nil, nil, err
+		}
+	}
 	payload, err := translate.EncodeKafkaWrite(spec)
 	if err != nil {
 		return nil, nil, err
@@ -172,6 +177,39 @@ func expandWrite(req *jobpb.ExpansionRequest, spec *translate.KafkaWrite) (*pipe
 		Inputs:      t.GetInputs(),
 		Annotations: t.GetAnnotations(),
 	}, components(req), nil
+}
+
+// checkWriteInput checks the write's input is what its serializers write:
+// KV<K, V> with K and V coded as the formats' values (possibly nullable),
+// or a row with headers.
+func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWrite) error {
+	pc := c.GetPcollections()[pcol]
+	if pc == nil {
+		return fmt.Errorf("input PCollection %q is not in the request's components", pcol)
+	}
+	cd := c.GetCoders()[pc.GetCoderId()]
+	urn := cd.GetSpec().GetUrn()
+	if spec.WithHeaders {
+		if urn != urnRow {
+			return fmt.Errorf("a write with headers writes rows (key, value, headers, topic, partition, timestamp): the input's coder is %s, not %s", urn, urnRow)
+		}
+		return nil
+	}
+	if urn != urnKV || len(cd.GetComponentCoderIds()) != 2 {
+		return fmt.Errorf("a Kafka write writes KV<key, value>: the input's coder is %s, not %s", urn, urnKV)
+	}
+	for i, f := range []struct{ side, format string }{{"key", spec.KeyFormat}, {"value", spec.ValueFormat}} {
+		elem := c.GetCoders()[cd.GetComponentCoderIds()[i]]
+		if elem.GetSpec().GetUrn() == urnNullable && len(elem.GetComponentCoderIds()) == 1 {
+			elem = c.GetCoders()[elem.GetComponentCoderIds()[0]]
+		}
+		want := map[string]string{translate.KafkaByteArray: urnBytes, translate.KafkaString: urnString,
+			translate.KafkaLong: urnVarInt, translate.KafkaInteger: urnVarInt}[f.format]
+		if got := elem.GetSpec().GetUrn(); got != want {
+			return fmt.Errorf("the input's %s coder is %s, but the %s serializer writes %s values (coder %s)", f.side, got, f.side, f.format, want)
+		}
+	}
+	return nil
 }
 
 // Beam's standard coders of the read's output.

@@ -29,6 +29,11 @@ class Record(typing.NamedTuple):
   timestamp: typing.Optional[int]
 
 
+# Rows, not pickled tuples: what a write with headers takes.
+beam.coders.registry.register_coder(Header, beam.coders.RowCoder)
+beam.coders.registry.register_coder(Record, beam.coders.RowCoder)
+
+
 def main(out, service, mode):
   p = beam.Pipeline()
   if mode == 'error':
