@@ -1,10 +1,13 @@
 package kafkaio_test
 
 import (
+	"bytes"
 	"reflect"
 	"testing"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/exec"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
@@ -80,6 +83,19 @@ func TestInProcessExpansion(t *testing.T) {
 	}
 	if got, want := expansiontest.CoderString(comps, pc.GetCoderId()), "kv(nullable(bytes),nullable(bytes))"; got != want {
 		t.Errorf("read output coder %s, want %s", got, want)
+	}
+	// The Go SDK harness decodes such elements for the ParDo: a record with
+	// key "k" and a null value.
+	c, err := graphx.NewCoderUnmarshaller(comps.GetCoders()).Coder(pc.GetCoderId())
+	if err != nil {
+		t.Fatal(err)
+	}
+	elm, err := exec.MakeElementDecoder(c).Decode(bytes.NewReader([]byte{1, 1, 'k', 0}))
+	if err != nil {
+		t.Fatalf("the Go SDK cannot decode the read's output: %v", err)
+	}
+	if k, _ := elm.Elm.([]byte); string(k) != "k" || elm.Elm2 != nil {
+		t.Errorf("decoded %#v, %#v, want key \"k\" and a null value", elm.Elm, elm.Elm2)
 	}
 	if ws := comps.GetWindowingStrategies()[pc.GetWindowingStrategyId()]; ws.GetWindowFn().GetUrn() != "beam:window_fn:global_windows:v1" {
 		t.Errorf("read output windowing %v, want global", ws)

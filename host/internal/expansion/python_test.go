@@ -2,6 +2,7 @@ package expansion
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,6 +106,24 @@ func TestPythonSDK(t *testing.T) {
 	wantCoders := map[string]string{"Read": "kv(nullable(varint),nullable(string))", "ReadMeta": "row"}
 	if !reflect.DeepEqual(readCoders, wantCoders) {
 		t.Errorf("read output coders %v, want %v", readCoders, wantCoders)
+	}
+
+	// Python decodes elements of those coders, as its DoFns would receive
+	// them.
+	b, err = os.ReadFile(out + ".decoded")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var decoded map[string]any
+	if err := json.Unmarshal(b, &decoded); err != nil {
+		t.Fatal(err)
+	}
+	wantDecoded := map[string]any{
+		"Read":     []any{[]any{5.0, "x"}, []any{nil, "y"}},
+		"ReadMeta": []any{"t", 1.0, 2.0, 3.0, nil, "v", []any{[]any{"h", "x"}}, 0.0, "CreateTime"},
+	}
+	if !reflect.DeepEqual(decoded, wantDecoded) {
+		t.Errorf("Python decoded %v, want %v", decoded, wantDecoded)
 	}
 
 	writes := map[string]*translate.KafkaWrite{}

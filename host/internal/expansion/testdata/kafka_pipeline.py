@@ -8,11 +8,13 @@ usage: kafka_pipeline.py OUT HOST:PORT MODE
   MODE error: OUT is the error ReadFromKafka with an unsupported
     deserializer raises.
 """
+import json
 import sys
 import typing
 
 import apache_beam as beam
 from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
+from apache_beam.runners import pipeline_context
 
 
 class Header(typing.NamedTuple):
@@ -90,8 +92,53 @@ def main(out, service, mode):
           topic='',
           with_headers=True,
           expansion_service=service))
+  proto = p.to_runner_api()
   with open(out, 'wb') as f:
-    f.write(p.to_runner_api().SerializeToString())
+    f.write(proto.SerializeToString())
+  with open(out + '.decoded', 'w') as f:
+    json.dump(decode_outputs(proto), f)
+
+
+def decode_outputs(proto):
+  """Decodes elements with the reads' output coders, as Python DoFns
+  downstream of them would receive them."""
+  context = pipeline_context.PipelineContext(proto.components)
+  decoded = {}
+  for t in proto.components.transforms.values():
+    if t.spec.urn != 'ksrunner:transform:kafka_read:v1':
+      continue
+    pcoll = proto.components.pcollections[list(t.outputs.values())[0]]
+    coder = context.coders.get_by_id(pcoll.coder_id)
+    if t.unique_name == 'Read':  # KV<nullable(Long), nullable(String)>
+      # Nested, as in a windowed value on the data channel.
+      impl = coder.get_impl()
+      decoded[t.unique_name] = [
+          list(impl.decode_nested(b'\x01\x05\x01\x01x')),
+          list(impl.decode_nested(b'\x00\x01\x01y'))
+      ]
+    else:  # the with-metadata row, round trip
+      row = beam.Row(
+          topic='t',
+          partition=1,
+          offset=2,
+          timestamp=3,
+          key=None,
+          value=b'v',
+          headers=[beam.Row(key='h', value=b'x')],
+          timestampTypeId=0,
+          timestampTypeName='CreateTime')
+      r = coder.decode(coder.encode(row))
+      decoded[t.unique_name] = [
+          r.topic,
+          r.partition,
+          r.offset,
+          r.timestamp,
+          r.key,
+          r.value.decode(), [[h.key, h.value.decode()] for h in r.headers],
+          r.timestampTypeId,
+          r.timestampTypeName
+      ]
+  return decoded
 
 
 if __name__ == '__main__':
