@@ -1,6 +1,6 @@
 // Command ksrunner is the Kafka Streams Runner for Apache Beam.
 //
-//	ksrunner jobserver [flags]   serve the Beam Job API (the default)
+//	ksrunner jobserver [flags]   serve the Beam Job API and the KafkaIO expansion service (the default)
 //	ksrunner broker --port N     run an in-memory development broker
 //	ksrunner bench gbk           compare a GroupByKey pipeline with Prism
 //	ksrunner bench wasm          compare the WASM executor with the harness and plain Go
