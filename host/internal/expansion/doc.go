@@ -16,8 +16,12 @@
 //     the primitive, its output PCollection with the coder Java's expansion
 //     service gives it (so SDK-side DoFns decode the elements as they would
 //     under Java), and the global windowing strategy;
+//   - the check of a write's input coder against its serializers;
 //   - the gRPC service (Service), served by `ksrunner jobserver` on
 //     expansion_port, and Expand, which host/kafkaio calls in-process.
+//     DiscoverSchemaTransform lists nothing yet: the kafka_read/kafka_write
+//     schema transforms output and take rows of a format (RAW payload,
+//     JSON, Avro), which the primitives' specs cannot express.
 //
 // What a Java expansion service would honour but ksrunner does not (a
 // consumer group.id, commit_offset_in_finalize: the host commits a read's
