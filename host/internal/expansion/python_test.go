@@ -18,36 +18,6 @@ import (
 	"github.com/ksrunner/ksrunner/translate"
 )
 
-// beamPython returns a python that imports apache_beam: KSRUNNER_PYTHON,
-// else the virtual environment host/pythontest makes (apache-beam at
-// go.mod's Beam version), else python3 if it has apache_beam. Without
-// python3 the test skips, unless KSRUNNER_REQUIRE_PYTHON is set; a python3
-// without apache_beam fails it (run host/pythontest once to make the
-// environment).
-func beamPython(t *testing.T) string {
-	t.Helper()
-	if py := os.Getenv("KSRUNNER_PYTHON"); py != "" {
-		return py
-	}
-	sys, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("KSRUNNER_REQUIRE_PYTHON") != "" {
-			t.Fatalf("python3 is required (KSRUNNER_REQUIRE_PYTHON is set): %v", err)
-		}
-		t.Skipf("python3 not found (%v): the Python SDK tests need it", err)
-	}
-	if cache, err := os.UserCacheDir(); err == nil {
-		dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-2.77.0-2")
-		if _, err := os.Stat(filepath.Join(dir, ".ksrunner-ready")); err == nil {
-			return filepath.Join(dir, "bin", "python")
-		}
-	}
-	if err := exec.Command(sys, "-c", "import apache_beam").Run(); err != nil {
-		t.Fatalf("python3 cannot import apache_beam (%v): set KSRUNNER_PYTHON, or run go test ./host/pythontest once to make its environment", err)
-	}
-	return sys
-}
-
 func runPython(t *testing.T, py string, args ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -62,7 +32,7 @@ func runPython(t *testing.T, py string, args ...string) {
 // service: the pipeline it constructs holds the primitives with the specs
 // and the output coders.
 func TestPythonSDK(t *testing.T) {
-	py := beamPython(t)
+	py := expansiontest.BeamPython(t)
 	addr := serve(t)
 	out := filepath.Join(t.TempDir(), "pipeline.pb")
 	runPython(t, py, out, addr, "pipeline")
@@ -149,7 +119,7 @@ func TestPythonSDK(t *testing.T) {
 // An unsupported deserializer fails the Python pipeline's construction,
 // naming the field and the class.
 func TestPythonSDKExpansionError(t *testing.T) {
-	py := beamPython(t)
+	py := expansiontest.BeamPython(t)
 	addr := serve(t)
 	out := filepath.Join(t.TempDir(), "error.txt")
 	runPython(t, py, out, addr, "error")

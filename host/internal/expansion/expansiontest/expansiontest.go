@@ -7,8 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
@@ -81,4 +86,66 @@ func JSON(v any) string {
 		return fmt.Sprintf("%+v", v)
 	}
 	return string(b)
+}
+
+// beamVersion is the apache-beam release of go.mod's Beam version.
+const beamVersion = "2.77.0"
+
+// BeamPython returns a python that imports apache_beam: KSRUNNER_PYTHON,
+// else the virtual environment host/pythontest uses (the same directory,
+// lock and packages: whichever test package comes first installs it, the
+// other waits). Without python3 the test skips, unless
+// KSRUNNER_REQUIRE_PYTHON is set.
+func BeamPython(t *testing.T) string {
+	t.Helper()
+	if py := os.Getenv("KSRUNNER_PYTHON"); py != "" {
+		return py
+	}
+	sys, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("KSRUNNER_REQUIRE_PYTHON") != "" {
+			t.Fatalf("python3 is required (KSRUNNER_REQUIRE_PYTHON is set): %v", err)
+		}
+		t.Skipf("python3 not found (%v): the Python SDK tests need it", err)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-"+beamVersion+"-2")
+	py := filepath.Join(dir, "bin", "python")
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	ready := filepath.Join(dir, ".ksrunner-ready")
+	if _, err := os.Stat(ready); err == nil {
+		return py
+	}
+	os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for _, args := range [][]string{
+		{sys, "-m", "venv", dir},
+		// host/pythontest's packages, so that either package's install
+		// serves both.
+		{py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "apache-beam==" + beamVersion,
+			"pytest==9.2.0", "PyHamcrest==2.1.0", "parameterized==0.9.0", "mock==5.2.0"},
+	} {
+		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("installing the Beam Python SDK: %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	if err := os.WriteFile(ready, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return py
 }
