@@ -81,6 +81,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 
+	for _, st := range cfg.Plan.SubTopologies {
+		if st.Root.Kind == translate.RootKafkaSource {
+			return fmt.Errorf("transform %s: Kafka reads do not run yet", st.Root.TransformID)
+		}
+		for _, sk := range st.Sinks {
+			if sk.KafkaWrite != nil {
+				return fmt.Errorf("transform %s: Kafka writes do not run yet", sk.TransformID)
+			}
+		}
+	}
 	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
 	admin, err := topics.NewAdmin(cfg.BootstrapServers)
 	if err != nil {
