@@ -372,7 +372,7 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) error {
 		if hw <= 0 {
 			hw = p.HighWatermark
 		}
-		t.Fetched(hw)
+		t.Fetched(hw, len(p.Records))
 		if len(p.Records) == 0 {
 			return
 		}

@@ -116,7 +116,16 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 	return t.route(t.sub.Root.Output, b)
 }
 
-func (s *kafkaSource) fetched(highWater int64) { s.highWater = highWater }
+// fetched records a fetch of the partition: its high watermark and how many
+// records it brought. A fetch without records (and without an error) says
+// the position is the high watermark: the partition is caught up, even
+// when the task has handled no record yet.
+func (s *kafkaSource) fetched(highWater int64, records int) {
+	s.highWater = highWater
+	if records == 0 {
+		s.next = max(s.next, highWater)
+	}
+}
 
 func (*kafkaSource) prepare(context.Context, int64) error { return nil }
 
@@ -149,11 +158,12 @@ func (t *Task) idleTimeout() time.Duration {
 }
 
 // Fetched tells a Kafka source task the high watermark (last stable offset)
-// of its partition in the latest fetch, which says whether it is caught up;
-// other tasks ignore it.
-func (t *Task) Fetched(highWater int64) {
+// of its partition in a fetch and how many records the fetch brought,
+// which says whether it is caught up; other tasks ignore it. The runtime
+// calls it before Handle gets the fetch's records.
+func (t *Task) Fetched(highWater int64, records int) {
 	if s, ok := t.root.(*kafkaSource); ok {
-		s.fetched(highWater)
+		s.fetched(highWater, records)
 	}
 }
 

@@ -97,7 +97,7 @@ func (te *testEnv) userRecords(recs []*kgo.Record) (user, rest []string) {
 func TestKafkaSource(t *testing.T) {
 	te, sub, now := kafkaEnv(t, translate.TimestampCreateTime)
 	tk := te.task(sub, 1)
-	tk.Fetched(3) // offsets 0..2 exist
+	tk.Fetched(3, 2) // offsets 0..2 exist, 2 records fetched
 	te.cycle(tk, kafkaRec(1, 0, "a", be8(7), 20_000), kafkaRec(1, 1, "b", be8(5), 12_000))
 	checkLines(t, "stage input", te.exec(sub).inputs(), []string{
 		`"a":7 @20000 GW nofiring`,
@@ -199,4 +199,20 @@ func TestKafkaCoders(t *testing.T) {
 	if _, err := newKafkaEncoder(coders, "real", translate.KafkaLong); err == nil {
 		t.Error("a double coder encodes Long")
 	}
+}
+
+// A partition without records (a fetch brought none at its high
+// watermark) is caught up: after the idle timeout its watermark follows
+// wall time less the bound.
+func TestKafkaSourceEmptyPartition(t *testing.T) {
+	te, sub, now := kafkaEnv(t, translate.TimestampCreateTime)
+	tk := te.task(sub, 0)
+	tk.Fetched(0, 0)
+	te.cycle(tk)
+	_, rest := te.userRecords(te.take())
+	checkLines(t, "opened", rest, []string{"status " + tk.ID() + " -inf"})
+	*now = now.Add(time.Second)
+	te.cycle(tk)
+	_, rest = te.userRecords(te.take())
+	checkLines(t, "idle", rest, []string{"status " + tk.ID() + " " + timeString(now.UnixMilli()-1000)})
 }
