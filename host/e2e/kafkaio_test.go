@@ -253,8 +253,8 @@ func readStatus(ctx context.Context, t *testing.T, bootstrap, topic string) []st
 	return slices.Sorted(maps.Keys(seen))
 }
 
-// A Kafka read of a topic that does not exist fails the job at Run, naming
-// the topic; a record the read cannot decode (Long over 3 bytes) fails it
+// A pipeline with a Kafka read needs an application_id; a Kafka read of a
+// topic that does not exist fails the job at Run, naming the topic; a record the read cannot decode (Long over 3 bytes) fails it
 // naming topic, partition and offset.
 func TestKafkaReadFailures(t *testing.T) {
 	bootstrap := kafkatest.Broker(t)
@@ -286,6 +286,13 @@ func TestKafkaReadFailures(t *testing.T) {
 		}
 		t.Errorf("errors %q: none names all of %q", errs, parts)
 	}
+	t.Run("no application_id", func(t *testing.T) {
+		// A Kafka read is unbounded: the job needs an application_id.
+		ctx := testContext(t, time.Minute)
+		if _, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, "in", "out"), map[string]string{"bootstrap_servers": bootstrap}); err == nil || !strings.Contains(err.Error(), "application_id") {
+			t.Errorf("submit without application_id: %v, want a refusal naming application_id", err)
+		}
+	})
 	t.Run("missing topic", func(t *testing.T) {
 		out := kafkatest.UniqueName(t, "kout")
 		kafkatest.CreateTopic(t, bootstrap, out, 1)
