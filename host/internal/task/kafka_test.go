@@ -38,6 +38,11 @@ func kafkaRec(p int32, off int64, key string, value []byte, ts int64) *kgo.Recor
 // a pass-through ParDo → write "out", one sub-topology; "in" has 3
 // partitions and "out" 5; the Kafka sources' clock is *now.
 func kafkaEnv(t *testing.T, policy string) (*testEnv, *translate.SubTopology, *time.Time) {
+	return kafkaEnvEdited(t, policy, nil)
+}
+
+// kafkaEnvEdited is kafkaEnv with edit applied to the pipeline proto first.
+func kafkaEnvEdited(t *testing.T, policy string, edit func(*pipepb.Pipeline)) (*testEnv, *translate.SubTopology, *time.Time) {
 	p, s := beam.NewPipelineWithRoot()
 	in := beam.ParDo(s, kafkaSourcePlaceholder, beam.Impulse(s))
 	beam.ParDo0(s, kafkaSinkPlaceholder, beam.ParDo(s, kafkaPass, in))
@@ -55,6 +60,9 @@ func kafkaEnv(t *testing.T, policy string) (*testEnv, *translate.SubTopology, *t
 	}
 	if err := pipelinetest.AsSink(pp, "kafkaSinkPlaceholder", translate.URNKafkaWrite, wb); err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(pp)
 	}
 	te := newTestEnv(t, pp, 2)
 	te.env.Topics.Discovered(map[string]int32{"in": 3, "out": 5})
@@ -215,4 +223,40 @@ func TestKafkaSourceEmptyPartition(t *testing.T) {
 	te.cycle(tk)
 	_, rest = te.userRecords(te.take())
 	checkLines(t, "idle", rest, []string{"status " + tk.ID() + " " + timeString(now.UnixMilli()-1000)})
+}
+
+// With nullable keys (Beam's NullableCoder, which the wire coder
+// length-prefixes) a null Kafka key is an element with a null key, and the
+// write produces it with a null key, round-robin over the topic's
+// partitions.
+func TestKafkaNullableKeys(t *testing.T) {
+	te, sub, _ := kafkaEnvEdited(t, translate.TimestampCreateTime, func(pp *pipepb.Pipeline) {
+		cs := pp.GetComponents().GetCoders()
+		for _, pc := range pp.GetComponents().GetPcollections() {
+			kv := cs[pc.GetCoderId()]
+			if kv.GetSpec().GetUrn() != "beam:coder:kv:v1" {
+				continue
+			}
+			key := kv.GetComponentCoderIds()[0]
+			if cs[key].GetSpec().GetUrn() == urnNullable {
+				continue
+			}
+			cs[key+"_nullable"] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urnNullable}, ComponentCoderIds: []string{key}}
+			kv.ComponentCoderIds = []string{key + "_nullable", kv.GetComponentCoderIds()[1]}
+		}
+	})
+	tk := te.task(sub, 0)
+	te.cycle(tk, &kgo.Record{Topic: "in", Offset: 0, Value: be8(7), Timestamp: time.UnixMilli(5000)}, kafkaRec(0, 1, "a", be8(8), 6000))
+	checkLines(t, "stage input", te.exec(sub).inputs(), []string{`00:7 @5000 GW nofiring`, `010161:8 @6000 GW nofiring`})
+	var lines []string
+	for _, r := range te.take() {
+		if r.Topic != "out" {
+			continue
+		}
+		if r.Key == nil && (r.Partition < 0 || r.Partition >= 5) {
+			t.Errorf("null key to partition %d of 5", r.Partition)
+		}
+		lines = append(lines, fmt.Sprintf("key %q null %v value %d", r.Key, r.Key == nil, int64(binary.BigEndian.Uint64(r.Value))))
+	}
+	checkLines(t, "user output", lines, []string{`key "" null true value 7`, `key "a" null false value 8`})
 }
