@@ -10,7 +10,11 @@
 //     liftable CombinePerKeys. Supported leaves are Impulse, TestStream (one
 //     per pipeline, events inline), ParDo, GroupByKey, Flatten and
 //     WindowInto (plus the combine and SDF component URNs this package
-//     itself emits). Any other leaf fails, naming the transform and its URN,
+//     itself emits), and ksrunner's Kafka read and write primitives
+//     (kafka.go, laid out by kafkaio.go: a read of several topics, with
+//     metadata, bounded or from a start time, a write with headers or a
+//     transactional.id, and key or value coders that do not encode the
+//     formats fail, naming the transform). Any other leaf fails, naming the transform and its URN,
 //     and so does a Flatten of no inputs.
 //     A ParDo fails, naming the transform and the feature, when it has a
 //     side input whose access pattern is neither iterable nor multimap, a
@@ -37,7 +41,8 @@
 //     output) whose coder differs from the output's (the events') gets a
 //     one-input Flatten run in an SDK to re-encode it (transcodeFlattens);
 //     with no SDK environment to run it in, it fails.
-//   - Lay out: every Impulse and TestStream ("impulse-<n>",
+//   - Lay out: every Kafka read (its user topic, TopicKafka, unprefixed;
+//     the plan is then unbounded), Impulse and TestStream ("impulse-<n>",
 //     "teststream-<n>"), GroupByKey, lifted or not ("<name>-repartition"),
 //     Reshuffle ("<name>-repartition"), stateful ParDo or ParDo with side
 //     inputs ("<name>-main", its side inputs written to "<pcollection>-side"
@@ -53,7 +58,8 @@
 //     malformed), RETRACTING accumulation or an unknown output time, a
 //     custom merging WindowFn whose strategy names no defined environment,
 //     or input and output coders that are not KV<K, V> and
-//     KV<K, Iterable<V>>.
+//     KV<K, Iterable<V>>. A Kafka write is a Sink of its input (with
+//     Sink.KafkaWrite), not a topic of the plan.
 //   - Fuse: inside a sub-topology a transform joins the stage producing its
 //     input when executor (WASM per Options.StageWASM, or harness) and
 //     environment agree, else a sibling stage reading the same input, else

@@ -115,10 +115,10 @@ func checkPlan(t testing.TB, p *Plan) {
 		if comps.GetPcollections()[tp.PCollection] == nil {
 			errorf("topic %q: PCollection %q missing", tp.Name, tp.PCollection)
 		}
-		if tp.Kind == TopicImpulse && len(tp.Producers) != 0 {
-			errorf("topic %q: impulse topic with producers", tp.Name)
+		if (tp.Kind == TopicImpulse || tp.Kind == TopicKafka) && len(tp.Producers) != 0 {
+			errorf("topic %q: impulse or Kafka topic with producers", tp.Name)
 		}
-		if tp.Kind != TopicImpulse && len(tp.Producers) == 0 {
+		if tp.Kind != TopicImpulse && tp.Kind != TopicKafka && len(tp.Producers) == 0 {
 			errorf("topic %q: no producers", tp.Name)
 		}
 	}
@@ -205,6 +205,12 @@ func checkPlan(t testing.TB, p *Plan) {
 		for _, sk := range st.Sinks {
 			if !produced[sk.PCollection] {
 				errorf("sub-topology %d sinks %q which it does not produce", st.ID, sk.PCollection)
+			}
+			if sk.KafkaWrite != nil {
+				if topics[sk.Topic] != nil || sk.Topic != sk.KafkaWrite.Topic {
+					errorf("sub-topology %d: Kafka sink to %q names a Plan topic or not its write's topic", st.ID, sk.Topic)
+				}
+				continue
 			}
 			if topics[sk.Topic] == nil {
 				errorf("sub-topology %d sinks to unknown topic %q", st.ID, sk.Topic)

@@ -96,6 +96,32 @@ func (t *translator) layout() (*Plan, error) {
 				subOf[pc] = sb
 			}
 
+		case kindKafkaRead:
+			out := onlyValue(tr.GetOutputs())
+			r := t.kafkaReads[id]
+			if err := t.checkKafkaKV(tr.GetUniqueName(), "output", out, r.KeyFormat, r.ValueFormat); err != nil {
+				return nil, err
+			}
+			// A Kafka read is unbounded whatever its output says (bounded
+			// reads are refused in addKafkaRead).
+			plan.Bounded = false
+			tp := &Topic{Name: r.Topics[0], Kind: TopicKafka, PCollection: out}
+			if topics[tp.Name] != nil {
+				return nil, fmt.Errorf("transform %q: topic %q is read twice, or collides with an internal topic's name; read it once and use the output twice", tr.GetUniqueName(), tp.Name)
+			}
+			if _, err := newSub(tp, Root{Kind: RootKafkaSource, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), KafkaRead: r}); err != nil {
+				return nil, err
+			}
+
+		case kindKafkaWrite:
+			in := onlyValue(tr.GetInputs())
+			w := t.kafkaWrites[id]
+			if err := t.checkKafkaKV(tr.GetUniqueName(), "input", in, w.KeyFormat, w.ValueFormat); err != nil {
+				return nil, err
+			}
+			sb := subOf[in]
+			sb.st.Sinks = append(sb.st.Sinks, Sink{PCollection: in, Topic: w.Topic, KafkaWrite: w, TransformID: id})
+
 		case kindImpulse:
 			out := onlyValue(tr.GetOutputs())
 			tp := &Topic{Name: fmt.Sprintf("impulse-%d", nImpulse), Kind: TopicImpulse, PCollection: out}

@@ -10,7 +10,7 @@ import (
 // Invariants (the host relies on them):
 //   - Every SubTopology reads exactly one Topic, and every Topic but the
 //     TopicSideInput ones is read by
-//     exactly one SubTopology.
+//     exactly one SubTopology. A Sink with KafkaWrite names no Plan topic.
 //   - Every PCollection that crosses the host boundary (a stage input or output,
 //     a topic's contents, a root's output) has a wire coder in WireCoders whose
 //     element coder the host can parse: only standard coders (bytes,
@@ -62,10 +62,18 @@ const (
 	// partition and no consuming sub-topology: every instance reads all of
 	// it into its state store (see SideInput).
 	TopicSideInput
+	// TopicKafka is a user's topic read by a Kafka read (URNKafkaRead). Its
+	// Name is the user's topic name, which is also its full Kafka name (no
+	// prefix); ksrunner never creates nor deletes it, and the host discovers
+	// its partition count at Run (a missing topic fails the job there). Its
+	// records are the user's, without ksrunner's envelope. It has no
+	// producers in the plan.
+	TopicKafka
 )
 
-// Topic is an internal topic. Its full Kafka name is
-// "__beam_<application_id>_<Name>" (see shuffle).
+// Topic is a topic a sub-topology reads, or a side input topic. An internal
+// topic's full Kafka name is "__beam_<application_id>_<Name>" (see
+// shuffle); a TopicKafka's is Name.
 type Topic struct {
 	Name string // e.g. "impulse-0", "<transform>-repartition"
 	Kind TopicKind
@@ -98,6 +106,14 @@ const (
 	// move the job's synthetic processing-time clock; after the last event
 	// the watermark goes to +inf.
 	RootTestStream
+	// RootKafkaSource reads the records of a user's topic (Root.KafkaRead,
+	// the sub-topology's TopicKafka input): each record becomes an element
+	// KV<key, value> of Output in the global window, with the no-firing
+	// pane, timestamped per the read's timestamp policy, its key and value
+	// deserialized per the read's formats and encoded in Output's wire
+	// coder (translate checks the coders match the formats). Its output
+	// watermark follows the record timestamps (see the host).
+	RootKafkaSource
 )
 
 // SubTopology is the unit of parallelism: one task per partition of Input.
@@ -161,6 +177,10 @@ type Root struct {
 	// WindowFn (see merge.go for its input and output). It is not part of
 	// Stages: the root runs it on the side, with one element per key.
 	MergeWindows *Stage
+	// KafkaRead (RootKafkaSource only) is the read's spec. Translate has
+	// checked it reads one topic, without metadata, unbounded, from the
+	// committed offsets or auto.offset.reset.
+	KafkaRead *KafkaRead
 }
 
 // Flatten forwards Inputs to Output inside one sub-topology.
@@ -173,7 +193,14 @@ type Flatten struct {
 // Sink writes the elements of PCollection to Topic.
 type Sink struct {
 	PCollection string
-	Topic       string // Topic.Name
+	Topic       string // Topic.Name; the user's topic when KafkaWrite is set
+	// KafkaWrite (a URNKafkaWrite only) makes the sink a Kafka write: the
+	// KV elements are serialized per its formats and produced to the user's
+	// topic KafkaWrite.Topic (not a Plan topic: the host discovers its
+	// partitions at Run), and no watermark or other ksrunner record goes
+	// there. TransformID is the write transform.
+	KafkaWrite  *KafkaWrite
+	TransformID string
 }
 
 // ExecutorKind names the executor of a stage.

@@ -32,6 +32,8 @@ const (
 	kindFlatten
 	kindRedistribute
 	kindTestStream
+	kindKafkaRead  // URNKafkaRead: the root of a source sub-topology
+	kindKafkaWrite // URNKafkaWrite: a sink of its input
 )
 
 // translator holds the state of one Translate call.
@@ -70,6 +72,11 @@ type translator struct {
 	names map[string]bool // transform unique names in use (lazily built)
 
 	testStream string // id of the pipeline's TestStream, if any
+
+	// kafkaReads and kafkaWrites are the decoded specs of the Kafka IO
+	// primitives, by transform id (kafkaio.go).
+	kafkaReads  map[string]*KafkaRead
+	kafkaWrites map[string]*KafkaWrite
 }
 
 // Translate validates a pipeline and lays it out as a Plan. The input is not
@@ -117,6 +124,8 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		safeMemo:      map[string]string{},
 		wvMemo:        map[string]string{},
 		wireCoders:    map[string]string{},
+		kafkaReads:    map[string]*KafkaRead{},
+		kafkaWrites:   map[string]*KafkaWrite{},
 	}
 	if len(p.GetRootTransformIds()) == 0 {
 		return nil, fmt.Errorf("translate: pipeline has no root transforms")
@@ -218,6 +227,10 @@ func (t *translator) walk(id, parent string) error {
 		t.addLeaf(id, kindImpulse)
 	case urn == urnTestStream:
 		return t.addTestStream(id, tr)
+	case urn == URNKafkaRead:
+		return t.addKafkaRead(id, tr)
+	case urn == URNKafkaWrite:
+		return t.addKafkaWrite(id, tr)
 	case urn == urnGBK:
 		if len(tr.GetInputs()) != 1 || len(tr.GetOutputs()) != 1 {
 			return fmt.Errorf("transform %q: group-by-key needs one input and one output", tr.GetUniqueName())

@@ -126,7 +126,19 @@ func describe(p *Plan) string {
 	for _, st := range p.SubTopologies {
 		root := st.Root
 		root.MergeWindows = nil
-		fmt.Fprintf(&b, "sub %d input=%s root=%+v sinks=%v\n", st.ID, st.Input, root, st.Sinks)
+		if root.KafkaRead != nil {
+			fmt.Fprintf(&b, "kafka read %+v\n", *root.KafkaRead)
+			root.KafkaRead = nil
+		}
+		var sinks []string
+		for _, sk := range st.Sinks {
+			if sk.KafkaWrite != nil {
+				fmt.Fprintf(&b, "kafka write %+v\n", *sk.KafkaWrite)
+				sk.KafkaWrite = nil
+			}
+			sinks = append(sinks, fmt.Sprintf("%+v", sk))
+		}
+		fmt.Fprintf(&b, "sub %d input=%s root=%+v sinks=%v\n", st.ID, st.Input, root, sinks)
 		stages := st.Stages
 		if ms := st.Root.MergeWindows; ms != nil {
 			stages = append([]*Stage{ms}, stages...)

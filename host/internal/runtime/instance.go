@@ -113,8 +113,9 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		ProduceWith: func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 			i.cl.Produce(ctx, r, promise)
 		},
-		Fail:          i.setProduceErr,
-		SideWatermark: i.side.watermark,
+		Fail:              i.setProduceErr,
+		SideWatermark:     i.side.watermark,
+		SourceIdleTimeout: cfg.SourceIdleTimeout,
 	}
 	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
 	if i.admin, err = kgo.NewClient(seeds); err != nil {
@@ -146,6 +147,7 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		kgo.OnPartitionsAssigned(i.onAssigned),
 		kgo.OnPartitionsRevoked(i.onRevoked),
 		kgo.OnPartitionsLost(i.onLost),
+		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
 	if cfg.ExactlyOnce {
 		// One transactional producer per instance, fenced by the group's
@@ -360,12 +362,19 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(i.tasks))
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		if len(p.Records) == 0 {
-			return
-		}
 		t := i.tasks[taskID{p.Topic, p.Partition}]
 		if t == nil {
 			return // revoked between poll and now; the records will be redelivered
+		}
+		// How far the partition goes (read_committed: its last stable
+		// offset), for a Kafka source's idleness.
+		hw := p.LastStableOffset
+		if hw <= 0 {
+			hw = p.HighWatermark
+		}
+		t.Fetched(hw, len(p.Records))
+		if len(p.Records) == 0 {
+			return
 		}
 		wg.Add(1)
 		go func() {

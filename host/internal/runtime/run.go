@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +48,8 @@ type Config struct {
 	Hooks   *Hooks // nil: none
 	// OnRunning is called once the instance is open and starts consuming.
 	OnRunning func()
+	// SourceIdleTimeout: see task.Env.SourceIdleTimeout.
+	SourceIdleTimeout time.Duration
 }
 
 // Hooks inject faults into the commit loop and observe restoration (the
@@ -81,12 +85,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 
+	if err := checkKafkaIO(cfg); err != nil {
+		return err
+	}
 	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
 	admin, err := topics.NewAdmin(cfg.BootstrapServers)
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
+	if err := ts.Discover(ctx, admin); err != nil {
+		return err
+	}
 	if err := ts.Create(ctx, admin); err != nil {
 		return err
 	}
@@ -213,4 +223,59 @@ func randomSuffix() string {
 	var b [4]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// checkKafkaIO refuses Kafka reads and writes the runtime cannot honour:
+// another cluster than the job's (the commit cycle's transaction spans one
+// cluster), and logs the client settings it does not apply.
+func checkKafkaIO(cfg Config) error {
+	job := brokerSet(cfg.BootstrapServers)
+	check := func(transform, servers string) error {
+		if servers == "" {
+			return nil
+		}
+		if got := brokerSet(servers); !maps.Equal(got, job) {
+			return fmt.Errorf("transform %s: bootstrap servers %q are not the job's brokers (%s): Kafka IO with another cluster is not supported yet (its offsets and output could not be in the job's transactions)", transform, servers, cfg.BootstrapServers)
+		}
+		return nil
+	}
+	ignored := func(transform string, conf map[string]string, honoured ...string) {
+		var keys []string
+		for k := range conf {
+			if !slices.Contains(honoured, k) {
+				keys = append(keys, k)
+			}
+		}
+		if len(keys) > 0 {
+			slices.Sort(keys)
+			cfg.Logger.Warn("Kafka client settings not applied (ksrunner's own client settings apply)", "transform", transform, "settings", keys)
+		}
+	}
+	for _, st := range cfg.Plan.SubTopologies {
+		if r := st.Root.KafkaRead; r != nil {
+			if err := check(st.Root.TransformID, r.BootstrapServers); err != nil {
+				return err
+			}
+			ignored(st.Root.TransformID, r.ConsumerConfig, "auto.offset.reset", "isolation.level", "bootstrap.servers")
+		}
+		for _, sk := range st.Sinks {
+			if w := sk.KafkaWrite; w != nil {
+				if err := check(sk.TransformID, w.BootstrapServers); err != nil {
+					return err
+				}
+				ignored(sk.TransformID, w.ProducerConfig, "bootstrap.servers")
+			}
+		}
+	}
+	return nil
+}
+
+func brokerSet(list string) map[string]bool {
+	set := map[string]bool{}
+	for _, b := range strings.Split(list, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			set[b] = true
+		}
+	}
+	return set
 }

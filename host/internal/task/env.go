@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,4 +44,11 @@ type Env struct {
 	// SideWatermark is the watermark of a side input topic, by topic name:
 	// every element it covers is in the store.
 	SideWatermark func(topic string) int64
+
+	// SourceIdleTimeout is how long a caught-up Kafka source partition
+	// waits without records before its watermark follows the wall clock
+	// (kafka.go); zero: DefaultSourceIdleTimeout.
+	SourceIdleTimeout time.Duration
+	// Now is the wall clock of Kafka sources; nil: time.Now.
+	Now func() time.Time
 }

@@ -181,7 +181,7 @@ func (e *eventTime) afterPrepare() {
 func (t *Task) broadcast(val []byte) {
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
-		if seen[s.Topic] {
+		if seen[s.Topic] || s.KafkaWrite != nil { // user topics carry only the user's records
 			continue
 		}
 		seen[s.Topic] = true

@@ -583,6 +583,12 @@ func renderValue(coders map[string]*pipepb.Coder, id string, b []byte) (string, 
 		return fmt.Sprintf("[%d,%d)", end-int64(d), end), b[8+l:], nil
 	case "beam:coder:global_window:v1":
 		return "GW", b, nil
+	case "beam:coder:varint:v1":
+		v, l := binary.Uvarint(b)
+		if l <= 0 {
+			return "", nil, fmt.Errorf("%s: truncated", urn)
+		}
+		return fmt.Sprint(int64(v)), b[l:], nil
 	default:
 		return "", nil, fmt.Errorf("coder %s: %s not rendered", id, urn)
 	}

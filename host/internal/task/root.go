@@ -16,7 +16,9 @@ import (
 // root sees data, fires what the input watermark makes due, and says how
 // far its own output has come.
 //
-// A Kafka source will be one more root.
+// A Kafka source (kafkaSource, kafka.go) is one more root: its records are
+// the user's, without ksrunner's envelope, and Task.Handle gives them to it
+// whole.
 type root interface {
 	// data takes one DATA record (the kind byte is r.Value[0]).
 	data(r *kgo.Record) error
@@ -48,6 +50,8 @@ func newRoot(t *Task) (root, error) {
 		return groupByKeyRoot{t}, nil
 	case translate.RootTestStream:
 		return testStreamSource{t.ev}, nil
+	case translate.RootKafkaSource:
+		return newKafkaSource(t)
 	}
 	return nil, fmt.Errorf("sub-topology %d: unknown root kind %d", t.sub.ID, r.Kind)
 }

@@ -72,6 +72,9 @@ type Task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
+	// kafkaSinks are the serializers of the sub-topology's Kafka writes.
+	kafkaSinks map[*translate.Sink]*kafkaSink
+
 	// changelogNext is the offset after the task's last changelog record
 	// produced this cycle; 0: none (changelog.go).
 	changelogNext atomic.Int64
@@ -199,6 +202,16 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 	for i := range sub.Sinks {
 		s := &sub.Sinks[i]
 		t.consumers[s.PCollection] = append(t.consumers[s.PCollection], consumer{sink: s})
+		if s.KafkaWrite != nil {
+			ks, err := newKafkaSink(env.Plan, s)
+			if err != nil {
+				return nil, err
+			}
+			if t.kafkaSinks == nil {
+				t.kafkaSinks = map[*translate.Sink]*kafkaSink{}
+			}
+			t.kafkaSinks[s] = ks
+		}
 	}
 	if t.producers > 0 {
 		agg, err := watermark.NewAggregator(t.producers)
@@ -273,6 +286,9 @@ func (t *Task) inputWatermark() int64 {
 }
 
 func (t *Task) Handle(ctx context.Context, recs []*kgo.Record) error {
+	if s, ok := t.root.(*kafkaSource); ok {
+		return t.handleSource(ctx, s, recs)
+	}
 	for _, r := range recs {
 		if len(r.Value) == 0 {
 			return fmt.Errorf("topic %s partition %d offset %d: empty record", r.Topic, r.Partition, r.Offset)
@@ -366,6 +382,9 @@ func (t *Task) route(pcoll string, raw []byte) error {
 }
 
 func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
+	if s.KafkaWrite != nil {
+		return t.sinkToKafka(s, pcoll, raw)
+	}
 	topic := t.env.Topics.ByName[s.Topic]
 	rec := &kgo.Record{Topic: t.env.Topics.Full(s.Topic)}
 	val := make([]byte, 1+len(raw))
@@ -599,7 +618,7 @@ func (t *Task) reportWatermark(wm int64) {
 	t.env.Logger.Debug("watermark", "task", t.producer, "watermark", wm, "producers", t.producers)
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
-		if seen[s.Topic] {
+		if seen[s.Topic] || s.KafkaWrite != nil { // user topics carry only the user's records
 			continue
 		}
 		seen[s.Topic] = true

@@ -17,19 +17,27 @@ import (
 	"github.com/ksrunner/ksrunner/translate"
 )
 
-// Set is a Plan's internal topics with their partition counts. It is not
-// changed after New.
+// Set is a Plan's internal topics with their partition counts, and the
+// user's topics it reads (TopicKafka) and writes (Kafka writes). It is not
+// changed after Discover, which Run calls before anything uses it.
 type Set struct {
 	appID       string
 	replication int
-	// Partitions are the partition counts by Topic.Name.
+	// Partitions are the partition counts by Topic.Name; a TopicKafka's
+	// once Discover found it.
 	Partitions map[string]int32
-	ByName     map[string]*translate.Topic
+	// Outputs are the partition counts of the user topics Kafka writes
+	// produce to, by topic name (Discover fills them).
+	Outputs map[string]int32
+	// writers names a transform writing each output topic, for messages.
+	writers map[string]string
+	ByName  map[string]*translate.Topic
 	// Consumer is the sub-topology reading each topic, by name.
 	Consumer map[string]*translate.SubTopology
 	// Producers is the number of producing tasks of each topic, by name.
 	Producers map[string]int
 	fullNames map[string]string // topic name → Kafka name (full), precomputed
+	plan      *translate.Plan
 	// Changelogs are the changelog topic names by sub-topology id; a
 	// changelog has one partition per task (partition of the input).
 	Changelogs map[int]string
@@ -47,10 +55,16 @@ func New(plan *translate.Plan, appID string, replication, parallelism int) *Set 
 		Producers:   map[string]int{},
 		fullNames:   map[string]string{},
 		Changelogs:  map[int]string{},
+		Outputs:     map[string]int32{},
+		writers:     map[string]string{},
 	}
 	for _, tp := range plan.Topics {
 		t.fullNames[tp.Name] = shuffle.TopicName(t.appID, tp.Name)
 		t.ByName[tp.Name] = tp
+		if tp.Kind == translate.TopicKafka {
+			t.fullNames[tp.Name] = tp.Name // the user's topic: not prefixed, partitions discovered
+			continue
+		}
 		if tp.Kind == translate.TopicImpulse || tp.Kind == translate.TopicSideInput {
 			t.Partitions[tp.Name] = 1
 		} else {
@@ -62,19 +76,85 @@ func New(plan *translate.Plan, appID string, replication, parallelism int) *Set 
 		name := ChangelogTopic(st.ID)
 		t.Changelogs[st.ID] = name
 		t.fullNames[name] = shuffle.TopicName(t.appID, name)
+		for _, s := range st.Sinks {
+			if s.KafkaWrite != nil {
+				t.writers[s.Topic] = s.TransformID
+			}
+		}
 	}
-	// A producing task reports once per topic it writes, whichever of its
-	// PCollections it writes there.
-	for _, st := range plan.SubTopologies {
+	t.plan = plan
+	t.countProducers()
+	return t
+}
+
+// countProducers counts the producing tasks of every internal topic: a
+// producing task reports once per topic it writes, whichever of its
+// PCollections it writes there. Kafka writes have no watermark reports.
+func (t *Set) countProducers() {
+	clear(t.Producers)
+	for _, st := range t.plan.SubTopologies {
 		seen := map[string]bool{}
 		for _, s := range st.Sinks {
-			if !seen[s.Topic] {
+			if !seen[s.Topic] && s.KafkaWrite == nil {
 				seen[s.Topic] = true
 				t.Producers[s.Topic] += int(t.Partitions[st.Input])
 			}
 		}
 	}
-	return t
+}
+
+// Discover finds the partition counts of the user's topics: those Kafka
+// reads read (one task per partition) and those Kafka writes produce to.
+// ksrunner never creates them: a missing one fails, naming it and its
+// transform (DESIGN.md §3).
+func (t *Set) Discover(ctx context.Context, adm *kadm.Client) error {
+	want := map[string]string{} // topic → transform
+	for name, tp := range t.ByName {
+		if tp.Kind == translate.TopicKafka {
+			want[name] = t.Consumer[name].Root.TransformID
+		}
+	}
+	for name, tr := range t.writers {
+		want[name] = tr
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	details, err := adm.ListTopics(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("listing the pipeline's Kafka topics %v: %w", names, err)
+	}
+	found := map[string]int32{}
+	for _, name := range names {
+		d, ok := details[name]
+		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) || (d.Err == nil && len(d.Partitions) == 0) {
+			return fmt.Errorf("transform %s: Kafka topic %q does not exist (ksrunner does not create the topics a pipeline reads or writes)", want[name], name)
+		}
+		if d.Err != nil {
+			return fmt.Errorf("transform %s: Kafka topic %q: %w", want[name], name, d.Err)
+		}
+		found[name] = int32(len(d.Partitions))
+	}
+	t.Discovered(found)
+	return nil
+}
+
+// Discovered records the partition counts of the user's topics (Discover
+// found them; tests know them).
+func (t *Set) Discovered(partitions map[string]int32) {
+	for name, n := range partitions {
+		if tp := t.ByName[name]; tp != nil && tp.Kind == translate.TopicKafka {
+			t.Partitions[name] = n
+		}
+		if _, ok := t.writers[name]; ok {
+			t.Outputs[name] = n
+		}
+	}
+	t.countProducers()
 }
 
 // Full is the Kafka name of an internal topic. Data records name their topic
@@ -129,6 +209,9 @@ func (t *Set) Create(ctx context.Context, adm *kadm.Client) error {
 		return nil
 	}
 	for name, p := range t.Partitions {
+		if t.ByName[name].Kind == translate.TopicKafka {
+			continue // the user's
+		}
 		if err := create(name, p, nil); err != nil {
 			return err
 		}
@@ -157,7 +240,9 @@ func (t *Set) changelogPartitions(sub int) int32 {
 func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
 	names := []string{t.Full(shuffle.StatusTopic)}
 	for name := range t.Partitions {
-		names = append(names, t.Full(name))
+		if t.ByName[name].Kind != translate.TopicKafka {
+			names = append(names, t.Full(name))
+		}
 	}
 	for _, name := range t.Changelogs {
 		names = append(names, t.Full(name))

@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/translate"
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
+)
+
+func init() {
+	register.Function2x0(kafkaReadPlaceholder)
+	register.Function3x2(keyByWindow)
+	register.Function2x0(kafkaWritePlaceholder)
+}
+
+// The placeholders stand for the Kafka primitives, which pipelinetest puts
+// in their place in the proto (the expansion service is tested on its own).
+func kafkaReadPlaceholder([]byte, func(string, int64)) {}
+func kafkaWritePlaceholder(string, int64)              {}
+
+// keyByWindow makes the window part of the key: "key@start".
+func keyByWindow(w beam.Window, k string, n int64) (string, int64) {
+	return fmt.Sprintf("%s@%d", k, w.(window.IntervalWindow).Start.Milliseconds()), n
+}
+
+// kafkaCountPipeline reads KV<string, int64> (String, Long) from topic in,
+// sums the values per key in fixed one-minute windows, and writes
+// KV<"key@window start", sum> (String, Long) to topic out.
+func kafkaCountPipeline(t *testing.T, in, out string) *pipepb.Pipeline {
+	t.Helper()
+	p, s := beam.NewPipelineWithRoot()
+	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
+	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), recs))
+	keyed := beam.ParDo(s, keyByWindow, sums)
+	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
+	pipe := marshal(t, p)
+	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
+		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
+		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pipelinetest.AsSource(pipe, "kafkaReadPlaceholder", translate.URNKafkaRead, rb); err != nil {
+		t.Fatal(err)
+	}
+	if err := pipelinetest.AsSink(pipe, "kafkaWritePlaceholder", translate.URNKafkaWrite, wb); err != nil {
+		t.Fatal(err)
+	}
+	return pipe
+}
+
+func be8(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
+// readCommitted reads topic whole, read_committed, by the deadline of ctx,
+// until it holds at least want records, or (want < 0, when nothing writes
+// it any more) everything (readTopic). It returns key → Long value,
+// failing on a key seen twice.
+func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, want int) map[string]int64 {
+	t.Helper()
+	got := map[string]int64{}
+	var until func() bool
+	if want >= 0 {
+		until = func() bool { return len(got) >= want }
+	}
+	readTopic(ctx, t, bootstrap, topic, until, func(r *kgo.Record) {
+		if len(r.Value) != 8 {
+			t.Errorf("topic %s offset %d: value %x is not a Long", topic, r.Offset, r.Value)
+			return
+		}
+		if _, dup := got[string(r.Key)]; dup {
+			t.Errorf("topic %s: key %q written twice", topic, r.Key)
+		}
+		got[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
+	})
+	return got
+}
+
+// readTopic reads topic from the start, read_committed, handing each record
+// to each, until until() holds or (until nil, when nothing writes the topic
+// any more) up to its end: an end marker is written to every partition and
+// the topic is read up to the markers (a transactional topic's end offset
+// counts commit markers, which no fetch returns). It fails the test at the
+// deadline of ctx.
+func readTopic(ctx context.Context, t *testing.T, bootstrap, topic string, until func() bool, each func(*kgo.Record)) {
+	t.Helper()
+	const endKey = "\x00end"
+	cl := kafkatest.Client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var parts int
+	if until == nil {
+		td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = len(td[topic].Partitions)
+		for p := range parts {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(p), Key: []byte(endKey)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ended := map[int32]bool{}
+	for (until != nil && !until()) || (until == nil && len(ended) < parts) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("topic %s: not read to its end (or the records awaited) by the deadline", topic)
+		}
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == endKey {
+				ended[r.Partition] = true
+				return
+			}
+			each(r)
+		})
+	}
+}
+
+// TestKafkaReadWindowedCountWrite: a pipeline reading a user topic of 4
+// partitions through the Kafka read primitive, counting per key in fixed
+// windows and writing through the Kafka write primitive runs unbounded,
+// exactly once: the output topic holds each key and window's count once
+// (read_committed), 4 source tasks ran, and Cancel ends the job.
+func TestKafkaReadWindowedCountWrite(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	kafkatest.CreateTopic(t, bootstrap, in, 4)
+	kafkatest.CreateTopic(t, bootstrap, out, 3)
+
+	// N records over 10 keys, 7 s apart from an hour ago (so the idle
+	// watermark, wall time less 1 s, closes every window), each a count of
+	// 1 or 2; produced in timestamp order, so in order in every partition.
+	const n = 400
+	base := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
+	want := map[string]int64{}
+	cl := kafkatest.Client(t, bootstrap)
+	for i := range n {
+		key := fmt.Sprintf("k%d", i%10)
+		ts := base + int64(i)*7000
+		v := int64(1 + i%2)
+		want[fmt.Sprintf("%s@%d", key, ts-ts%60000)] += v
+		cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(key), Value: be8(v), Timestamp: time.UnixMilli(ts)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("producing: %v", err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	pipe := kafkaCountPipeline(t, in, out)
+	plan, err := translate.Translate(pipe, translate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := -1
+	for _, st := range plan.SubTopologies {
+		if st.Root.Kind == translate.RootKafkaSource {
+			source = st.ID
+		}
+	}
+	appID := kafkatest.UniqueName(t, "e2e")
+	id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	type ended struct {
+		state jobpb.JobState_Enum
+		errs  []string
+		err   error
+	}
+	done := make(chan ended, 1)
+	go func() { r, err := wait(ctx, ksrunner, id); done <- ended{r.State, r.Errors, err} }()
+
+	got := readCommitted(ctx, t, bootstrap, out, len(want))
+	select {
+	case r := <-done:
+		t.Fatalf("the unbounded job ended %v (errors %q, %v) before Cancel", r.state, r.errs, r.err)
+	default:
+	}
+	if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	if r := <-done; r.err != nil || r.state != jobpb.JobState_CANCELLED {
+		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errs, r.err)
+	}
+	// After the job: the whole topic, nothing more than what was awaited.
+	if all := readCommitted(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) {
+		t.Errorf("the output topic grew after the counts arrived: %d records, then %d", len(got), len(all))
+	}
+	if !maps.Equal(got, want) {
+		var diff []string
+		for _, k := range slices.Sorted(maps.Keys(want)) {
+			if got[k] != want[k] {
+				diff = append(diff, fmt.Sprintf("%s: got %d want %d", k, got[k], want[k]))
+			}
+		}
+		for k := range got {
+			if _, ok := want[k]; !ok {
+				diff = append(diff, fmt.Sprintf("%s: got %d, not expected", k, got[k]))
+			}
+		}
+		t.Errorf("output counts differ:\n%s", strings.Join(diff, "\n"))
+	}
+
+	// The source tasks: one per partition of the input, each reported.
+	status := readStatus(ctx, t, bootstrap, shuffle.TopicName(appID, shuffle.StatusTopic))
+	var sources []string
+	for _, k := range status {
+		if strings.HasPrefix(k, fmt.Sprintf("%d/", source)) {
+			sources = append(sources, k)
+		}
+	}
+	slices.Sort(sources)
+	if wantSrc := []string{fmt.Sprintf("%d/0", source), fmt.Sprintf("%d/1", source), fmt.Sprintf("%d/2", source), fmt.Sprintf("%d/3", source)}; !slices.Equal(sources, wantSrc) {
+		t.Errorf("source tasks that reported %v, want %v", sources, wantSrc)
+	}
+}
+
+// readStatus returns the task ids that wrote to a status topic.
+func readStatus(ctx context.Context, t *testing.T, bootstrap, topic string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	readTopic(ctx, t, bootstrap, topic, nil, func(r *kgo.Record) { seen[string(r.Key)] = true })
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// A pipeline with a Kafka read needs an application_id; a Kafka read of a
+// topic that does not exist fails the job at Run, naming the topic; a record the read cannot decode (Long over 3 bytes) fails it
+// naming topic, partition and offset.
+func TestKafkaReadFailures(t *testing.T) {
+	bootstrap := kafkatest.Broker(t)
+	run := func(t *testing.T, in, out string) []string {
+		ctx := testContext(t, 2*time.Minute)
+		id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
+		if err != nil {
+			t.Fatalf("submit: %v", err)
+		}
+		r, err := wait(ctx, ksrunner, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != jobpb.JobState_FAILED {
+			t.Fatalf("job ended %v (errors %q), want FAILED", r.State, r.Errors)
+		}
+		return r.Errors
+	}
+	contains := func(t *testing.T, errs []string, parts ...string) {
+		t.Helper()
+		for _, e := range errs {
+			ok := true
+			for _, p := range parts {
+				ok = ok && strings.Contains(e, p)
+			}
+			if ok {
+				return
+			}
+		}
+		t.Errorf("errors %q: none names all of %q", errs, parts)
+	}
+	t.Run("no application_id", func(t *testing.T) {
+		// A Kafka read is unbounded: the job needs an application_id.
+		ctx := testContext(t, time.Minute)
+		if _, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, "in", "out"), map[string]string{"bootstrap_servers": bootstrap}); err == nil || !strings.Contains(err.Error(), "application_id") {
+			t.Errorf("submit without application_id: %v, want a refusal naming application_id", err)
+		}
+	})
+	t.Run("missing topic", func(t *testing.T) {
+		out := kafkatest.UniqueName(t, "kout")
+		kafkatest.CreateTopic(t, bootstrap, out, 1)
+		in := kafkatest.UniqueName(t, "kmissing")
+		contains(t, run(t, in, out), in, "does not exist")
+	})
+	t.Run("undecodable record", func(t *testing.T) {
+		in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+		kafkatest.CreateTopic(t, bootstrap, in, 1)
+		kafkatest.CreateTopic(t, bootstrap, out, 1)
+		cl := kafkatest.Client(t, bootstrap)
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: in, Key: []byte("k"), Value: []byte{1, 2, 3}}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		contains(t, run(t, in, out), "topic "+in+" partition 0 offset 0", "3 bytes, the Long deserializer needs 8")
+	})
+}

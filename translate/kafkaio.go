@@ -1,0 +1,144 @@
+package translate
+
+import (
+	"fmt"
+	"strings"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+)
+
+// The layout of the Kafka IO primitives (kafka.go):
+//
+//   - A URNKafkaRead heads a sub-topology of its own whose input Topic is
+//     the user's topic (TopicKafka, named as the user named it, partition
+//     count discovered by the host at Run) and whose root is
+//     RootKafkaSource, carrying the decoded spec. One task per partition of
+//     the user's topic. A read of several topics is refused for now.
+//   - A URNKafkaWrite is a Sink of its input PCollection, in the
+//     sub-topology producing it, with Sink.KafkaWrite set and Sink.Topic the
+//     user's topic (not a Plan topic).
+//
+// What the host does not run yet is refused here, naming the transform.
+
+// urnCoderNullable is Beam's NullableCoder (Java, Python; the Go SDK's
+// nullable KVs in cross-language outputs).
+const urnCoderNullable = "beam:coder:nullable:v1"
+
+// kafkaConsumerResets are the values of auto.offset.reset the host honours.
+var kafkaConsumerResets = map[string]bool{"earliest": true, "latest": true}
+
+// addKafkaRead validates a URNKafkaRead leaf and records it.
+func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
+	name := tr.GetUniqueName()
+	if len(tr.GetInputs()) != 0 || len(tr.GetOutputs()) != 1 {
+		return fmt.Errorf("transform %q: a Kafka read needs no input and one output, has %d and %d", name, len(tr.GetInputs()), len(tr.GetOutputs()))
+	}
+	r, err := DecodeKafkaRead(tr.GetSpec().GetPayload())
+	if err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	switch {
+	case len(r.Topics) != 1:
+		return fmt.Errorf("transform %q: a Kafka read of %d topics (%s) is not supported yet: read one topic per transform and flatten them", name, len(r.Topics), strings.Join(r.Topics, ", "))
+	case !validTopicName(r.Topics[0]):
+		return fmt.Errorf("transform %q: %q is not a valid Kafka topic name", name, r.Topics[0])
+	case r.WithMetadata:
+		return fmt.Errorf("transform %q: a Kafka read with metadata (the record row output) is not supported yet: read without metadata (KV<key, value>)", name)
+	case r.MaxNumRecords != nil:
+		return fmt.Errorf("transform %q: a bounded Kafka read (max_num_records) is not supported yet", name)
+	case r.MaxReadTimeMs != nil:
+		return fmt.Errorf("transform %q: a bounded Kafka read (max_read_time) is not supported yet", name)
+	case r.StartReadTimeMs != nil:
+		return fmt.Errorf("transform %q: a Kafka read's start_read_time is not supported yet", name)
+	}
+	if v, ok := r.ConsumerConfig["auto.offset.reset"]; ok && !kafkaConsumerResets[v] {
+		return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q is not supported (want earliest or latest)", name, v)
+	}
+	if v, ok := r.ConsumerConfig["isolation.level"]; ok && v != "read_committed" {
+		return fmt.Errorf("transform %q: consumer config isolation.level=%q is not supported: ksrunner reads read_committed", name, v)
+	}
+	t.kafkaReads[id] = r
+	t.addLeaf(id, kindKafkaRead)
+	return nil
+}
+
+// addKafkaWrite validates a URNKafkaWrite leaf and records it.
+func (t *translator) addKafkaWrite(id string, tr *pipepb.PTransform) error {
+	name := tr.GetUniqueName()
+	if len(tr.GetInputs()) != 1 || len(tr.GetOutputs()) != 0 {
+		return fmt.Errorf("transform %q: a Kafka write needs one input and no outputs, has %d and %d", name, len(tr.GetInputs()), len(tr.GetOutputs()))
+	}
+	w, err := DecodeKafkaWrite(tr.GetSpec().GetPayload())
+	if err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	switch {
+	case w.WithHeaders:
+		return fmt.Errorf("transform %q: a Kafka write with headers (the write row input) is not supported yet: write KV<key, value>", name)
+	case !validTopicName(w.Topic):
+		return fmt.Errorf("transform %q: %q is not a valid Kafka topic name", name, w.Topic)
+	}
+	if v, ok := w.ProducerConfig["transactional.id"]; ok {
+		return fmt.Errorf("transform %q: producer config transactional.id=%q is not supported: ksrunner writes in its own transactions", name, v)
+	}
+	t.kafkaWrites[id] = w
+	t.addLeaf(id, kindKafkaWrite)
+	return nil
+}
+
+// checkKafkaKV checks that the wire coder of pc is KV<key, value> in the
+// global window, with key and value coders that the Kafka formats map to
+// (what = "output" or "input", for messages).
+func (t *translator) checkKafkaKV(name, what, pc, keyFormat, valueFormat string) error {
+	w, err := t.wire(pc)
+	if err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	cs := t.comps.GetCoders()
+	if wc := cs[cs[w].GetComponentCoderIds()[1]]; wc.GetSpec().GetUrn() != urnCoderGlobalWindow {
+		return fmt.Errorf("transform %q: %s %q is in windows of coder %s; a Kafka %s needs the global window (window after reading, re-window to the global window before writing)", name, what, pc, wc.GetSpec().GetUrn(), map[string]string{"output": "read", "input": "write"}[what])
+	}
+	kv := cs[cs[w].GetComponentCoderIds()[0]]
+	if kv.GetSpec().GetUrn() != urnCoderKV || len(kv.GetComponentCoderIds()) != 2 {
+		return fmt.Errorf("transform %q: %s %q has coder %s, want KV<key, value>", name, what, pc, kv.GetSpec().GetUrn())
+	}
+	if err := t.checkKafkaCoder(keyFormat, kv.GetComponentCoderIds()[0]); err != nil {
+		return fmt.Errorf("transform %q: %s %q: key: %w", name, what, pc, err)
+	}
+	if err := t.checkKafkaCoder(valueFormat, kv.GetComponentCoderIds()[1]); err != nil {
+		return fmt.Errorf("transform %q: %s %q: value: %w", name, what, pc, err)
+	}
+	return nil
+}
+
+// checkKafkaCoder checks that a coder (possibly length-prefixed or
+// nullable) encodes values of a Kafka format: ByteArray as bytes, String as
+// string_utf8 or bytes, Long and Integer as varint. The host converts
+// between them (host/internal/task/kafka.go) with the same rules.
+func (t *translator) checkKafkaCoder(format, cid string) error {
+	c := t.comps.GetCoders()[cid]
+	if c == nil {
+		return fmt.Errorf("coder %q is not defined", cid)
+	}
+	urn := c.GetSpec().GetUrn()
+	switch urn {
+	case urnCoderLengthPrefix, urnCoderNullable:
+		if len(c.GetComponentCoderIds()) != 1 {
+			return fmt.Errorf("coder %q: %s needs one component", cid, urn)
+		}
+		return t.checkKafkaCoder(format, c.GetComponentCoderIds()[0])
+	case urnCoderBytes:
+		if format == KafkaByteArray || format == KafkaString {
+			return nil
+		}
+	case urnCoderStringUTF8:
+		if format == KafkaString {
+			return nil
+		}
+	case urnCoderVarInt:
+		if format == KafkaLong || format == KafkaInteger {
+			return nil
+		}
+	}
+	return fmt.Errorf("coder %s does not encode the Kafka format %s (want bytes for ByteArray, string_utf8 or bytes for String, varint for Long and Integer, optionally nullable)", urn, format)
+}
