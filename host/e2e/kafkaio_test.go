@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
@@ -19,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	_ "github.com/ksrunner/ksrunner/host/kafkaio"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
@@ -29,6 +31,8 @@ func init() {
 	register.Function2x0(kafkaReadPlaceholder)
 	register.Function3x2(keyByWindow)
 	register.Function2x0(kafkaWritePlaceholder)
+	register.Function2x2(decodeCount)
+	register.Function2x2(encodeCount)
 }
 
 // The placeholders stand for the Kafka primitives, which pipelinetest puts
@@ -150,12 +154,47 @@ func TestKafkaReadWindowedCountWrite(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	want := fillCountTopics(ctx, t, bootstrap, in, out)
+	runCountJob(ctx, t, bootstrap, kafkaCountPipeline(t, in, out), out, want)
+}
+
+// TestKafkaIOThroughSDK: the same pipeline written with the Go SDK's own
+// kafkaio.Read and kafkaio.Write, expanded in-process by ksrunner's
+// host/kafkaio (no expansion address, no Java), runs alike: each key and
+// window's count once in the output topic, one source task per partition.
+func TestKafkaIOThroughSDK(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	want := fillCountTopics(ctx, t, bootstrap, in, out)
+	p, s := beam.NewPipelineWithRoot()
+	recs := kafkaio.Read(s, "", bootstrap, []string{in},
+		kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "earliest"}),
+		kafkaio.TimestampPolicy(kafkaio.CreateTime))
+	counts := beam.ParDo(s, decodeCount, recs)
+	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), counts))
+	keyed := beam.ParDo(s, encodeCount, beam.ParDo(s, keyByWindow, sums))
+	kafkaio.Write(s, "", bootstrap, out, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
+	runCountJob(ctx, t, bootstrap, marshal(t, p), out, want)
+}
+
+// decodeCount reads a record of fillCountTopics: a string key, a Long.
+func decodeCount(k, v []byte) (string, int64) { return string(k), int64(binary.BigEndian.Uint64(v)) }
+
+// encodeCount writes a count as Kafka's StringSerializer and LongSerializer
+// would.
+func encodeCount(k string, n int64) ([]byte, []byte) { return []byte(k), be8(n) }
+
+// fillCountTopics creates topic in with 4 partitions and out with 3, and
+// writes to in N records over 10 keys, 7 s apart from an hour ago (so the
+// idle watermark, wall time less 1 s, closes every window), each a count of
+// 1 or 2 (key String, value Long); produced in timestamp order, so in order
+// in every partition. It returns the sum per "key@window start" of
+// one-minute windows.
+func fillCountTopics(ctx context.Context, t *testing.T, bootstrap, in, out string) map[string]int64 {
+	t.Helper()
 	kafkatest.CreateTopic(t, bootstrap, in, 4)
 	kafkatest.CreateTopic(t, bootstrap, out, 3)
-
-	// N records over 10 keys, 7 s apart from an hour ago (so the idle
-	// watermark, wall time less 1 s, closes every window), each a count of
-	// 1 or 2; produced in timestamp order, so in order in every partition.
 	const n = 400
 	base := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
 	want := map[string]int64{}
@@ -174,8 +213,15 @@ func TestKafkaReadWindowedCountWrite(t *testing.T) {
 	if err := cl.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return want
+}
 
-	pipe := kafkaCountPipeline(t, in, out)
+// runCountJob runs pipe, which reads the topic fillCountTopics filled and
+// writes out, until out holds as many records as want, cancels it, and
+// checks out holds exactly want, each once, and that one source task per
+// input partition reported.
+func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipepb.Pipeline, out string, want map[string]int64) {
+	t.Helper()
 	plan, err := translate.Translate(pipe, translate.Options{})
 	if err != nil {
 		t.Fatal(err)
