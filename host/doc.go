@@ -23,10 +23,11 @@
 //
 //   - host/internal/runtime: the instance (one consumer-group member), the
 //     commit loop, changelog restore, the side-input reader, the purge of
-//     shuffle topics, and Run.
+//     shuffle topics, the start offsets of Kafka reads, and Run.
 //   - host/internal/task: a task (one sub-topology, one input partition)
 //     and its roots, one type per root kind behind one interface (impulse,
-//     passthrough, group-by-key fast path, windowed group-by-key, TestStream),
+//     passthrough, group-by-key fast path, windowed group-by-key, TestStream,
+//     Kafka source), the Kafka sink,
 //     the side-input gate and time-sorted input, event time, user timers,
 //     and the changelog producer. A task reaches the rest of the instance
 //     only through task.Env.
@@ -35,8 +36,12 @@
 //   - host/internal/executor: the executor seam between tasks and user code,
 //     the Fn API harness and WASM wiring; the stuck-bundle policy is passed
 //     in (WithStuckBundlePolicy).
-//   - host/internal/topics: a Plan's internal topic layout, creation,
+//   - host/internal/topics: a Plan's topic layout (internal topics, and the
+//     user's topics of Kafka reads and writes, discovered at Run), creation,
 //     impulses and deletion.
+//   - host/internal/expansion: Beam's ExpansionService for KafkaIO, expanding
+//     the SDKs' KafkaIO transforms into translate's Kafka primitives;
+//     host/kafkaio (public) serves it and registers it in-process for Go.
 //   - host/internal/metrics: attempted and committed metrics.
 //
 // A record's path from poll to commit: runtime/instance.go (run, process)
