@@ -187,6 +187,7 @@ func (j *job) execute(ctx context.Context) error {
 		StateDir:           opts.StateDir,
 		ExactlyOnce:        opts.exactlyOnce(),
 		CommitInterval:     opts.commitInterval(),
+		SourceIdleTimeout:  time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
 		MaxBundleSize:      opts.MaxBundleSize,
 		Execs:              execs,
 		Logger:             j.logger,

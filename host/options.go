@@ -30,6 +30,9 @@ type Options struct {
 	MaxBundleSize int `koanf:"max_bundle_size"`
 	// CommitIntervalMs is how often a task commits (closing its bundles).
 	CommitIntervalMs int `koanf:"commit_interval_ms"`
+	// SourceIdleTimeoutMs is how long a Kafka read's partition that is
+	// caught up must stay idle before its watermark advances with wall time.
+	SourceIdleTimeoutMs int `koanf:"source_idle_timeout_ms"`
 	// StateDir holds the Pebble stores; empty means a temporary directory
 	// removed when the job ends.
 	StateDir string `koanf:"state_dir"`
@@ -69,6 +72,7 @@ func DefaultOptions() Options {
 		TopicReplicationFactor: -1,
 		MaxBundleSize:          100000,
 		CommitIntervalMs:       100,
+		SourceIdleTimeoutMs:    1000,
 		ProcessingGuarantee:    ExactlyOnce,
 		WASMBundleDeadline:     5 * time.Minute,
 	}
@@ -96,6 +100,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option max_bundle_size: %d, must be at least 1", o.MaxBundleSize)
 	case o.CommitIntervalMs < 1:
 		return fmt.Errorf("option commit_interval_ms: %d, must be at least 1", o.CommitIntervalMs)
+	case o.SourceIdleTimeoutMs < 1:
+		return fmt.Errorf("option source_idle_timeout_ms: %d, must be at least 1", o.SourceIdleTimeoutMs)
 	case o.ProcessingGuarantee != ExactlyOnce && o.ProcessingGuarantee != AtLeastOnce:
 		return fmt.Errorf("option processing_guarantee: %q, must be %s or %s", o.ProcessingGuarantee, ExactlyOnce, AtLeastOnce)
 	case o.WASMBundleDeadline < 0:
@@ -246,6 +252,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"topic_replication_factor": &o.TopicReplicationFactor,
 		"max_bundle_size":          &o.MaxBundleSize,
 		"commit_interval_ms":       &o.CommitIntervalMs,
+		"source_idle_timeout_ms":   &o.SourceIdleTimeoutMs,
 	} {
 		if err := num(name, dst); err != nil {
 			return o, err
@@ -288,6 +295,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("topic_replication_factor", "replication factor of internal topics (-1: broker default)", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TopicReplicationFactor)),
 		d("max_bundle_size", "input elements per bundle at most", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleSize)),
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
+		d("source_idle_timeout_ms", "how long a caught-up Kafka read partition stays idle before its watermark follows wall time", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SourceIdleTimeoutMs)),
 		d("state_dir", "directory of the Pebble state stores", jobpb.PipelineOptionType_STRING, ""),
 		d("processing_guarantee", "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)", jobpb.PipelineOptionType_STRING, def.ProcessingGuarantee),
 		d("keep_internal_topics", "keep internal topics, whole, after a bounded job is done (consumed shuffle records are otherwise purged after each commit)", jobpb.PipelineOptionType_BOOLEAN, "false"),

@@ -65,6 +65,7 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	t.Setenv("KSRUNNER_MAX_BUNDLE_SIZE", "70")
 	t.Setenv("KSRUNNER_COMMIT_INTERVAL_MS", "90")
+	t.Setenv("KSRUNNER_SOURCE_IDLE_TIMEOUT_MS", "2500")
 	t.Setenv("KSRUNNER_TEST_BOOTSTRAP", "127.0.0.1:1") // the test helpers' variable, not an option
 	cfg, err := loadServerConfig([]string{"--config", file, "--commit_interval_ms=900"})
 	if err != nil {
@@ -78,6 +79,7 @@ func TestConfigPrecedence(t *testing.T) {
 		{"max_bundle_size (env over file)", cfg.MaxBundleSize, 70},
 		{"commit_interval_ms (flag over env)", cfg.CommitIntervalMs, 900},
 		{"job_port (default)", cfg.JobPort, 8099},
+		{"source_idle_timeout_ms (env over default)", cfg.SourceIdleTimeoutMs, 2500},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, c.got, c.want)
