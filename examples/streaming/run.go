@@ -145,13 +145,13 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Result, error) {
 	p := pipeline(cfg)
 	jobCtx, stopJob := context.WithCancel(context.Background())
 	defer stopJob()
-	ended := make(chan error, 1)
-	go func() { _, err := beamx.RunWithMetrics(jobCtx, p); ended <- err }()
+	job := &running{done: make(chan struct{})}
+	go func() { _, job.err = beamx.RunWithMetrics(jobCtx, p); close(job.done) }()
 
 	readCtx, cancelRead := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancelRead()
-	res.Lines, err = readCounts(readCtx, cfg, from, res.Expected, ended)
-	if cerr := cancelJob(ctx, jobName, ended); err == nil {
+	res.Lines, err = readCounts(readCtx, cfg, from, res.Expected, job)
+	if cerr := cancelJob(ctx, jobName, job); err == nil {
 		err = cerr
 	}
 	if err != nil {
@@ -252,10 +252,17 @@ func createTopics(ctx context.Context, adm *kadm.Client, topics map[string]int32
 	return nil
 }
 
+// running is the pipeline's Run, in its goroutine: done is closed when it
+// returns err.
+type running struct {
+	done chan struct{}
+	err  error
+}
+
 // readCounts reads cfg.CountsTopic from the offsets from, read_committed,
 // until a line has arrived for every key and window of want, the deadline
 // of ctx passes, or the job ends.
-func readCounts(ctx context.Context, cfg Config, from kadm.ListedOffsets, want map[string]int64, ended <-chan error) ([]string, error) {
+func readCounts(ctx context.Context, cfg Config, from kadm.ListedOffsets, want map[string]int64, job *running) ([]string, error) {
 	start := map[int32]kgo.Offset{}
 	from.Each(func(o kadm.ListedOffset) { start[o.Partition] = kgo.NewOffset().At(o.Offset) })
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(cfg.Bootstrap, ",")...),
@@ -265,15 +272,25 @@ func readCounts(ctx context.Context, cfg Config, from kadm.ListedOffsets, want m
 		return nil, err
 	}
 	defer cl.Close()
+	// A poll also ends when the job does.
+	poll, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-job.done:
+			stop()
+		case <-poll.Done():
+		}
+	}()
 	var lines []string
 	seen := map[string]bool{}
 	for len(seen) < len(want) {
+		fs := cl.PollFetches(poll)
 		select {
-		case err := <-ended:
-			return lines, fmt.Errorf("the job ended (%v) with %d of %d windows in %s", err, len(seen), len(want), cfg.CountsTopic)
+		case <-job.done:
+			return lines, fmt.Errorf("the job ended (%v) with %d of %d windows in %s", job.err, len(seen), len(want), cfg.CountsTopic)
 		default:
 		}
-		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			return lines, fmt.Errorf("only %d of %d windows arrived in %s by the deadline (%v)", len(seen), len(want), cfg.CountsTopic, cfg.Deadline)
 		}
@@ -295,7 +312,7 @@ func readCounts(ctx context.Context, cfg Config, from kadm.ListedOffsets, want m
 
 // cancelJob cancels the running job named name and waits (up to a minute)
 // for the pipeline's Run to return.
-func cancelJob(ctx context.Context, name string, ended <-chan error) error {
+func cancelJob(ctx context.Context, name string, job *running) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	cc, err := grpc.NewClient(*jobopts.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -321,9 +338,9 @@ func cancelJob(ctx context.Context, name string, ended <-chan error) error {
 		return fmt.Errorf("cancelling job %s: %w", id, err)
 	}
 	select {
-	case err := <-ended:
-		if err != nil {
-			return fmt.Errorf("job %s: %w", id, err)
+	case <-job.done:
+		if job.err != nil {
+			return fmt.Errorf("job %s: %w", id, job.err)
 		}
 		return nil
 	case <-ctx.Done():
