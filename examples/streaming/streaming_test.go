@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	beam.Init()
+	os.Exit(m.Run())
+}
+
+// TestRun runs the example on the test broker with 2,000 records and checks
+// the counts topic after the job is cancelled, read whole: one line per key
+// and 10-second window of the records in the words topic (read back, not
+// taken from Run), each once, with that window's exact count.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	cfg := Config{
+		Bootstrap:     bootstrap,
+		WordsTopic:    kafkatest.UniqueName(t, "words"),
+		CountsTopic:   kafkatest.UniqueName(t, "counts"),
+		ApplicationID: kafkatest.UniqueName(t, "streaming"),
+		Records:       2000,
+		Keys:          20,
+		Deadline:      2 * time.Minute,
+	}
+	var out strings.Builder
+	start := time.Now()
+	if _, err := Run(ctx, cfg, &out); err != nil {
+		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
+	}
+	t.Logf("Run took %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+
+	// The input as the broker holds it.
+	var words []*kgo.Record
+	readAll(ctx, t, bootstrap, cfg.WordsTopic, func(r *kgo.Record) { words = append(words, r) })
+	if len(words) != cfg.Records {
+		t.Fatalf("%s holds %d records, want %d", cfg.WordsTopic, len(words), cfg.Records)
+	}
+	want := map[string]int64{}
+	for _, r := range words {
+		if len(r.Value) != 8 {
+			t.Fatalf("%s offset %d: value %x is not a Long", cfg.WordsTopic, r.Offset, r.Value)
+		}
+		start := time.UnixMilli(r.Timestamp.UnixMilli() - r.Timestamp.UnixMilli()%Window.Milliseconds()).UTC()
+		want[string(r.Key)+","+start.Format(time.RFC3339)] += int64(binary.BigEndian.Uint64(r.Value))
+	}
+	if len(want) < 2*cfg.Keys {
+		t.Fatalf("the input spans only %d keys and windows", len(want))
+	}
+
+	// The output, whole, after the job: each key and window once, with its
+	// count.
+	got := map[string]int64{}
+	var bad []string
+	readAll(ctx, t, bootstrap, cfg.CountsTopic, func(r *kgo.Record) {
+		l := string(r.Value)
+		i := strings.LastIndexByte(l, ',')
+		n, err := strconv.ParseInt(l[i+1:], 10, 64)
+		switch {
+		case i < 0 || err != nil:
+			bad = append(bad, fmt.Sprintf("offset %d: %q is not key,windowStart,count", r.Offset, l))
+		case string(r.Key) != l[:strings.IndexByte(l, ',')]:
+			bad = append(bad, fmt.Sprintf("offset %d: record key %q, line %q", r.Offset, r.Key, l))
+		}
+		if _, dup := got[l[:max(i, 0)]]; dup {
+			bad = append(bad, fmt.Sprintf("offset %d: %s written twice", r.Offset, l[:max(i, 0)]))
+		}
+		got[l[:max(i, 0)]] = n
+	})
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if g, ok := got[k]; !ok {
+			bad = append(bad, fmt.Sprintf("%s: missing, want %d", k, want[k]))
+		} else if g != want[k] {
+			bad = append(bad, fmt.Sprintf("%s: count %d, want %d", k, g, want[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; !ok {
+			bad = append(bad, fmt.Sprintf("%s: count %d, no such key and window in the input", k, got[k]))
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("%s, %d windows expected:\n%s", cfg.CountsTopic, len(want), strings.Join(bad, "\n"))
+	}
+}
+
+// readAll reads topic whole, read_committed, handing each record to each:
+// a marker record is written to every partition and the topic is read up
+// to the markers (a transactional topic's end offset counts commit
+// markers, which no fetch returns). It fails the test at the deadline of
+// ctx.
+func readAll(ctx context.Context, t *testing.T, bootstrap, topic string, each func(*kgo.Record)) {
+	t.Helper()
+	const endKey = "\x00end"
+	cl := kafkatest.Client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := slices.Collect(maps.Keys(td[topic].Partitions))
+	for _, p := range parts {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Key: []byte(endKey)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended := map[int32]bool{}
+	for len(ended) < len(parts) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("topic %s: not read to its end by the deadline", topic)
+		}
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == endKey {
+				ended[r.Partition] = true
+				return
+			}
+			each(r)
+		})
+	}
+}
