@@ -107,6 +107,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Result, error) {
 		flag.Set("runner", "universal")
 		flag.Set("environment_type", "LOOPBACK")
 		defer flag.Set("endpoint", "")
+	} else if !flagSet("environment_type") {
+		// The SDK's default is DOCKER, which ksrunner cannot start: the
+		// workers of this process serve the job, as in-process.
+		flag.Set("runner", "universal")
+		flag.Set("environment_type", "LOOPBACK")
 	}
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(cfg.Bootstrap, ",")...))
@@ -379,4 +384,11 @@ func Check(want map[string]int64, lines []string) []string {
 	}
 	slices.Sort(bad)
 	return bad
+}
+
+// flagSet reports whether the named flag was given on the command line.
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
