@@ -17,6 +17,7 @@ const (
 	urnVarInt         = "beam:coder:varint:v1"
 	urnDouble         = "beam:coder:double:v1"
 	urnBool           = "beam:coder:bool:v1"
+	urnNullable       = "beam:coder:nullable:v1"
 	urnKV             = "beam:coder:kv:v1"
 	urnIterable       = "beam:coder:iterable:v1"
 	urnLengthPrefix   = "beam:coder:length_prefix:v1"
@@ -317,6 +318,22 @@ func compileLength(coders map[string]*pipepb.Coder, id string) (lengthFunc, erro
 		return fixed(8), nil
 	case urnBool:
 		return fixed(1), nil
+	case urnNullable:
+		// A flag byte, then the value (nested) when the flag is 1.
+		in, err := sub(0)
+		if err != nil {
+			return nil, err
+		}
+		return func(b []byte) (int, error) {
+			if len(b) < 1 {
+				return 0, ErrShort
+			}
+			if b[0] == 0 {
+				return 1, nil
+			}
+			l, err := in(b[1:])
+			return 1 + l, err
+		}, nil
 	case urnGlobalWindow:
 		return fixed(0), nil
 	case urnIntervalWindow:

@@ -241,3 +241,31 @@ func checkScan(t *testing.T, c *ElementCodec, b []byte) {
 		}
 	}
 }
+
+// TestNullableLength: a nullable value is a flag byte, then (flag 1) the
+// component nested, as Java's and Python's NullableCoder encode it.
+func TestNullableLength(t *testing.T) {
+	coders := map[string]*pipepb.Coder{
+		"b": {Spec: &pipepb.FunctionSpec{Urn: "beam:coder:bytes:v1"}},
+		"n": {Spec: &pipepb.FunctionSpec{Urn: "beam:coder:nullable:v1"}, ComponentCoderIds: []string{"b"}},
+	}
+	length, err := ValueLength(coders, "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		in   []byte
+		want int
+	}{
+		{[]byte{0, 9, 9}, 1},           // null
+		{[]byte{1, 2, 'a', 'b', 9}, 4}, // "ab"
+		{[]byte{1, 0}, 2},              // empty, not null
+	} {
+		if n, err := length(tc.in); err != nil || n != tc.want {
+			t.Errorf("length(%x) = %d, %v; want %d", tc.in, n, err, tc.want)
+		}
+	}
+	if _, err := length(nil); err == nil {
+		t.Error("an empty buffer has a length")
+	}
+}

@@ -92,6 +92,7 @@ var hostCoderURNs = map[string]bool{
 	urnCoderVarInt:         true,
 	urnCoderDouble:         true,
 	urnCoderBool:           true,
+	urnCoderNullable:       true,
 	urnCoderKV:             true,
 	urnCoderIterable:       true,
 	urnCoderLengthPrefix:   true,

@@ -581,6 +581,14 @@ func renderValue(coders map[string]*pipepb.Coder, id string, b []byte) (string, 
 			return "", nil, fmt.Errorf("interval window: truncated")
 		}
 		return fmt.Sprintf("[%d,%d)", end-int64(d), end), b[8+l:], nil
+	case "beam:coder:nullable:v1":
+		if len(b) < 1 {
+			return "", nil, fmt.Errorf("%s: truncated", urn)
+		}
+		if b[0] == 0 {
+			return "null", b[1:], nil
+		}
+		return renderValue(coders, comps[0], b[1:])
 	case "beam:coder:global_window:v1":
 		return "GW", b, nil
 	case "beam:coder:varint:v1":

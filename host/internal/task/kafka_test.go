@@ -247,7 +247,7 @@ func TestKafkaNullableKeys(t *testing.T) {
 	})
 	tk := te.task(sub, 0)
 	te.cycle(tk, &kgo.Record{Topic: "in", Offset: 0, Value: be8(7), Timestamp: time.UnixMilli(5000)}, kafkaRec(0, 1, "a", be8(8), 6000))
-	checkLines(t, "stage input", te.exec(sub).inputs(), []string{`00:7 @5000 GW nofiring`, `010161:8 @6000 GW nofiring`})
+	checkLines(t, "stage input", te.exec(sub).inputs(), []string{`null:7 @5000 GW nofiring`, `"a":8 @6000 GW nofiring`})
 	var lines []string
 	for _, r := range te.take() {
 		if r.Topic != "out" {

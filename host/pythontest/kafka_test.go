@@ -1,0 +1,238 @@
+package pythontest
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/kafkaio"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// TestKafkaIOPython: a Python pipeline of ReadFromKafka (String keys, Long
+// values, CreateTime timestamps) → sums per key in fixed one-minute windows
+// → WriteToKafka, expanded by ksrunner's expansion service (host/kafkaio, no
+// Java), runs unbounded on ksrunner: the output topic holds each key and
+// window's sum exactly once (read_committed), and Cancel ends the job.
+func TestKafkaIOPython(t *testing.T) {
+	py := beamPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	endpoint := startJobServer(t, host.DefaultOptions())
+	expansion := startExpansionServer(t)
+
+	in, out := kafkatest.UniqueName(t, "pykin"), kafkatest.UniqueName(t, "pykout")
+	want := fillCountTopics(ctx, t, bootstrap, in, out)
+
+	jobIDFile := filepath.Join(t.TempDir(), "jobid")
+	// --streaming: the pipeline is unbounded, and without it the Python
+	// SDK's PortableRunner pre-optimizes the pipeline (pack_combiners,
+	// lift_combiners, sort_stages), which drops the WriteToKafka leaf (a
+	// runner transform with no outputs) from what it submits.
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_count.py"), jobIDFile, in, out, bootstrap, expansion,
+		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
+		"--application_id="+kafkatest.UniqueName(t, "pykafka"), "--bootstrap_servers="+bootstrap)
+	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
+	cmd.WaitDelay = 10 * time.Second
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if t.Failed() {
+			t.Logf("kafka_count.py output:\n%s", log.String())
+		}
+	}()
+
+	// The job id, once the script has submitted the job.
+	var jobID string
+	for jobID == "" {
+		select {
+		case err := <-exited:
+			t.Fatalf("kafka_count.py exited before submitting the job: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("kafka_count.py: no job submitted by the deadline")
+		case <-time.After(200 * time.Millisecond):
+		}
+		if b, err := os.ReadFile(jobIDFile); err == nil {
+			jobID = strings.TrimSpace(string(b))
+		}
+	}
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	jobs := jobpb.NewJobServiceClient(conn)
+	cancelled := false
+	defer func() {
+		if !cancelled {
+			jobs.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: jobID})
+		}
+	}()
+
+	got := readCommitted(ctx, t, bootstrap, out, len(want), exited)
+	if _, err := jobs.Cancel(ctx, &jobpb.CancelJobRequest{JobId: jobID}); err != nil {
+		t.Fatalf("cancel %s: %v", jobID, err)
+	}
+	cancelled = true
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("kafka_count.py: %v (want the job CANCELLED)", err)
+		}
+	case <-ctx.Done():
+		t.Errorf("kafka_count.py did not end after Cancel")
+	}
+	st, err := jobs.GetState(ctx, &jobpb.GetJobStateRequest{JobId: jobID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State != jobpb.JobState_CANCELLED {
+		t.Errorf("job %s: state %v, want CANCELLED", jobID, st.State)
+	}
+	// Nothing more once cancelled: the topic holds exactly want, each once.
+	got = readCommitted(ctx, t, bootstrap, out, -1, nil)
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s: sum %d, want %d", k, got[k], n)
+		}
+	}
+	for k, n := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s: sum %d, not expected", k, n)
+		}
+	}
+	t.Logf("%d sums over %d keys and windows, job %s cancelled", len(got), len(want), jobID)
+}
+
+// startExpansionServer serves ksrunner's KafkaIO expansion service on a free
+// loopback port and returns its address.
+func startExpansionServer(t *testing.T) string {
+	t.Helper()
+	var logOut syncBuffer
+	srv, err := kafkaio.NewExpansionServer("127.0.0.1:0", slog.New(slog.NewTextHandler(&logOut, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() {
+		srv.Stop()
+		if t.Failed() || os.Getenv("KSRUNNER_DEBUG") != "" {
+			t.Logf("expansion server log:\n%s", logOut.String())
+		}
+	})
+	return srv.Endpoint()
+}
+
+// outPartitions is the number of partitions of the output topic.
+const outPartitions = 3
+
+func be8(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
+
+// fillCountTopics creates topic in with 4 partitions and out with 3, and
+// writes to in N records over 10 keys, 7 s apart from an hour ago (so the
+// idle watermark closes every window), each a value of 1 or 2 (key String,
+// value Long as 8 bytes big-endian, CreateTime timestamps). It returns the
+// sum per "key@window start" of one-minute windows (as host/e2e does).
+func fillCountTopics(ctx context.Context, t *testing.T, bootstrap, in, out string) map[string]int64 {
+	t.Helper()
+	kafkatest.CreateTopic(t, bootstrap, in, 4)
+	kafkatest.CreateTopic(t, bootstrap, out, outPartitions)
+	const n = 400
+	base := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
+	want := map[string]int64{}
+	cl := kafkatest.Client(t, bootstrap)
+	for i := range n {
+		key := fmt.Sprintf("k%d", i%10)
+		ts := base + int64(i)*7000
+		v := int64(1 + i%2)
+		want[fmt.Sprintf("%s@%d", key, ts-ts%60000)] += v
+		cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(key), Value: be8(v), Timestamp: time.UnixMilli(ts)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("producing: %v", err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// readCommitted reads topic from the start, read_committed, by the deadline
+// of ctx, until it holds want records, or (want < 0, when nothing writes it
+// any more) up to its end: an end marker is produced to every partition and
+// the topic read up to the markers (a transactional topic's end offset
+// counts commit markers, which no fetch returns). It returns key → Long
+// value, failing on a key seen twice, and fails at once if exited (the
+// writing process) ends first.
+func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, want int, exited <-chan error) map[string]int64 {
+	t.Helper()
+	const endKey = "\x00end"
+	cl := kafkatest.Client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	parts := 0
+	if want < 0 {
+		parts = outPartitions
+		for p := range parts {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(p), Key: []byte(endKey)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	got := map[string]int64{}
+	ended := map[int32]bool{}
+	for (want >= 0 && len(got) < want) || (want < 0 && len(ended) < parts) {
+		select {
+		case err := <-exited:
+			t.Fatalf("kafka_count.py ended (%v) with %d of %d records in %s", err, len(got), want, topic)
+		default:
+		}
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		pcancel()
+		if ctx.Err() != nil {
+			t.Fatalf("topic %s: %d records by the deadline, want %d", topic, len(got), want)
+		}
+		fs.EachError(func(_ string, _ int32, err error) {
+			if err != context.DeadlineExceeded {
+				t.Fatal(err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == endKey {
+				ended[r.Partition] = true
+				return
+			}
+			if len(r.Value) != 8 {
+				t.Errorf("topic %s offset %d: value %x is not a Long", topic, r.Offset, r.Value)
+				return
+			}
+			if _, dup := got[string(r.Key)]; dup {
+				t.Errorf("topic %s: key %q written twice", topic, r.Key)
+			}
+			got[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
+		})
+	}
+	return got
+}
