@@ -67,6 +67,9 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	if err := checkEnvironments(plan); err != nil {
 		return nil, err
 	}
+	if err := checkStreaming(plan, spec.RawOptions); err != nil {
+		return nil, err
+	}
 	if spec.Options.ApplicationID == "" {
 		if !plan.Bounded {
 			return nil, fmt.Errorf("option application_id: required for an unbounded pipeline (it names the consumer group and internal topics, and must stay the same across restarts)")
@@ -293,6 +296,23 @@ func checkEnvironments(plan *translate.Plan) error {
 			default:
 				return fmt.Errorf("stage %s: environment %q has unsupported type %q", s.ID, s.EnvironmentID, urn)
 			}
+		}
+	}
+	return nil
+}
+
+// checkStreaming refuses a pipeline that reads Kafka but was built with
+// the pipeline option streaming set to false: the Python SDK then
+// optimizes the pipeline for batch and drops leaf transforms without
+// outputs, among them WriteToKafka, so the job would write nothing.
+func checkStreaming(plan *translate.Plan, opts *structpb.Struct) error {
+	if v, ok := pipelineOption(opts, "streaming"); !ok || v != "false" {
+		return nil
+	}
+	for _, st := range plan.SubTopologies {
+		if st.Root.Kind == translate.RootKafkaSource {
+			name := plan.Pipeline.GetComponents().GetTransforms()[st.Root.TransformID].GetUniqueName()
+			return fmt.Errorf("pipeline option streaming is false, but transform %q reads Kafka (unbounded): pass --streaming (without it the Python SDK optimizes the pipeline for batch and drops WriteToKafka)", name)
 		}
 	}
 	return nil

@@ -236,3 +236,27 @@ func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, w
 	}
 	return got
 }
+
+// TestKafkaIOPythonNeedsStreaming: without --streaming the Python SDK
+// optimizes the pipeline for batch and drops WriteToKafka; the job server
+// refuses such a pipeline at submission, naming the read and the option,
+// rather than run a job that writes nothing.
+func TestKafkaIOPythonNeedsStreaming(t *testing.T) {
+	py := beamPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	endpoint := startJobServer(t, host.DefaultOptions())
+	expansion := startExpansionServer(t)
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_count.py"), filepath.Join(t.TempDir(), "jobid"),
+		"in", "out", bootstrap, expansion,
+		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK",
+		"--application_id="+kafkatest.UniqueName(t, "pykafka"), "--bootstrap_servers="+bootstrap)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("kafka_count.py without --streaming succeeded; want the job refused:\n%s", out)
+	}
+	if !strings.Contains(string(out), "pass --streaming") || !strings.Contains(string(out), "ReadFromKafka") {
+		t.Fatalf("kafka_count.py without --streaming failed without naming the read and --streaming:\n%s", out)
+	}
+}
