@@ -25,70 +25,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
+
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
-// beamVersion is the apache-beam release the tests install: the Beam
-// version of go.mod, so both SDKs speak the same model.
-const beamVersion = "2.77.0"
-
-// beamPython returns a python interpreter that can import apache_beam.
-func beamPython(t *testing.T) string {
-	t.Helper()
-	if py := os.Getenv("KSRUNNER_PYTHON"); py != "" {
-		return py
-	}
-	sys, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("KSRUNNER_REQUIRE_PYTHON") != "" {
-			t.Fatalf("python3 is required (KSRUNNER_REQUIRE_PYTHON is set): %v", err)
-		}
-		t.Skipf("python3 not found (%v): the Python SDK tests need it", err)
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-"+beamVersion+"-2") // -2: with the test packages
-	py := filepath.Join(dir, "bin", "python")
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Test packages run in parallel: one installs, the others wait.
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	ready := filepath.Join(dir, ".ksrunner-ready")
-	if _, err := os.Stat(ready); err == nil {
-		return py
-	}
-	os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	start := time.Now()
-	for _, args := range [][]string{
-		{sys, "-m", "venv", dir},
-		{py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "apache-beam==" + beamVersion,
-			// What Beam's own test files import (TestPythonValidatesRunner).
-			"pytest==9.2.0", "PyHamcrest==2.1.0", "parameterized==0.9.0", "mock==5.2.0"},
-	} {
-		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("installing the Beam Python SDK: %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	if err := os.WriteFile(ready, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("installed apache-beam %s in %s (%v)", beamVersion, dir, time.Since(start).Round(time.Second))
-	return py
-}
+// beamPython returns a python interpreter that can import apache_beam (the
+// venv of Beam's Python SDK at go.mod's Beam version, shared with the
+// expansion service's tests; see expansiontest.BeamPython).
+func beamPython(t *testing.T) string { return expansiontest.BeamPython(t) }
 
 // runPipeline runs a pipeline script of testdata, which writes its results
 // one per line to its first argument, and returns the lines sorted.
