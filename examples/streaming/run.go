@@ -243,7 +243,9 @@ func fill(ctx context.Context, cl *kgo.Client, cfg Config) (map[string]int64, er
 	return Expected(recs), nil
 }
 
-// createTopics creates the topics that do not exist yet.
+// createTopics creates the topics that do not exist yet and waits until
+// every partition of each has a leader (a real cluster spreads a new
+// topic's metadata to its brokers after CreateTopics returns).
 func createTopics(ctx context.Context, adm *kadm.Client, topics map[string]int32) error {
 	for name, parts := range topics {
 		resp, err := adm.CreateTopic(ctx, parts, -1, nil, name)
@@ -254,7 +256,32 @@ func createTopics(ctx context.Context, adm *kadm.Client, topics map[string]int32
 			return fmt.Errorf("creating topic %s: %w", name, err)
 		}
 	}
+	for name := range topics {
+		for {
+			md, err := adm.Metadata(ctx, name)
+			if err == nil {
+				if td, ok := md.Topics[name]; ok && td.Err == nil && len(td.Partitions) > 0 && allLed(td.Partitions) {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("topic %s: not ready: %w", name, context.Cause(ctx))
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 	return nil
+}
+
+// allLed reports whether every partition has a leader.
+func allLed(ps kadm.PartitionDetails) bool {
+	for _, p := range ps {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // running is the pipeline's Run, in its goroutine: done is closed when it
