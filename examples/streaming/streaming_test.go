@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -52,7 +51,7 @@ func TestRun(t *testing.T) {
 
 	// The input as the broker holds it.
 	var words []*kgo.Record
-	readAll(ctx, t, bootstrap, cfg.WordsTopic, func(r *kgo.Record) { words = append(words, r) })
+	kafkatest.ReadTopic(ctx, t, bootstrap, cfg.WordsTopic, nil, func(r *kgo.Record) { words = append(words, r) })
 	if len(words) != cfg.Records {
 		t.Fatalf("%s holds %d records, want %d", cfg.WordsTopic, len(words), cfg.Records)
 	}
@@ -72,7 +71,7 @@ func TestRun(t *testing.T) {
 	// count.
 	got := map[string]int64{}
 	var bad []string
-	readAll(ctx, t, bootstrap, cfg.CountsTopic, func(r *kgo.Record) {
+	kafkatest.ReadTopic(ctx, t, bootstrap, cfg.CountsTopic, nil, func(r *kgo.Record) {
 		l := string(r.Value)
 		i := strings.LastIndexByte(l, ',')
 		n, err := strconv.ParseInt(l[i+1:], 10, 64)
@@ -101,44 +100,5 @@ func TestRun(t *testing.T) {
 	}
 	if len(bad) > 0 {
 		t.Errorf("%s, %d windows expected:\n%s", cfg.CountsTopic, len(want), strings.Join(bad, "\n"))
-	}
-}
-
-// readAll reads topic whole, read_committed, handing each record to each:
-// a marker record is written to every partition and the topic is read up
-// to the markers (a transactional topic's end offset counts commit
-// markers, which no fetch returns). It fails the test at the deadline of
-// ctx.
-func readAll(ctx context.Context, t *testing.T, bootstrap, topic string, each func(*kgo.Record)) {
-	t.Helper()
-	const endKey = "\x00end"
-	cl := kafkatest.Client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parts := slices.Collect(maps.Keys(td[topic].Partitions))
-	for _, p := range parts {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Key: []byte(endKey)}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ended := map[int32]bool{}
-	for len(ended) < len(parts) {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("topic %s: not read to its end by the deadline", topic)
-		}
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if string(r.Key) == endKey {
-				ended[r.Partition] = true
-				return
-			}
-			each(r)
-		})
 	}
 }

@@ -17,7 +17,6 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	_ "github.com/ksrunner/ksrunner/host/kafkaio"
@@ -80,7 +79,7 @@ func be8(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) 
 
 // readCommitted reads topic whole, read_committed, by the deadline of ctx,
 // until it holds at least want records, or (want < 0, when nothing writes
-// it any more) everything (readTopic). It returns key → Long value,
+// it any more) everything (kafkatest.ReadTopic). It returns key → Long value,
 // failing on a key seen twice.
 func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, want int) map[string]int64 {
 	t.Helper()
@@ -89,7 +88,7 @@ func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, w
 	if want >= 0 {
 		until = func() bool { return len(got) >= want }
 	}
-	readTopic(ctx, t, bootstrap, topic, until, func(r *kgo.Record) {
+	kafkatest.ReadTopic(ctx, t, bootstrap, topic, until, func(r *kgo.Record) {
 		if len(r.Value) != 8 {
 			t.Errorf("topic %s offset %d: value %x is not a Long", topic, r.Offset, r.Value)
 			return
@@ -100,49 +99,6 @@ func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, w
 		got[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
 	})
 	return got
-}
-
-// readTopic reads topic from the start, read_committed, handing each record
-// to each, until until() holds or (until nil, when nothing writes the topic
-// any more) up to its end: an end marker is written to every partition and
-// the topic is read up to the markers (a transactional topic's end offset
-// counts commit markers, which no fetch returns). It fails the test at the
-// deadline of ctx.
-func readTopic(ctx context.Context, t *testing.T, bootstrap, topic string, until func() bool, each func(*kgo.Record)) {
-	t.Helper()
-	const endKey = "\x00end"
-	cl := kafkatest.Client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	var parts int
-	if until == nil {
-		td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parts = len(td[topic].Partitions)
-		for p := range parts {
-			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(p), Key: []byte(endKey)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ended := map[int32]bool{}
-	for (until != nil && !until()) || (until == nil && len(ended) < parts) {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("topic %s: not read to its end (or the records awaited) by the deadline", topic)
-		}
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if string(r.Key) == endKey {
-				ended[r.Partition] = true
-				return
-			}
-			each(r)
-		})
-	}
 }
 
 // TestKafkaReadWindowedCountWrite: a pipeline reading a user topic of 4
@@ -295,7 +251,7 @@ func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipe
 func readStatus(ctx context.Context, t *testing.T, bootstrap, topic string) []string {
 	t.Helper()
 	seen := map[string]bool{}
-	readTopic(ctx, t, bootstrap, topic, nil, func(r *kgo.Record) { seen[string(r.Key)] = true })
+	kafkatest.ReadTopic(ctx, t, bootstrap, topic, nil, func(r *kgo.Record) { seen[string(r.Key)] = true })
 	return slices.Sorted(maps.Keys(seen))
 }
 

@@ -150,3 +150,46 @@ func CreateTopic(t testing.TB, bootstrap, topic string, partitions int32) {
 		}
 	}
 }
+
+// ReadTopic reads topic from the start, read_committed, handing each record
+// to each, until until() holds or (until nil, when nothing writes the topic
+// any more) up to its end: an end marker is written to every partition and
+// the topic is read up to the markers (a transactional topic's end offset
+// counts commit markers, which no fetch returns). It fails the test at the
+// deadline of ctx.
+func ReadTopic(ctx context.Context, t testing.TB, bootstrap, topic string, until func() bool, each func(*kgo.Record)) {
+	t.Helper()
+	const endKey = "\x00end"
+	cl := Client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var parts int
+	if until == nil {
+		td, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = len(td[topic].Partitions)
+		for p := range parts {
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(p), Key: []byte(endKey)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ended := map[int32]bool{}
+	for (until != nil && !until()) || (until == nil && len(ended) < parts) {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("topic %s: not read to its end (or the records awaited) by the deadline", topic)
+		}
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == endKey {
+				ended[r.Partition] = true
+				return
+			}
+			each(r)
+		})
+	}
+}
