@@ -110,7 +110,7 @@ func TestKafkaReadWindowedCountWrite(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
-	want := fillCountTopics(ctx, t, bootstrap, in, out)
+	want := kafkatest.FillCountTopics(ctx, t, bootstrap, in, out)
 	runCountJob(ctx, t, bootstrap, kafkaCountPipeline(t, in, out), out, want)
 }
 
@@ -122,7 +122,7 @@ func TestKafkaIOThroughSDK(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
-	want := fillCountTopics(ctx, t, bootstrap, in, out)
+	want := kafkatest.FillCountTopics(ctx, t, bootstrap, in, out)
 	p, s := beam.NewPipelineWithRoot()
 	recs := kafkaio.Read(s, "", bootstrap, []string{in},
 		kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "earliest"}),
@@ -134,45 +134,14 @@ func TestKafkaIOThroughSDK(t *testing.T) {
 	runCountJob(ctx, t, bootstrap, marshal(t, p), out, want)
 }
 
-// decodeCount reads a record of fillCountTopics: a string key, a Long.
+// decodeCount reads a record of kafkatest.FillCountTopics: a string key, a Long.
 func decodeCount(k, v []byte) (string, int64) { return string(k), int64(binary.BigEndian.Uint64(v)) }
 
 // encodeCount writes a count as Kafka's StringSerializer and LongSerializer
 // would.
 func encodeCount(k string, n int64) ([]byte, []byte) { return []byte(k), be8(n) }
 
-// fillCountTopics creates topic in with 4 partitions and out with 3, and
-// writes to in N records over 10 keys, 7 s apart from an hour ago (so the
-// idle watermark, wall time less 1 s, closes every window), each a count of
-// 1 or 2 (key String, value Long); produced in timestamp order, so in order
-// in every partition. It returns the sum per "key@window start" of
-// one-minute windows.
-func fillCountTopics(ctx context.Context, t *testing.T, bootstrap, in, out string) map[string]int64 {
-	t.Helper()
-	kafkatest.CreateTopic(t, bootstrap, in, 4)
-	kafkatest.CreateTopic(t, bootstrap, out, 3)
-	const n = 400
-	base := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
-	want := map[string]int64{}
-	cl := kafkatest.Client(t, bootstrap)
-	for i := range n {
-		key := fmt.Sprintf("k%d", i%10)
-		ts := base + int64(i)*7000
-		v := int64(1 + i%2)
-		want[fmt.Sprintf("%s@%d", key, ts-ts%60000)] += v
-		cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(key), Value: be8(v), Timestamp: time.UnixMilli(ts)}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				t.Errorf("producing: %v", err)
-			}
-		})
-	}
-	if err := cl.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return want
-}
-
-// runCountJob runs pipe, which reads the topic fillCountTopics filled and
+// runCountJob runs pipe, which reads the topic kafkatest.FillCountTopics filled and
 // writes out, until out holds as many records as want, cancels it, and
 // checks out holds exactly want, each once, and that one source task per
 // input partition reported.

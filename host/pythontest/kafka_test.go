@@ -3,7 +3,6 @@ package pythontest
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -37,7 +36,7 @@ func TestKafkaIOPython(t *testing.T) {
 	expansion := startExpansionServer(t)
 
 	in, out := kafkatest.UniqueName(t, "pykin"), kafkatest.UniqueName(t, "pykout")
-	want := fillCountTopics(ctx, t, bootstrap, in, out)
+	want := kafkatest.FillCountTopics(ctx, t, bootstrap, in, out)
 
 	jobIDFile := filepath.Join(t.TempDir(), "jobid")
 	// --streaming: the pipeline is unbounded, and without it the Python
@@ -144,41 +143,6 @@ func startExpansionServer(t *testing.T) string {
 	return srv.Endpoint()
 }
 
-// outPartitions is the number of partitions of the output topic.
-const outPartitions = 3
-
-func be8(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
-
-// fillCountTopics creates topic in with 4 partitions and out with 3, and
-// writes to in N records over 10 keys, 7 s apart from an hour ago (so the
-// idle watermark closes every window), each a value of 1 or 2 (key String,
-// value Long as 8 bytes big-endian, CreateTime timestamps). It returns the
-// sum per "key@window start" of one-minute windows (as host/e2e does).
-func fillCountTopics(ctx context.Context, t *testing.T, bootstrap, in, out string) map[string]int64 {
-	t.Helper()
-	kafkatest.CreateTopic(t, bootstrap, in, 4)
-	kafkatest.CreateTopic(t, bootstrap, out, outPartitions)
-	const n = 400
-	base := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
-	want := map[string]int64{}
-	cl := kafkatest.Client(t, bootstrap)
-	for i := range n {
-		key := fmt.Sprintf("k%d", i%10)
-		ts := base + int64(i)*7000
-		v := int64(1 + i%2)
-		want[fmt.Sprintf("%s@%d", key, ts-ts%60000)] += v
-		cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(key), Value: be8(v), Timestamp: time.UnixMilli(ts)}, func(_ *kgo.Record, err error) {
-			if err != nil {
-				t.Errorf("producing: %v", err)
-			}
-		})
-	}
-	if err := cl.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return want
-}
-
 // readCommitted reads topic from the start, read_committed, by the deadline
 // of ctx, until it holds want records, or (want < 0, when nothing writes it
 // any more) up to its end: an end marker is produced to every partition and
@@ -193,7 +157,7 @@ func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, w
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	parts := 0
 	if want < 0 {
-		parts = outPartitions
+		parts = kafkatest.CountOutPartitions
 		for p := range parts {
 			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(p), Key: []byte(endKey)}).FirstErr(); err != nil {
 				t.Fatal(err)

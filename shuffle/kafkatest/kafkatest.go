@@ -3,7 +3,9 @@ package kafkatest
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -192,4 +194,39 @@ func ReadTopic(ctx context.Context, t testing.TB, bootstrap, topic string, until
 			each(r)
 		})
 	}
+}
+
+// CountOutPartitions is the partition count of FillCountTopics' output topic.
+const CountOutPartitions = 3
+
+// FillCountTopics creates topic in with 4 partitions and out with
+// CountOutPartitions, and
+// writes to in N records over 10 keys, 7 s apart from an hour ago (so the
+// idle watermark, wall time less 1 s, closes every window), each a count of
+// 1 or 2 (key String, value Long); produced in timestamp order, so in order
+// in every partition. It returns the sum per "key@window start" of
+// one-minute windows.
+func FillCountTopics(ctx context.Context, t testing.TB, bootstrap, in, out string) map[string]int64 {
+	t.Helper()
+	CreateTopic(t, bootstrap, in, 4)
+	CreateTopic(t, bootstrap, out, CountOutPartitions)
+	const n = 400
+	base := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
+	want := map[string]int64{}
+	cl := Client(t, bootstrap)
+	for i := range n {
+		key := fmt.Sprintf("k%d", i%10)
+		ts := base + int64(i)*7000
+		v := int64(1 + i%2)
+		want[fmt.Sprintf("%s@%d", key, ts-ts%60000)] += v
+		cl.Produce(ctx, &kgo.Record{Topic: in, Key: []byte(key), Value: binary.BigEndian.AppendUint64(nil, uint64(v)), Timestamp: time.UnixMilli(ts)}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("producing: %v", err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return want
 }
