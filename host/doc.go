@@ -42,6 +42,8 @@
 //   - host/internal/expansion: Beam's ExpansionService for KafkaIO, expanding
 //     the SDKs' KafkaIO transforms into translate's Kafka primitives;
 //     host/kafkaio (public) serves it and registers it in-process for Go.
+//   - host/internal/kafkaio: the conversion between user records and
+//     elements: the Kafka formats in the SDKs' coders.
 //   - host/internal/metrics: attempted and committed metrics.
 //
 // A record's path from poll to commit: runtime/instance.go (run, process)

@@ -3,14 +3,12 @@ package task
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
-	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -18,14 +16,7 @@ import (
 // Kafka IO: the source root (a user's topic, RootKafkaSource) and the sink
 // (Sink.KafkaWrite).
 //
-// Formats and coders (translate.checkKafkaCoder allows the same pairs):
-// ByteArray is the bytes coder; String is string_utf8 (or bytes), and a
-// value that is not UTF-8 does not decode; Long is Kafka's LongSerializer
-// (8 bytes, big-endian) as a varint; Integer is IntegerSerializer (4 bytes,
-// big-endian) as a varint, sign-extended as the Go and Python SDKs decode
-// it. A length_prefix wraps its component's encoding in a varint length; a
-// nullable coder writes 0 for a Kafka null and 1 before the value, and a
-// null under any other coder does not decode.
+// The conversions between records and elements are host/internal/kafkaio's.
 //
 // The source's watermark (DESIGN.md §5): the largest record timestamp seen
 // less SourceOutOfOrderness; once the partition is caught up (the last
@@ -49,7 +40,7 @@ const DefaultSourceIdleTimeout = time.Second
 type kafkaSource struct {
 	t        *Task
 	read     *translate.KafkaRead
-	key, val kafkaEncoder
+	key, val kafkaio.Encoder
 	scratch  []byte
 
 	maxTs      int64 // largest element timestamp routed; minWatermark: none
@@ -67,11 +58,11 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: output %s: %w", r.TransformID, r.Output, err)
 	}
-	ke, err := newKafkaEncoder(t.env.Plan.Pipeline.GetComponents().GetCoders(), key, r.KafkaRead.KeyFormat)
+	ke, err := kafkaio.NewEncoder(t.env.Plan.Pipeline.GetComponents().GetCoders(), key, r.KafkaRead.KeyFormat)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: key: %w", r.TransformID, err)
 	}
-	ve, err := newKafkaEncoder(t.env.Plan.Pipeline.GetComponents().GetCoders(), val, r.KafkaRead.ValueFormat)
+	ve, err := kafkaio.NewEncoder(t.env.Plan.Pipeline.GetComponents().GetCoders(), val, r.KafkaRead.ValueFormat)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: value: %w", r.TransformID, err)
 	}
@@ -178,189 +169,9 @@ func (t *Task) handleSource(ctx context.Context, s *kafkaSource, recs []*kgo.Rec
 	return t.flushStages(ctx, false)
 }
 
-// kafkaEncoder encodes a Kafka key or value (nil: null) of one format in a
-// coder.
-type kafkaEncoder func(dst, b []byte) ([]byte, error)
-
-var errNull = errors.New("null, and the coder is not nullable")
-
-func newKafkaEncoder(coders map[string]*pipepb.Coder, cid, format string) (kafkaEncoder, error) {
-	c := coders[cid]
-	if c == nil {
-		return nil, fmt.Errorf("coder %q is not defined", cid)
-	}
-	urn := c.GetSpec().GetUrn()
-	inner := func() (kafkaEncoder, error) {
-		if len(c.GetComponentCoderIds()) != 1 {
-			return nil, fmt.Errorf("coder %s needs one component", urn)
-		}
-		return newKafkaEncoder(coders, c.GetComponentCoderIds()[0], format)
-	}
-	switch {
-	case urn == urnLengthPrefix:
-		in, err := inner()
-		if err != nil {
-			return nil, err
-		}
-		return func(dst, b []byte) ([]byte, error) {
-			body, err := in(nil, b)
-			if err != nil {
-				return nil, err
-			}
-			return append(binary.AppendUvarint(dst, uint64(len(body))), body...), nil
-		}, nil
-	case urn == urnNullable:
-		in, err := inner()
-		if err != nil {
-			return nil, err
-		}
-		return func(dst, b []byte) ([]byte, error) {
-			if b == nil {
-				return append(dst, 0), nil
-			}
-			return in(append(dst, 1), b)
-		}, nil
-	case urn == urnBytes && (format == translate.KafkaByteArray || format == translate.KafkaString),
-		urn == urnStringUTF8 && format == translate.KafkaString:
-		check := urn == urnStringUTF8 || format == translate.KafkaString
-		return func(dst, b []byte) ([]byte, error) {
-			if b == nil {
-				return nil, errNull
-			}
-			if check && !utf8.Valid(b) {
-				return nil, fmt.Errorf("%d bytes that are not UTF-8 (String deserializer)", len(b))
-			}
-			return append(binary.AppendUvarint(dst, uint64(len(b))), b...), nil
-		}, nil
-	case urn == urnVarInt && format == translate.KafkaLong:
-		return func(dst, b []byte) ([]byte, error) {
-			if b == nil {
-				return nil, errNull
-			}
-			if len(b) != 8 {
-				return nil, fmt.Errorf("%d bytes, the Long deserializer needs 8", len(b))
-			}
-			return binary.AppendUvarint(dst, binary.BigEndian.Uint64(b)), nil
-		}, nil
-	case urn == urnVarInt && format == translate.KafkaInteger:
-		return func(dst, b []byte) ([]byte, error) {
-			if b == nil {
-				return nil, errNull
-			}
-			if len(b) != 4 {
-				return nil, fmt.Errorf("%d bytes, the Integer deserializer needs 4", len(b))
-			}
-			return binary.AppendUvarint(dst, uint64(int64(int32(binary.BigEndian.Uint32(b))))), nil
-		}, nil
-	}
-	return nil, fmt.Errorf("coder %s does not encode the Kafka format %s", urn, format)
-}
-
-// kafkaDecoder decodes an encoded key or value (its whole encoding) to a
-// Kafka key or value of one format (nil: null).
-type kafkaDecoder func(b []byte) ([]byte, error)
-
-func newKafkaDecoder(coders map[string]*pipepb.Coder, cid, format string) (kafkaDecoder, error) {
-	c := coders[cid]
-	if c == nil {
-		return nil, fmt.Errorf("coder %q is not defined", cid)
-	}
-	urn := c.GetSpec().GetUrn()
-	inner := func() (kafkaDecoder, error) {
-		if len(c.GetComponentCoderIds()) != 1 {
-			return nil, fmt.Errorf("coder %s needs one component", urn)
-		}
-		return newKafkaDecoder(coders, c.GetComponentCoderIds()[0], format)
-	}
-	uvarint := func(b []byte) (uint64, []byte, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, nil, fmt.Errorf("bad varint")
-		}
-		return v, b[n:], nil
-	}
-	lengthPrefixed := func(b []byte) ([]byte, error) {
-		l, rest, err := uvarint(b)
-		if err != nil {
-			return nil, err
-		}
-		if uint64(len(rest)) != l {
-			return nil, fmt.Errorf("length %d, %d bytes follow", l, len(rest))
-		}
-		return rest, nil
-	}
-	switch {
-	case urn == urnLengthPrefix:
-		in, err := inner()
-		if err != nil {
-			return nil, err
-		}
-		return func(b []byte) ([]byte, error) {
-			body, err := lengthPrefixed(b)
-			if err != nil {
-				return nil, err
-			}
-			return in(body)
-		}, nil
-	case urn == urnNullable:
-		in, err := inner()
-		if err != nil {
-			return nil, err
-		}
-		return func(b []byte) ([]byte, error) {
-			if len(b) == 0 {
-				return nil, fmt.Errorf("empty nullable")
-			}
-			if b[0] == 0 {
-				return nil, nil
-			}
-			return in(b[1:])
-		}, nil
-	case urn == urnBytes && (format == translate.KafkaByteArray || format == translate.KafkaString),
-		urn == urnStringUTF8 && format == translate.KafkaString:
-		return func(b []byte) ([]byte, error) {
-			v, err := lengthPrefixed(b)
-			if v == nil && err == nil {
-				v = []byte{} // empty, not null
-			}
-			return v, err
-		}, nil
-	case urn == urnVarInt && format == translate.KafkaLong:
-		return func(b []byte) ([]byte, error) {
-			v, rest, err := uvarint(b)
-			if err != nil || len(rest) != 0 {
-				return nil, fmt.Errorf("bad varint")
-			}
-			return binary.BigEndian.AppendUint64(nil, v), nil
-		}, nil
-	case urn == urnVarInt && format == translate.KafkaInteger:
-		return func(b []byte) ([]byte, error) {
-			v, rest, err := uvarint(b)
-			if err != nil || len(rest) != 0 {
-				return nil, fmt.Errorf("bad varint")
-			}
-			// Sign-extended (Go, Python) or not (Java): either way the
-			// low 32 bits are the int.
-			if i := int64(v); i < -1<<31 || i >= 1<<32 {
-				return nil, fmt.Errorf("%d does not fit the Integer serializer", i)
-			}
-			return binary.BigEndian.AppendUint32(nil, uint32(v)), nil
-		}, nil
-	}
-	return nil, fmt.Errorf("coder %s does not encode the Kafka format %s", urn, format)
-}
-
-const (
-	urnLengthPrefix = "beam:coder:length_prefix:v1"
-	urnNullable     = "beam:coder:nullable:v1"
-	urnBytes        = "beam:coder:bytes:v1"
-	urnStringUTF8   = "beam:coder:string_utf8:v1"
-	urnVarInt       = "beam:coder:varint:v1"
-)
-
 // kafkaSink is a Sink.KafkaWrite's serializers.
 type kafkaSink struct {
-	key, val kafkaDecoder
+	key, val kafkaio.Decoder
 }
 
 func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
@@ -369,11 +180,11 @@ func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
 	coders := plan.Pipeline.GetComponents().GetCoders()
-	kd, err := newKafkaDecoder(coders, key, s.KafkaWrite.KeyFormat)
+	kd, err := kafkaio.NewDecoder(coders, key, s.KafkaWrite.KeyFormat)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: key: %w", s.TransformID, err)
 	}
-	vd, err := newKafkaDecoder(coders, val, s.KafkaWrite.ValueFormat)
+	vd, err := kafkaio.NewDecoder(coders, val, s.KafkaWrite.ValueFormat)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: value: %w", s.TransformID, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"
@@ -166,49 +167,6 @@ func TestKafkaSourceUndecodable(t *testing.T) {
 	}
 }
 
-// The Kafka encoders and decoders over nullable and length-prefixed coders
-// and the Integer format.
-func TestKafkaCoders(t *testing.T) {
-	coders := map[string]*pipepb.Coder{
-		"b":    {Spec: &pipepb.FunctionSpec{Urn: urnBytes}},
-		"n":    {Spec: &pipepb.FunctionSpec{Urn: urnNullable}, ComponentCoderIds: []string{"b"}},
-		"lpn":  {Spec: &pipepb.FunctionSpec{Urn: urnLengthPrefix}, ComponentCoderIds: []string{"n"}},
-		"v":    {Spec: &pipepb.FunctionSpec{Urn: urnVarInt}},
-		"real": {Spec: &pipepb.FunctionSpec{Urn: "beam:coder:double:v1"}},
-	}
-	for _, tc := range []struct {
-		coder, format string
-		in            []byte
-		enc           []byte
-	}{
-		{"lpn", translate.KafkaByteArray, nil, []byte{1, 0}},
-		{"lpn", translate.KafkaByteArray, []byte("xy"), []byte{4, 1, 2, 'x', 'y'}},
-		{"lpn", translate.KafkaByteArray, []byte{}, []byte{2, 1, 0}},
-		{"v", translate.KafkaInteger, []byte{0xff, 0xff, 0xff, 0xfe}, binary.AppendUvarint(nil, uint64(1<<64-2))},
-		{"v", translate.KafkaInteger, []byte{0, 0, 1, 0}, []byte{0x80, 0x02}},
-	} {
-		enc, err := newKafkaEncoder(coders, tc.coder, tc.format)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := enc(nil, tc.in)
-		if err != nil || string(got) != string(tc.enc) {
-			t.Errorf("%s %s encode %v = %v, %v; want %v", tc.coder, tc.format, tc.in, got, err, tc.enc)
-		}
-		dec, err := newKafkaDecoder(coders, tc.coder, tc.format)
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := dec(got)
-		if err != nil || string(back) != string(tc.in) || (back == nil) != (tc.in == nil) {
-			t.Errorf("%s %s decode %v = %v, %v; want %v", tc.coder, tc.format, got, back, err, tc.in)
-		}
-	}
-	if _, err := newKafkaEncoder(coders, "real", translate.KafkaLong); err == nil {
-		t.Error("a double coder encodes Long")
-	}
-}
-
 // A partition without records (a fetch brought none at its high
 // watermark) is caught up: after the idle timeout its watermark follows
 // wall time less the bound.
@@ -238,10 +196,10 @@ func TestKafkaNullableKeys(t *testing.T) {
 				continue
 			}
 			key := kv.GetComponentCoderIds()[0]
-			if cs[key].GetSpec().GetUrn() == urnNullable {
+			if cs[key].GetSpec().GetUrn() == kafkaio.URNNullable {
 				continue
 			}
-			cs[key+"_nullable"] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urnNullable}, ComponentCoderIds: []string{key}}
+			cs[key+"_nullable"] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: kafkaio.URNNullable}, ComponentCoderIds: []string{key}}
 			kv.ComponentCoderIds = []string{key + "_nullable", kv.GetComponentCoderIds()[1]}
 		}
 	})
