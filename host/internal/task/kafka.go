@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -197,6 +198,10 @@ func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
 // key round-robin.
 func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	ks := t.kafkaSinks[s]
+	// The record's key and value alias raw and are produced after this
+	// returns, but raw is valid only during the executor's emit (a WASM
+	// executor reuses its output chunk): they need bytes of their own.
+	raw = bytes.Clone(raw)
 	wv, err := t.env.Codecs[pcoll].Next(raw)
 	if err != nil {
 		return fmt.Errorf("transform %s: %w", s.TransformID, err)
