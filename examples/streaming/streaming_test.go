@@ -44,10 +44,22 @@ func TestRun(t *testing.T) {
 	}
 	var out strings.Builder
 	start := time.Now()
-	if _, err := Run(ctx, cfg, &out); err != nil {
+	res, err := Run(ctx, cfg, &out)
+	if err != nil {
 		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
 	}
 	t.Logf("Run took %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+
+	// Each of the 4 partitions was read to its end by the job's source
+	// task and committed.
+	if len(res.Ends) != 4 {
+		t.Errorf("%s has %d partitions, want 4", cfg.WordsTopic, len(res.Ends))
+	}
+	for p, end := range res.Ends {
+		if res.Committed[p] != end {
+			t.Errorf("%s partition %d: committed offset %d, want the end %d", cfg.WordsTopic, p, res.Committed[p], end)
+		}
+	}
 
 	// The input as the broker holds it.
 	var words []*kgo.Record
