@@ -88,3 +88,32 @@ func TestBenchKafkaWASMBacklog(t *testing.T) {
 	}
 	t.Logf("output:\n%s", out.String())
 }
+
+// The output reader's check accepts exactly record seq's value, mapped or
+// not.
+func TestBenchKafkaIsValue(t *testing.T) {
+	v := benchValue(1234567, 100)
+	_, upper := upperValue(nil, v)
+	other := benchValue(1234568, 100)
+	short := v[:99]
+	for _, c := range []struct {
+		name   string
+		v      []byte
+		mapped bool
+		want   bool
+	}{
+		{"input", v, false, true},
+		{"mapped", upper, true, true},
+		{"unmapped as mapped", v, true, false},
+		{"mapped as unmapped", upper, false, false},
+		{"another record", other, false, false},
+		{"short", short, false, false},
+	} {
+		if got := isValue(c.v, 1234567, 100, c.mapped); got != c.want {
+			t.Errorf("%s: isValue = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if got := parseKey(benchKey(1234567)); got != 1234567 {
+		t.Errorf("parseKey(benchKey(1234567)) = %d", got)
+	}
+}
