@@ -25,7 +25,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRun runs the example on the test broker with 2,000 records and checks
+// testRecords is the test's record count: KSRUNNER_STREAMING_RECORDS, default
+// 2,000 (the acceptance run by hand: 100,000).
+func testRecords(t *testing.T) int {
+	s := os.Getenv("KSRUNNER_STREAMING_RECORDS")
+	if s == "" {
+		return 2000
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("KSRUNNER_STREAMING_RECORDS=%q: want a positive count", s)
+	}
+	return n
+}
+
+// TestRun runs the example on the test broker with 2,000 records (see
+// testRecords) and checks
 // the counts topic after the job is cancelled, read whole: one line per key
 // and 10-second window of the records in the words topic (read back, not
 // taken from Run), each once, with that window's exact count.
@@ -38,7 +53,7 @@ func TestRun(t *testing.T) {
 		WordsTopic:    kafkatest.UniqueName(t, "words"),
 		CountsTopic:   kafkatest.UniqueName(t, "counts"),
 		ApplicationID: kafkatest.UniqueName(t, "streaming"),
-		Records:       2000,
+		Records:       testRecords(t),
 		Keys:          20,
 		Deadline:      2 * time.Minute,
 	}
