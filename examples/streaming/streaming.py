@@ -15,7 +15,7 @@ record's CreateTime.
         --expansion_service=localhost:8097 --bootstrap_servers=localhost:9092 \\
         --input_topic=words --output_topic=counts [--job_id_file=FILE]
 
-The job runs until it is cancelled (Ctrl-C here, or the Job API's Cancel):
+The job runs until it is cancelled (Ctrl-C or SIGTERM here, or the Job API's Cancel):
 its LOOPBACK workers live in this process. With --job_id_file the job id is
 written to that file once the job is submitted. Exits 0 when the job ends
 CANCELLED or DONE, 1 otherwise. Other flags are passed on as pipeline
@@ -28,6 +28,7 @@ import os
 import signal
 import struct
 import sys
+import threading
 
 import apache_beam as beam
 from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
@@ -104,15 +105,32 @@ def main(argv):
         os.rename(args.job_id_file + '.tmp', args.job_id_file)
     print('submitted job', job_id, flush=True)
 
-    def cancel(signum, frame):
+    # The job's state stream blocks in gRPC, where Python delivers no
+    # signal: it is awaited in a thread, and the main thread, waiting on an
+    # event, turns Ctrl-C (or SIGTERM) into a Cancel.
+    ended = threading.Event()
+
+    def wait():
+        try:
+            result.wait_until_finish()
+        except RuntimeError as e:
+            print('wait_until_finish:', e, flush=True)
+        finally:
+            ended.set()
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)
+    threading.Thread(target=wait, name='wait_until_finish', daemon=True).start()
+    try:
+        while not ended.wait(0.5):
+            pass
+    except KeyboardInterrupt:
         print('cancelling job', job_id, flush=True)
         result.cancel()
-    signal.signal(signal.SIGINT, cancel)
-    signal.signal(signal.SIGTERM, cancel)
-    try:
-        result.wait_until_finish()
-    except RuntimeError as e:
-        print('wait_until_finish:', e, flush=True)
+        if not ended.wait(60):
+            print('job', job_id, 'not ended a minute after Cancel', flush=True)
+            return 1
     state = result.state
     print('job ended', state, flush=True)
     return 0 if state in (PipelineState.CANCELLED, PipelineState.DONE) else 1
