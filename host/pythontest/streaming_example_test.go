@@ -184,7 +184,7 @@ func TestStreamingExamplePython(t *testing.T) {
 	if st == nil {
 		t.Fatalf("the job server's log names no sub-topology reading %s", in)
 	}
-	for _, m := range regexp.MustCompile(`msg=watermark job=\S+ task=` + st[1] + `/(\d+) `).FindAllStringSubmatch(sl, -1) {
+	for _, m := range regexp.MustCompile(`msg=watermark job=\S+ task=`+st[1]+`/(\d+) `).FindAllStringSubmatch(sl, -1) {
 		tasks[m[1]] = true
 	}
 	if len(tasks) != 4 {
