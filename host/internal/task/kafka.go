@@ -287,11 +287,11 @@ func (t *Task) sinkRowToKafka(s *translate.Sink, ks *kafkaSink, elem []byte) err
 	}
 	n := t.env.Topics.Outputs[rec.Topic]
 	if n <= 0 {
-		return fmt.Errorf("transform %s: a row names topic %q, which is not a topic the job writes (rows may name the topics of the pipeline's Kafka writes, which exist at Run; ksrunner creates none)", s.TransformID, rec.Topic)
+		return fmt.Errorf("transform %s (%s): a row names topic %q, which is not a topic the job writes (rows may name the topics of the pipeline's Kafka writes, which exist at Run; ksrunner creates none)", s.TransformID, t.transformName(s.TransformID), rec.Topic)
 	}
 	switch {
 	case row.HasPartition && row.Partition >= n:
-		return fmt.Errorf("transform %s: a row names partition %d of topic %q, which has %d", s.TransformID, row.Partition, rec.Topic, n)
+		return fmt.Errorf("transform %s (%s): a row names partition %d of topic %q, which has %d", s.TransformID, t.transformName(s.TransformID), row.Partition, rec.Topic, n)
 	case row.HasPartition:
 		shuffle.SetPartition(rec, row.Partition)
 	case rec.Key == nil:
@@ -299,4 +299,9 @@ func (t *Task) sinkRowToKafka(s *translate.Sink, ks *kafkaSink, elem []byte) err
 	}
 	t.env.Produce(rec)
 	return nil
+}
+
+// transformName is a transform's unique name, for messages.
+func (t *Task) transformName(id string) string {
+	return t.env.Plan.Pipeline.GetComponents().GetTransforms()[id].GetUniqueName()
 }

@@ -1,0 +1,268 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/translate"
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
+)
+
+func init() {
+	beam.RegisterType(reflect.TypeOf((*kafkaRecord)(nil)).Elem())
+	beam.RegisterType(reflect.TypeOf((*kafkaWriteRow)(nil)).Elem())
+	register.Function2x0(kafkaRecordPlaceholder)
+	register.Function1x0(kafkaWriteRowPlaceholder)
+	register.DoFn2x0[kafkaRecord, func(kafkaWriteRow)]((*recordToWriteRow)(nil))
+}
+
+// kafkaHeader and kafkaRecord are the with-metadata record row
+// (translate.KafkaRecordSchema) as a Go type: pointers where the row is
+// nullable, so the Go SDK's schema of it is that row.
+type kafkaHeader struct {
+	Key   string  `beam:"key"`
+	Value *[]byte `beam:"value"`
+}
+
+type kafkaRecord struct {
+	Topic             string         `beam:"topic"`
+	Partition         int32          `beam:"partition"`
+	Offset            int64          `beam:"offset"`
+	Timestamp         int64          `beam:"timestamp"`
+	Key               *[]byte        `beam:"key"`
+	Value             *[]byte        `beam:"value"`
+	Headers           *[]kafkaHeader `beam:"headers"`
+	TimestampTypeID   int32          `beam:"timestampTypeId"`
+	TimestampTypeName string         `beam:"timestampTypeName"`
+}
+
+// kafkaWriteRow is a write-with-headers row, in an order of its own.
+type kafkaWriteRow struct {
+	Headers   []kafkaHeader `beam:"headers"`
+	Partition *int32        `beam:"partition"`
+	Key       []byte        `beam:"key"`
+	Value     []byte        `beam:"value"`
+	Topic     *string       `beam:"topic"`
+	Timestamp *int64        `beam:"timestamp"`
+}
+
+func kafkaRecordPlaceholder([]byte, func(kafkaRecord)) {}
+func kafkaWriteRowPlaceholder(kafkaWriteRow)           {}
+
+// recordToWriteRow writes each record it reads with its headers and a
+// "meta" header of what the read said of it (topic/partition/offset/
+// timestamp/type id/type name/headers count), to partition (p+1) mod 3
+// of Out at its timestamp + 1000; rows of odd offsets name Out
+// themselves, others leave the topic to the write; with BadTopic set, the
+// row of offset 2 names it.
+type recordToWriteRow struct {
+	Out, BadTopic string
+}
+
+func (f *recordToWriteRow) ProcessElement(r kafkaRecord, emit func(kafkaWriteRow)) {
+	var hs []kafkaHeader
+	if r.Headers != nil {
+		hs = *r.Headers
+	}
+	meta := []byte(fmt.Sprintf("%s/%d/%d/%d/%d/%s/%d", r.Topic, r.Partition, r.Offset, r.Timestamp, r.TimestampTypeID, r.TimestampTypeName, len(hs)))
+	row := kafkaWriteRow{Headers: append(slices.Clone(hs), kafkaHeader{Key: "meta", Value: &meta})}
+	if r.Key != nil {
+		row.Key = *r.Key
+	}
+	if r.Value != nil {
+		row.Value = *r.Value
+	}
+	p, ts := (r.Partition+1)%3, r.Timestamp+1000
+	row.Partition, row.Timestamp = &p, &ts
+	if r.Offset%2 == 1 {
+		row.Topic = &f.Out
+	}
+	if f.BadTopic != "" && r.Offset == 2 {
+		row.Topic = &f.BadTopic
+	}
+	emit(row)
+}
+
+// kafkaRowsPipeline reads topic in with metadata and writes out with
+// headers through recordToWriteRow.
+func kafkaRowsPipeline(t *testing.T, in, out, badTopic string) *pipepb.Pipeline {
+	t.Helper()
+	p, s := beam.NewPipelineWithRoot()
+	recs := beam.ParDo(s, kafkaRecordPlaceholder, beam.Impulse(s))
+	beam.ParDo0(s, kafkaWriteRowPlaceholder, beam.ParDo(s, &recordToWriteRow{Out: out, BadTopic: badTopic}, recs))
+	pipe := marshal(t, p)
+	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
+		Topics: []string{in}, KeyFormat: translate.KafkaByteArray, ValueFormat: translate.KafkaByteArray, WithMetadata: true,
+		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaByteArray, ValueFormat: translate.KafkaByteArray, WithHeaders: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pipelinetest.AsSource(pipe, "kafkaRecordPlaceholder", translate.URNKafkaRead, rb); err != nil {
+		t.Fatal(err)
+	}
+	if err := pipelinetest.AsSink(pipe, "kafkaWriteRowPlaceholder", translate.URNKafkaWrite, wb); err != nil {
+		t.Fatal(err)
+	}
+	return pipe
+}
+
+// rowsRecord is a record of fillRowsTopic, as produced and as written.
+type rowsRecord struct {
+	partition int32
+	offset    int64
+	ts        int64
+	key       []byte
+	value     string
+	headers   []kgo.RecordHeader
+}
+
+// fillRowsTopic creates in (2 partitions) and out (3), and produces to in
+// 4 records per partition with known keys (one null), timestamps and
+// headers (one with a null value, one record with none).
+func fillRowsTopic(ctx context.Context, t *testing.T, bootstrap, in, out string) []rowsRecord {
+	t.Helper()
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 3)
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	var recs []rowsRecord
+	for p := range int32(2) {
+		for i := range int64(4) {
+			r := rowsRecord{partition: p, offset: i, ts: base + int64(p)*100 + i, key: []byte(fmt.Sprintf("k%d-%d", p, i)), value: fmt.Sprintf("v%d-%d", p, i),
+				headers: []kgo.RecordHeader{{Key: "h1", Value: []byte(fmt.Sprintf("x%d-%d", p, i))}, {Key: "hnull"}, {Key: "h1", Value: []byte("again")}}}
+			if i == 1 {
+				r.key = nil
+			}
+			if i == 3 {
+				r.headers = nil
+			}
+			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: p, Key: r.key, Value: []byte(r.value), Headers: r.headers, Timestamp: time.UnixMilli(r.ts)}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			recs = append(recs, r)
+		}
+	}
+	return recs
+}
+
+// TestKafkaRowsRoundTrip: a read with metadata gives each record's topic,
+// partition, offset, timestamp, timestamp type and headers (null key,
+// null header value and no headers included), and a write with headers
+// produces each row's key, value and headers, in order, to the row's
+// partition at the row's timestamp, whether the row names the topic or
+// leaves it to the write: the output topic, read read_committed, holds
+// exactly one such record per input record.
+func TestKafkaRowsRoundTrip(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "krin"), kafkatest.UniqueName(t, "krout")
+	recs := fillRowsTopic(ctx, t, bootstrap, in, out)
+
+	id, err := submit(ctx, t, ksrunner, kafkaRowsPipeline(t, in, out, ""), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+
+	got := map[string]*kgo.Record{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, out, func() bool { return len(got) >= len(recs) }, func(r *kgo.Record) {
+		if _, dup := got[string(r.Value)]; dup {
+			t.Errorf("value %q written twice", r.Value)
+		}
+		got[string(r.Value)] = r
+	})
+	if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	if r, err := wait(ctx, ksrunner, id); err != nil || r.State != jobpb.JobState_CANCELLED {
+		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.State, r.Errors, err)
+	}
+	n := 0
+	kafkatest.ReadTopic(ctx, t, bootstrap, out, nil, func(*kgo.Record) { n++ })
+	if n != len(recs) {
+		t.Errorf("the output topic holds %d records, want %d", n, len(recs))
+	}
+	for _, want := range recs {
+		r := got[want.value]
+		if r == nil {
+			t.Errorf("no output record of %q", want.value)
+			continue
+		}
+		wantHeaders := append(slices.Clone(want.headers), kgo.RecordHeader{Key: "meta",
+			Value: []byte(fmt.Sprintf("%s/%d/%d/%d/0/CreateTime/%d", in, want.partition, want.offset, want.ts, len(want.headers)))})
+		if !headersEqual(r.Headers, wantHeaders) {
+			t.Errorf("%q: headers %s, want %s", want.value, showHeaders(r.Headers), showHeaders(wantHeaders))
+		}
+		if wp := (want.partition + 1) % 3; r.Partition != wp {
+			t.Errorf("%q: partition %d, want %d", want.value, r.Partition, wp)
+		}
+		if wts := want.ts + 1000; r.Timestamp.UnixMilli() != wts {
+			t.Errorf("%q: timestamp %d, want %d", want.value, r.Timestamp.UnixMilli(), wts)
+		}
+		if string(r.Key) != string(want.key) || (r.Key == nil) != (want.key == nil) {
+			t.Errorf("%q: key %q, want %q", want.value, r.Key, want.key)
+		}
+	}
+}
+
+// A row naming a topic that does not exist fails the job, naming the
+// topic and the write.
+func TestKafkaRowsUnknownTopic(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "krin"), kafkatest.UniqueName(t, "krout")
+	fillRowsTopic(ctx, t, bootstrap, in, out)
+	bad := kafkatest.UniqueName(t, "krnope")
+	id, err := submit(ctx, t, ksrunner, kafkaRowsPipeline(t, in, out, bad), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	r, err := wait(ctx, ksrunner, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != jobpb.JobState_FAILED {
+		t.Fatalf("job ended %v (errors %q), want FAILED", r.State, r.Errors)
+	}
+	for _, e := range r.Errors {
+		if strings.Contains(e, bad) && strings.Contains(e, "kafkaWriteRowPlaceholder") {
+			return
+		}
+	}
+	t.Errorf("errors %q: none names the topic %s and the write", r.Errors, bad)
+}
+
+func headersEqual(a, b []kgo.RecordHeader) bool {
+	return slices.EqualFunc(a, b, func(x, y kgo.RecordHeader) bool {
+		return x.Key == y.Key && string(x.Value) == string(y.Value) && (x.Value == nil) == (y.Value == nil)
+	})
+}
+
+func showHeaders(hs []kgo.RecordHeader) string {
+	var s []string
+	for _, h := range hs {
+		if h.Value == nil {
+			s = append(s, h.Key+"=null")
+		} else {
+			s = append(s, fmt.Sprintf("%s=%q", h.Key, h.Value))
+		}
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
