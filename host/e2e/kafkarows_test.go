@@ -123,45 +123,6 @@ func kafkaRowsPipeline(t *testing.T, in, out, badTopic string) *pipepb.Pipeline 
 	return pipe
 }
 
-// rowsRecord is a record of fillRowsTopic, as produced and as written.
-type rowsRecord struct {
-	partition int32
-	offset    int64
-	ts        int64
-	key       []byte
-	value     string
-	headers   []kgo.RecordHeader
-}
-
-// fillRowsTopic creates in (2 partitions) and out (3), and produces to in
-// 4 records per partition with known keys (one null), timestamps and
-// headers (one with a null value, one record with none).
-func fillRowsTopic(ctx context.Context, t *testing.T, bootstrap, in, out string) []rowsRecord {
-	t.Helper()
-	kafkatest.CreateTopic(t, bootstrap, in, 2)
-	kafkatest.CreateTopic(t, bootstrap, out, 3)
-	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	base := time.Now().Add(-time.Hour).UnixMilli()
-	var recs []rowsRecord
-	for p := range int32(2) {
-		for i := range int64(4) {
-			r := rowsRecord{partition: p, offset: i, ts: base + int64(p)*100 + i, key: []byte(fmt.Sprintf("k%d-%d", p, i)), value: fmt.Sprintf("v%d-%d", p, i),
-				headers: []kgo.RecordHeader{{Key: "h1", Value: []byte(fmt.Sprintf("x%d-%d", p, i))}, {Key: "hnull"}, {Key: "h1", Value: []byte("again")}}}
-			if i == 1 {
-				r.key = nil
-			}
-			if i == 3 {
-				r.headers = nil
-			}
-			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: p, Key: r.key, Value: []byte(r.value), Headers: r.headers, Timestamp: time.UnixMilli(r.ts)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-			recs = append(recs, r)
-		}
-	}
-	return recs
-}
-
 // TestKafkaRowsRoundTrip: a read with metadata gives each record's topic,
 // partition, offset, timestamp, timestamp type and headers (null key,
 // null header value and no headers included), and a write with headers
@@ -173,7 +134,7 @@ func TestKafkaRowsRoundTrip(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "krin"), kafkatest.UniqueName(t, "krout")
-	recs := fillRowsTopic(ctx, t, bootstrap, in, out)
+	recs := kafkatest.FillRowsTopic(ctx, t, bootstrap, in, out)
 
 	id, err := submit(ctx, t, ksrunner, kafkaRowsPipeline(t, in, out, ""), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
 	if err != nil {
@@ -199,27 +160,7 @@ func TestKafkaRowsRoundTrip(t *testing.T) {
 	if n != len(recs) {
 		t.Errorf("the output topic holds %d records, want %d", n, len(recs))
 	}
-	for _, want := range recs {
-		r := got[want.value]
-		if r == nil {
-			t.Errorf("no output record of %q", want.value)
-			continue
-		}
-		wantHeaders := append(slices.Clone(want.headers), kgo.RecordHeader{Key: "meta",
-			Value: []byte(fmt.Sprintf("%s/%d/%d/%d/0/CreateTime/%d", in, want.partition, want.offset, want.ts, len(want.headers)))})
-		if !headersEqual(r.Headers, wantHeaders) {
-			t.Errorf("%q: headers %s, want %s", want.value, showHeaders(r.Headers), showHeaders(wantHeaders))
-		}
-		if wp := (want.partition + 1) % 3; r.Partition != wp {
-			t.Errorf("%q: partition %d, want %d", want.value, r.Partition, wp)
-		}
-		if wts := want.ts + 1000; r.Timestamp.UnixMilli() != wts {
-			t.Errorf("%q: timestamp %d, want %d", want.value, r.Timestamp.UnixMilli(), wts)
-		}
-		if string(r.Key) != string(want.key) || (r.Key == nil) != (want.key == nil) {
-			t.Errorf("%q: key %q, want %q", want.value, r.Key, want.key)
-		}
-	}
+	kafkatest.CheckRowsOutput(t, in, recs, got)
 }
 
 // A row naming a topic that does not exist fails the job, naming the
@@ -228,7 +169,7 @@ func TestKafkaRowsUnknownTopic(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "krin"), kafkatest.UniqueName(t, "krout")
-	fillRowsTopic(ctx, t, bootstrap, in, out)
+	kafkatest.FillRowsTopic(ctx, t, bootstrap, in, out)
 	bad := kafkatest.UniqueName(t, "krnope")
 	id, err := submit(ctx, t, ksrunner, kafkaRowsPipeline(t, in, out, bad), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
 	if err != nil {
@@ -249,20 +190,3 @@ func TestKafkaRowsUnknownTopic(t *testing.T) {
 	t.Errorf("errors %q: none names the topic %s and the write", r.Errors, bad)
 }
 
-func headersEqual(a, b []kgo.RecordHeader) bool {
-	return slices.EqualFunc(a, b, func(x, y kgo.RecordHeader) bool {
-		return x.Key == y.Key && string(x.Value) == string(y.Value) && (x.Value == nil) == (y.Value == nil)
-	})
-}
-
-func showHeaders(hs []kgo.RecordHeader) string {
-	var s []string
-	for _, h := range hs {
-		if h.Value == nil {
-			s = append(s, h.Key+"=null")
-		} else {
-			s = append(s, fmt.Sprintf("%s=%q", h.Key, h.Value))
-		}
-	}
-	return "[" + strings.Join(s, " ") + "]"
-}
