@@ -189,4 +189,3 @@ func TestKafkaRowsUnknownTopic(t *testing.T) {
 	}
 	t.Errorf("errors %q: none names the topic %s and the write", r.Errors, bad)
 }
-
