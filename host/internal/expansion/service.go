@@ -50,7 +50,8 @@ func (s *Service) Expand(ctx context.Context, req *jobpb.ExpansionRequest) (*job
 
 // DiscoverSchemaTransform lists no schema transforms: ksrunner expands the
 // classic KafkaIO URNs only (the kafka_read/kafka_write schema transforms
-// are not implemented yet).
+// and managed Kafka are not implemented yet, and Expand refuses them by
+// name).
 func (s *Service) DiscoverSchemaTransform(context.Context, *jobpb.DiscoverSchemaTransformRequest) (*jobpb.DiscoverSchemaTransformResponse, error) {
 	return &jobpb.DiscoverSchemaTransformResponse{SchemaTransformConfigs: map[string]*jobpb.SchemaTransformConfig{}}, nil
 }
@@ -80,6 +81,14 @@ func Expand(req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, []string, er
 		if err == nil {
 			out, comps, err = expandWrite(req, spec)
 		}
+	case URNSchemaTransformPayload:
+		// managed.Read/Write(managed.KAFKA), Beam YAML and the schema
+		// transforms' own identifiers: refused, naming the one asked for.
+		p := &pipepb.SchemaTransformPayload{}
+		if err := proto.Unmarshal(t.GetSpec().GetPayload(), p); err != nil {
+			return nil, nil, fmt.Errorf("%s (%s): %w", t.GetUniqueName(), urn, err)
+		}
+		return nil, nil, fmt.Errorf("%s: schema transform %q is not supported by ksrunner's expansion service yet (the Kafka schema transforms and managed Kafka are not implemented): use ReadFromKafka/WriteToKafka (%v)", t.GetUniqueName(), p.GetIdentifier(), URNs)
 	default:
 		return nil, nil, fmt.Errorf("ksrunner's expansion service expands KafkaIO only (%v), not %q", URNs, urn)
 	}
