@@ -13,6 +13,7 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -188,4 +189,65 @@ func TestKafkaRowsUnknownTopic(t *testing.T) {
 		}
 	}
 	t.Errorf("errors %q: none names the topic %s and the write", r.Errors, bad)
+}
+
+// On a topic of LogAppendTime, a read with metadata gives the broker's
+// timestamp and timestamp type 1 "LogAppendTime" (Java's
+// KafkaTimestampType), and the write's timestamp is the row's: the one
+// the broker gave, + 1000.
+func TestKafkaRowsLogAppendTime(t *testing.T) {
+	if !kafkatest.IsReal() {
+		// kfake stamps LogAppendTime only on batches whose producer set
+		// the attribute, not by the topic's message.timestamp.type.
+		t.Skip("kfake does not apply a topic's message.timestamp.type; set " + kafkatest.EnvBootstrap)
+	}
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "krin"), kafkatest.UniqueName(t, "krout")
+	kafkatest.CreateTopic(t, bootstrap, in, 1)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.RowsOutPartitions)
+	cl := kafkatest.Client(t, bootstrap)
+	v := "LogAppendTime"
+	res, err := kadm.NewClient(cl).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "message.timestamp.type", Value: &v}}, in)
+	if err == nil {
+		_, err = res.On(in, nil)
+	}
+	if err != nil {
+		t.Fatalf("setting %s's message.timestamp.type: %v", in, err)
+	}
+	before := time.Now().Add(-time.Second).UnixMilli() // the broker's clock may lag a little
+	old := time.Now().Add(-time.Hour)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte("k"), Value: []byte("v"), Timestamp: old}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := submit(ctx, t, ksrunner, kafkaRowsPipeline(t, in, out, ""), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	var got *kgo.Record
+	kafkatest.ReadTopic(ctx, t, bootstrap, out, func() bool { return got != nil }, func(r *kgo.Record) { got = r })
+	var meta string
+	for _, h := range got.Headers {
+		if h.Key == "meta" {
+			meta = string(h.Value)
+		}
+	}
+	var topic string
+	var part, typeID int32
+	var off, ts int64
+	var typeName string
+	var nh int
+	if _, err := fmt.Sscanf(strings.ReplaceAll(meta, "/", " "), "%s %d %d %d %d %s %d", &topic, &part, &off, &ts, &typeID, &typeName, &nh); err != nil {
+		t.Fatalf("meta header %q: %v", meta, err)
+	}
+	if typeID != 1 || typeName != "LogAppendTime" {
+		t.Errorf("timestamp type %d %q, want 1 LogAppendTime (meta %q)", typeID, typeName, meta)
+	}
+	if ts < before || ts == old.UnixMilli() {
+		t.Errorf("timestamp %d: not the broker's (produced at %d, appended after %d)", ts, old.UnixMilli(), before)
+	}
+	if got.Timestamp.UnixMilli() != ts+1000 {
+		t.Errorf("written at %d, want the row's %d", got.Timestamp.UnixMilli(), ts+1000)
+	}
 }
