@@ -44,12 +44,6 @@ func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
 		return fmt.Errorf("transform %q: %q is not a valid Kafka topic name", name, r.Topics[0])
 	case r.WithMetadata:
 		return fmt.Errorf("transform %q: a Kafka read with metadata (the record row output) is not supported yet: read without metadata (KV<key, value>)", name)
-	case r.MaxNumRecords != nil:
-		return fmt.Errorf("transform %q: a bounded Kafka read (max_num_records) is not supported yet", name)
-	case r.MaxReadTimeMs != nil:
-		return fmt.Errorf("transform %q: a bounded Kafka read (max_read_time) is not supported yet", name)
-	case r.StartReadTimeMs != nil:
-		return fmt.Errorf("transform %q: a Kafka read's start_read_time is not supported yet", name)
 	}
 	if v, ok := r.ConsumerConfig["auto.offset.reset"]; ok && !kafkaConsumerResets[v] {
 		return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q is not supported (want earliest or latest)", name, v)

@@ -102,9 +102,12 @@ func (t *translator) layout() (*Plan, error) {
 			if err := t.checkKafkaKV(tr.GetUniqueName(), "output", out, r.KeyFormat, r.ValueFormat); err != nil {
 				return nil, err
 			}
-			// A Kafka read is unbounded whatever its output says (bounded
-			// reads are refused in addKafkaRead).
-			plan.Bounded = false
+			// A Kafka read is unbounded whatever its output says, unless
+			// its spec bounds it (max_num_records, max_read_time): then it
+			// ends, its watermark at +inf.
+			if !r.Bounded() {
+				plan.Bounded = false
+			}
 			tp := &Topic{Name: r.Topics[0], Kind: TopicKafka, PCollection: out}
 			if topics[tp.Name] != nil {
 				return nil, fmt.Errorf("transform %q: topic %q is read twice, or collides with an internal topic's name; read it once and use the output twice", tr.GetUniqueName(), tp.Name)
