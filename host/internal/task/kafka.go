@@ -24,8 +24,9 @@ import (
 // came for Env.SourceIdleTimeout, wall time less SourceOutOfOrderness. It
 // never passes data in flight: the task reports it after closing the
 // cycle's bundles, and a record's timestamp behind it is late data that
-// the windowing strategy handles. A source never reaches +inf: an
-// unbounded read ends only by Cancel.
+// the windowing strategy handles. An unbounded read never reaches +inf: it
+// ends only by Cancel; a bounded one (kafkabound.go) reports +inf once it
+// ended.
 
 // SourceOutOfOrderness is how far behind the largest record timestamp a
 // Kafka source's watermark stays: records up to this much out of order
@@ -47,6 +48,8 @@ type kafkaSource struct {
 	next       int64 // offset after the last record handled; -1: none yet
 	highWater  int64 // of the last fetch; -1: none seen
 	lastRecord time.Time
+
+	bound *sourceBound // nil: an unbounded read (kafkabound.go)
 }
 
 func newKafkaSource(t *Task) (*kafkaSource, error) {
@@ -66,7 +69,11 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: value: %w", r.TransformID, err)
 	}
-	return &kafkaSource{t: t, read: r.KafkaRead, key: ke, val: ve, maxTs: minWatermark, next: -1, highWater: -1, lastRecord: t.now()}, nil
+	bound, err := newSourceBound(t, t.env.ReadBounds[t.sub.ID])
+	if err != nil {
+		return nil, err
+	}
+	return &kafkaSource{t: t, read: r.KafkaRead, key: ke, val: ve, bound: bound, maxTs: minWatermark, next: -1, highWater: -1, lastRecord: t.now()}, nil
 }
 
 // kafkaKV returns the key and value coder ids of a KV PCollection's wire
@@ -86,6 +93,10 @@ func kafkaKV(plan *translate.Plan, pcoll string) (key, value string, err error) 
 
 func (s *kafkaSource) data(rec *kgo.Record) error {
 	t := s.t
+	if s.bound.ended(t.now()) {
+		s.bound.drop(rec) // neither emitted nor committed (SourceEnd)
+		return nil
+	}
 	ts := rec.Timestamp.UnixMilli()
 	if s.read.TimestampPolicy == translate.TimestampProcessingTime {
 		ts = t.now().UnixMilli()
@@ -104,6 +115,9 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 	s.maxTs = max(s.maxTs, ts)
 	s.next = rec.Offset + 1
 	s.lastRecord = t.now()
+	if s.bound != nil {
+		s.bound.emitted++
+	}
 	return t.route(t.sub.Root.Output, b)
 }
 
@@ -118,9 +132,12 @@ func (s *kafkaSource) fetched(highWater int64, records int) {
 	}
 }
 
-func (*kafkaSource) prepare(context.Context, int64) error { return nil }
+func (s *kafkaSource) prepare(context.Context, int64) error { return s.bound.save(s.t) }
 
 func (s *kafkaSource) watermark(int64) (int64, error) {
+	if s.bound.ended(s.t.now()) {
+		return maxWatermark, nil // every record emitted is in this cycle or before
+	}
 	bound := SourceOutOfOrderness.Milliseconds()
 	wm := minWatermark
 	if s.maxTs > minWatermark {
