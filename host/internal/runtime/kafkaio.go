@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -63,7 +64,7 @@ func (i *instance) startOffsets(_ context.Context, offsets map[string]map[int32]
 // (task.ReadBound), by sub-topology id: the deadline of max_read_time from
 // now, and max_num_records split into per-partition quotas (splitQuota)
 // over the records available now, from each partition's start (as
-// startOffsets will start it) to its last stable offset. Every task of the
+// startOffsets will start it) to its last stable offset (available). Every task of the
 // run gets the same bounds, whichever instance opens it and however often.
 func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client, now time.Time) (map[int]*task.ReadBound, error) {
 	run := fmt.Sprintf("%d-%s", now.UnixMilli(), randomSuffix())
@@ -88,7 +89,7 @@ func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Clien
 				}
 				fetchedCommits = true
 			}
-			avail, err := available(ctx, adm, st, ts.Partitions[st.Input], committed)
+			avail, err := available(ctx, cfg, adm, st, ts.Partitions[st.Input], committed, *r.MaxNumRecords)
 			if err != nil {
 				return nil, fmt.Errorf("transform %s: max_num_records: %w", st.Root.TransformID, err)
 			}
@@ -104,12 +105,12 @@ func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Clien
 	return bounds, nil
 }
 
-// available is how many offsets each of the read's partitions has from its
-// start to its last stable offset. Offsets over-count records where
-// transaction markers (or compacted records) sit: a partition given such a
-// quota waits for further records, as a read of max_num_records waits
-// when the topic has fewer.
-func available(ctx context.Context, adm *kadm.Client, st *translate.SubTopology, parts int32, committed kadm.OffsetResponses) ([]int64, error) {
+// available is how many records each of the read's partitions holds now,
+// from its start to its last stable offset, counted up to n (a partition
+// never takes more than n): offsets alone over-count records where
+// transaction markers sit (and a start_read_time lookup can land on a
+// marker), and a quota a partition cannot fill would wait forever.
+func available(ctx context.Context, cfg Config, adm *kadm.Client, st *translate.SubTopology, parts int32, committed kadm.OffsetResponses, n int64) ([]int64, error) {
 	topic, r := st.Input, st.Root.KafkaRead
 	list := func(what string, f func(context.Context, ...string) (kadm.ListedOffsets, error)) (kadm.ListedOffsets, error) {
 		l, err := f(ctx, topic)
@@ -140,21 +141,70 @@ func available(ctx context.Context, adm *kadm.Client, st *translate.SubTopology,
 	if err != nil {
 		return nil, err
 	}
-	avail := make([]int64, parts)
+	from, to := make([]int64, parts), make([]int64, parts)
 	for p := range parts {
 		end, ok := ends.Lookup(topic, p)
 		if !ok {
 			return nil, fmt.Errorf("topic %s partition %d: no end offset listed", topic, p)
 		}
-		start := end.Offset
+		from[p], to[p] = end.Offset, end.Offset
 		if c, ok := committed.Lookup(topic, p); ok && c.Err == nil && c.At >= 0 {
-			start = c.At
+			from[p] = min(c.At, end.Offset)
 		} else if o, ok := reset.Lookup(topic, p); ok && o.Offset >= 0 {
-			start = o.Offset
+			from[p] = min(o.Offset, end.Offset)
 		}
-		avail[p] = max(0, end.Offset-start)
 	}
-	return avail, nil
+	return countRecords(ctx, cfg.BootstrapServers, topic, from, to, n)
+}
+
+// countRecords counts the records (not transaction markers, read_committed)
+// of each partition p of topic in [from[p], to[p]), up to limit each. The
+// markers are fetched too (KeepControlRecords), so a partition whose range
+// ends with one is known to be read through.
+func countRecords(ctx context.Context, brokers, topic string, from, to []int64, limit int64) ([]int64, error) {
+	count := make([]int64, len(from))
+	start := map[int32]kgo.Offset{}
+	for p := range from {
+		if from[p] < to[p] && limit > 0 {
+			start[int32(p)] = kgo.NewOffset().At(from[p])
+		}
+	}
+	if len(start) == 0 {
+		return count, nil
+	}
+	cl, err := kgo.NewClient(
+		kgo.SeedBrokers(strings.Split(brokers, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("topic %s: counting records: %w", topic, err)
+	}
+	defer cl.Close()
+	for len(start) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("topic %s: counting records: %w", topic, context.Cause(ctx))
+		}
+		if err := fetches.Err0(); err != nil {
+			return nil, fmt.Errorf("topic %s: counting records: %w", topic, err)
+		}
+		fetches.EachRecord(func(rec *kgo.Record) {
+			p := rec.Partition
+			if _, open := start[p]; !open {
+				return
+			}
+			if rec.Offset < to[p] && !rec.Attrs.IsControl() {
+				count[p]++
+			}
+			if rec.Offset+1 >= to[p] || count[p] >= limit {
+				delete(start, p)
+				cl.PauseFetchPartitions(map[string][]int32{topic: {p}})
+			}
+		})
+	}
+	return count, nil
 }
 
 // splitQuota splits n records over partitions with avail records available

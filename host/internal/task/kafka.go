@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -214,6 +215,7 @@ func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
 // key round-robin.
 func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	ks := t.kafkaSinks[s]
+	raw = bytes.Clone(raw) // the record's key and value are slices of it, and route's raw is only lent
 	wv, err := t.env.Codecs[pcoll].Next(raw)
 	if err != nil {
 		return fmt.Errorf("transform %s: %w", s.TransformID, err)
