@@ -83,8 +83,7 @@ func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Clien
 		if r.MaxNumRecords != nil {
 			if !fetchedCommits {
 				var err error
-				committed, err = adm.FetchOffsets(kadm.RequireStable(ctx), cfg.ApplicationID)
-				if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+				if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
 					return nil, fmt.Errorf("transform %s: the committed offsets of group %s: %w", st.Root.TransformID, cfg.ApplicationID, err)
 				}
 				fetchedCommits = true
@@ -103,6 +102,29 @@ func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Clien
 		bounds[st.ID] = b
 	}
 	return bounds, nil
+}
+
+// groupCommits are the group's committed offsets (none if the group does
+// not exist), retried while the coordinator is not there yet: a real
+// cluster answers COORDINATOR_NOT_AVAILABLE until its offsets topic exists.
+func groupCommits(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	for {
+		committed, err := adm.FetchOffsets(kadm.RequireStable(ctx), group)
+		switch {
+		case err == nil:
+			err = committed.Error()
+		case errors.Is(err, kerr.GroupIDNotFound):
+			return nil, nil
+		}
+		if err == nil || !kerr.IsRetriable(err) {
+			return committed, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %w)", context.Cause(ctx), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // available is how many records each of the read's partitions holds now,
