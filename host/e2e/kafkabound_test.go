@@ -97,11 +97,15 @@ func prefixes(t *testing.T, got map[int][]int, parts int) (per []int, total int)
 // runCopy runs a job of application appID that copies what read reads
 // to topic out through the Go SDK's kafkaio (ByteArray keys and values,
 // expanded in-process), and fails unless it ends DONE.
-func runCopy(ctx context.Context, t *testing.T, bootstrap, appID, out string, read func(beam.Scope) beam.PCollection) {
+func runCopy(ctx context.Context, t *testing.T, bootstrap, appID, out string, read func(beam.Scope) beam.PCollection, opts ...string) {
 	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
 	kafkaio.Write(s, "", bootstrap, out, read(s))
-	runDone(ctx, t, ksrunner, marshal(t, p), map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"})
+	o := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"}
+	for i := 0; i+1 < len(opts); i += 2 {
+		o[opts[i]] = opts[i+1]
+	}
+	runDone(ctx, t, ksrunner, marshal(t, p), o)
 }
 
 var earliest = kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "earliest"})
@@ -111,8 +115,15 @@ var earliest = kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "e
 // output, a prefix of each partition; a second job of the same
 // application goes on where the first stopped (its committed offsets), so
 // both outputs together are again exactly a prefix of each partition, no
-// record lost or repeated; a third reads the rest.
+// record lost or repeated; a third reads the rest. Under exactly_once and
+// at_least_once alike (no failure here repeats output).
 func TestKafkaMaxNumRecords(t *testing.T) {
+	for _, g := range []string{"exactly_once", "at_least_once"} {
+		t.Run(g, func(t *testing.T) { testKafkaMaxNumRecords(t, g) })
+	}
+}
+
+func testKafkaMaxNumRecords(t *testing.T, guarantee string) {
 	ctx := testContext(t, 3*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
@@ -124,13 +135,13 @@ func TestKafkaMaxNumRecords(t *testing.T) {
 			return kafkaio.Read(s, "", bootstrap, []string{in}, earliest, kafkaio.TimestampPolicy(kafkaio.CreateTime), kafkaio.MaxNumRecords(n))
 		}
 	}
-	runCopy(ctx, t, bootstrap, appID, out, read(150))
+	runCopy(ctx, t, bootstrap, appID, out, read(150), "processing_guarantee", guarantee)
 	per, total := prefixes(t, readOut(ctx, t, bootstrap, out), len(counts))
 	if total != 150 {
 		t.Fatalf("first job: %d records (per partition %v), want 150", total, per)
 	}
 	t.Logf("first job: per partition %v", per)
-	runCopy(ctx, t, bootstrap, appID, out, read(100))
+	runCopy(ctx, t, bootstrap, appID, out, read(100), "processing_guarantee", guarantee)
 	per2, total := prefixes(t, readOut(ctx, t, bootstrap, out), len(counts))
 	if total != 250 {
 		t.Fatalf("both jobs: %d records (per partition %v), want 250", total, per2)
@@ -141,7 +152,7 @@ func TestKafkaMaxNumRecords(t *testing.T) {
 			t.Errorf("partition %d: %d records after the second job, %d after the first", p, per2[p], per[p])
 		}
 	}
-	runCopy(ctx, t, bootstrap, appID, out, read(50))
+	runCopy(ctx, t, bootstrap, appID, out, read(50), "processing_guarantee", guarantee)
 	if per, total := prefixes(t, readOut(ctx, t, bootstrap, out), len(counts)); !slices.Equal(per, counts) {
 		t.Errorf("three jobs: per partition %v (%d), want the whole input %v", per, total, counts)
 	}
