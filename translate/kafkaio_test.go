@@ -3,6 +3,7 @@ package translate
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +117,7 @@ func TestKafkaRefused(t *testing.T) {
 		write func(*KafkaWrite)
 		want  []string
 	}{
-		{"several topics", func(r *KafkaRead) { r.Topics = []string{"a", "b"} }, nil, []string{"kafkaSourcePlaceholder", "2 topics (a, b)", "not supported yet"}},
+		{"bad topic name", func(r *KafkaRead) { r.Topics = []string{"a", "b c"} }, nil, []string{"kafkaSourcePlaceholder", `"b c" is not a valid Kafka topic name`}},
 		{"with metadata", func(r *KafkaRead) { r.WithMetadata = true }, nil, []string{"kafkaSourcePlaceholder", "with metadata", "not supported yet"}},
 		{"offset reset none", func(r *KafkaRead) { r.ConsumerConfig = map[string]string{"auto.offset.reset": "none"} }, nil, []string{"kafkaSourcePlaceholder", "auto.offset.reset"}},
 		{"read format mismatch", func(r *KafkaRead) { r.KeyFormat = KafkaLong }, nil, []string{"kafkaSourcePlaceholder", "key", "string_utf8", "Long"}},
@@ -205,5 +206,35 @@ func TestKafkaNegativeBounds(t *testing.T) {
 			_, err = Translate(pp, Options{})
 			errContains(t, err, "kafkaSourcePlaceholder", tc.field, "negative")
 		})
+	}
+}
+
+// A read of several topics heads one source sub-topology per topic, each
+// sinking the read's output to one flatten topic, whose passthrough
+// sub-topology feeds what follows the read.
+func TestKafkaSeveralTopicsLayout(t *testing.T) {
+	r := okKafkaRead()
+	r.Topics = []string{"a", "b", "c"}
+	plan := mustTranslate(t, kafkaPipeline(t, r, okKafkaWrite()), Options{})
+	var sources []string
+	var flatten *SubTopology
+	for _, st := range plan.SubTopologies {
+		switch st.Root.Kind {
+		case RootKafkaSource:
+			sources = append(sources, st.Input)
+			if len(st.Stages) != 0 || len(st.Sinks) != 1 || !strings.HasSuffix(st.Sinks[0].Topic, "-flatten") || st.Sinks[0].PCollection != st.Root.Output {
+				t.Errorf("source of %s: stages %d, sinks %+v", st.Input, len(st.Stages), st.Sinks)
+			}
+		case RootPassthrough:
+			if strings.HasSuffix(st.Input, "-flatten") {
+				flatten = st
+			}
+		}
+	}
+	if !slices.Equal(sources, r.Topics) {
+		t.Errorf("source sub-topologies read %v, want %v", sources, r.Topics)
+	}
+	if flatten == nil || len(flatten.Stages) == 0 {
+		t.Fatalf("no flatten sub-topology feeding the stages: %s", describe(plan))
 	}
 }

@@ -12,19 +12,28 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
 // boundedInput creates topic in with counts[p] records in partition p,
-// keyed "p/i" (i the record's index in its partition) with timestamps
+// keyed "p/i" (i the record's index in its partition; with keyFrom, p
+// counts from it) with timestamps
 // base+i s, produced in transactions of every partition (so offsets skip
 // the commit markers), and an output topic of one partition.
 func boundedInput(ctx context.Context, t *testing.T, bootstrap, in, out string, base int64, counts ...int) {
 	t.Helper()
-	kafkatest.CreateTopic(t, bootstrap, in, int32(len(counts)))
 	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	fillInput(ctx, t, bootstrap, in, 0, base, counts...)
+}
+
+// fillInput is boundedInput without the output topic, keys counting
+// partitions from keyFrom.
+func fillInput(ctx context.Context, t *testing.T, bootstrap, in string, keyFrom int, base int64, counts ...int) {
+	t.Helper()
+	kafkatest.CreateTopic(t, bootstrap, in, int32(len(counts)))
 	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID(kafkatest.UniqueName(t, "txn")))
 	const perTxn = 25
 	for from := 0; from < slices.Max(counts); from += perTxn {
@@ -33,7 +42,7 @@ func boundedInput(ctx context.Context, t *testing.T, bootstrap, in, out string, 
 		}
 		for p, n := range counts {
 			for i := from; i < min(n, from+perTxn); i++ {
-				cl.Produce(ctx, &kgo.Record{Topic: in, Partition: int32(p), Key: fmt.Appendf(nil, "%d/%d", p, i), Value: []byte("v"), Timestamp: time.UnixMilli(base + int64(i)*1000)}, nil)
+				cl.Produce(ctx, &kgo.Record{Topic: in, Partition: int32(p), Key: fmt.Appendf(nil, "%d/%d", keyFrom+p, i), Value: []byte("v"), Timestamp: time.UnixMilli(base + int64(i)*1000)}, nil)
 			}
 		}
 		if err := cl.Flush(ctx); err != nil {
@@ -41,6 +50,33 @@ func boundedInput(ctx context.Context, t *testing.T, bootstrap, in, out string, 
 		}
 		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// A read counts what is committed when it starts (the last stable
+	// offsets): wait until the markers of the last transaction are
+	// written, as the end offsets say.
+	adm := kadm.NewClient(cl)
+	for {
+		stable, err := adm.ListCommittedOffsets(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends, err := adm.ListEndOffsets(ctx, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same := true
+		ends.Each(func(o kadm.ListedOffset) {
+			s, _ := stable.Lookup(o.Topic, o.Partition)
+			same = same && s.Offset == o.Offset
+		})
+		if same {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("topic %s: the last stable offsets %v never reached the end offsets %v", in, stable, ends)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -205,5 +241,35 @@ func TestKafkaStartReadTime(t *testing.T) {
 	}
 	if !maps.EqualFunc(got, want, slices.Equal) {
 		t.Errorf("output indexes by partition %v, want %v", got, want)
+	}
+}
+
+// TestKafkaSeveralTopics: a read of two topics reads every partition of
+// both (one source task each, through the read's flatten topic);
+// max_num_records counts them together: a first job of fewer records than
+// both hold ends DONE with exactly that many, a prefix of each partition,
+// and a second of the same application reads exactly the rest.
+func TestKafkaSeveralTopics(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	a, b, out := kafkatest.UniqueName(t, "ka"), kafkatest.UniqueName(t, "kb"), kafkatest.UniqueName(t, "kout")
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	fillInput(ctx, t, bootstrap, a, 0, base, 40, 20)
+	fillInput(ctx, t, bootstrap, b, 2, base, 30, 0, 10)
+	counts := []int{40, 20, 30, 0, 10}
+	appID := kafkatest.UniqueName(t, "e2e")
+	read := func(n int64) func(beam.Scope) beam.PCollection {
+		return func(s beam.Scope) beam.PCollection {
+			return kafkaio.Read(s, "", bootstrap, []string{a, b}, earliest, kafkaio.MaxNumRecords(n))
+		}
+	}
+	runCopy(ctx, t, bootstrap, appID, out, read(60))
+	if per, total := prefixes(t, readOut(ctx, t, bootstrap, out), len(counts)); total != 60 {
+		t.Fatalf("first job: %d records (per partition %v), want 60", total, per)
+	}
+	runCopy(ctx, t, bootstrap, appID, out, read(40))
+	if per, _ := prefixes(t, readOut(ctx, t, bootstrap, out), len(counts)); !slices.Equal(per, counts) {
+		t.Errorf("both jobs: per partition %v, want the whole input %v", per, counts)
 	}
 }

@@ -69,37 +69,56 @@ func (i *instance) startOffsets(_ context.Context, offsets map[string]map[int32]
 func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client, now time.Time) (map[int]*task.ReadBound, error) {
 	run := fmt.Sprintf("%d-%s", now.UnixMilli(), randomSuffix())
 	bounds := map[int]*task.ReadBound{}
+	// The source sub-topologies of each bounded read (one per topic), in
+	// plan order: max_num_records counts them all together.
+	var reads []string
+	subs := map[string][]*translate.SubTopology{}
+	for _, st := range cfg.Plan.SubTopologies {
+		if r := st.Root.KafkaRead; r != nil && st.Root.Kind == translate.RootKafkaSource && r.Bounded() {
+			if subs[st.Root.TransformID] == nil {
+				reads = append(reads, st.Root.TransformID)
+			}
+			subs[st.Root.TransformID] = append(subs[st.Root.TransformID], st)
+		}
+	}
 	var committed kadm.OffsetResponses
 	fetchedCommits := false
-	for _, st := range cfg.Plan.SubTopologies {
-		r := st.Root.KafkaRead
-		if r == nil || !r.Bounded() {
-			continue
-		}
+	for _, id := range reads {
+		r := subs[id][0].Root.KafkaRead
 		b := &task.ReadBound{Run: run}
 		if r.MaxReadTimeMs != nil {
 			b.Deadline = now.Add(time.Duration(*r.MaxReadTimeMs) * time.Millisecond)
 		}
-		if r.MaxNumRecords != nil {
-			if !fetchedCommits {
-				var err error
-				if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
-					return nil, fmt.Errorf("transform %s: the committed offsets of group %s: %w", st.Root.TransformID, cfg.ApplicationID, err)
-				}
-				fetchedCommits = true
+		if r.MaxNumRecords == nil {
+			for _, st := range subs[id] {
+				bounds[st.ID] = b
 			}
-			avail, err := available(ctx, cfg, adm, st, ts.Partitions[st.Input], committed, *r.MaxNumRecords)
-			if err != nil {
-				return nil, fmt.Errorf("transform %s: max_num_records: %w", st.Root.TransformID, err)
-			}
-			q := splitQuota(*r.MaxNumRecords, avail)
-			b.Quota = map[int32]int64{}
-			for p, n := range q {
-				b.Quota[int32(p)] = n
-			}
-			cfg.Logger.Info("bounded Kafka read", "transform", st.Root.TransformID, "max_num_records", *r.MaxNumRecords, "available", avail, "quotas", q)
+			continue
 		}
-		bounds[st.ID] = b
+		if !fetchedCommits {
+			var err error
+			if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
+				return nil, fmt.Errorf("transform %s: the committed offsets of group %s: %w", id, cfg.ApplicationID, err)
+			}
+			fetchedCommits = true
+		}
+		var avail []int64 // the partitions of every topic, in order
+		for _, st := range subs[id] {
+			a, err := available(ctx, cfg, adm, st, ts.Partitions[st.Input], committed, *r.MaxNumRecords)
+			if err != nil {
+				return nil, fmt.Errorf("transform %s: max_num_records: %w", id, err)
+			}
+			avail = append(avail, a...)
+		}
+		q := splitQuota(*r.MaxNumRecords, avail)
+		cfg.Logger.Info("bounded Kafka read", "transform", id, "max_num_records", *r.MaxNumRecords, "available", avail, "quotas", q)
+		for _, st := range subs[id] {
+			sb := &task.ReadBound{Run: run, Deadline: b.Deadline, Quota: map[int32]int64{}}
+			for p := range ts.Partitions[st.Input] {
+				sb.Quota[p], q = q[0], q[1:]
+			}
+			bounds[st.ID] = sb
+		}
 	}
 	return bounds, nil
 }
