@@ -118,10 +118,15 @@ func TestKafkaRefused(t *testing.T) {
 		want  []string
 	}{
 		{"bad topic name", func(r *KafkaRead) { r.Topics = []string{"a", "b c"} }, nil, []string{"kafkaSourcePlaceholder", `"b c" is not a valid Kafka topic name`}},
-		{"with metadata", func(r *KafkaRead) { r.WithMetadata = true }, nil, []string{"kafkaSourcePlaceholder", "with metadata", "not supported yet"}},
+		{"with metadata of strings", func(r *KafkaRead) { r.WithMetadata = true }, nil, []string{"kafkaSourcePlaceholder", "with metadata", "ByteArray", "String and Long"}},
+		{"with metadata into KV", func(r *KafkaRead) { r.WithMetadata, r.KeyFormat, r.ValueFormat = true, KafkaByteArray, KafkaByteArray }, nil, []string{"kafkaSourcePlaceholder", "output", "beam:coder:kv:v1", "want a row"}},
 		{"offset reset none", func(r *KafkaRead) { r.ConsumerConfig = map[string]string{"auto.offset.reset": "none"} }, nil, []string{"kafkaSourcePlaceholder", "auto.offset.reset"}},
 		{"read format mismatch", func(r *KafkaRead) { r.KeyFormat = KafkaLong }, nil, []string{"kafkaSourcePlaceholder", "key", "string_utf8", "Long"}},
-		{"with headers", nil, func(w *KafkaWrite) { w.WithHeaders = true }, []string{"kafkaSinkPlaceholder", "with headers", "not supported yet"}},
+		{"with headers of strings", nil, func(w *KafkaWrite) { w.WithHeaders = true }, []string{"kafkaSinkPlaceholder", "with headers", "ByteArray", "String and Long"}},
+		{"with headers from KV", nil, func(w *KafkaWrite) { w.WithHeaders, w.KeyFormat, w.ValueFormat = true, KafkaByteArray, KafkaByteArray }, []string{"kafkaSinkPlaceholder", "input", "beam:coder:kv:v1", "want a row"}},
+		{"with headers without topic", nil, func(w *KafkaWrite) {
+			w.WithHeaders, w.Topic, w.KeyFormat, w.ValueFormat = true, "", KafkaByteArray, KafkaByteArray
+		}, []string{"kafkaSinkPlaceholder", "with headers needs its topic"}},
 		{"write format mismatch", nil, func(w *KafkaWrite) { w.ValueFormat = KafkaByteArray }, []string{"kafkaSinkPlaceholder", "value", "varint", "ByteArray"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

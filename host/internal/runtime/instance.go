@@ -150,6 +150,15 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		kgo.OnPartitionsLost(i.onLost),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
+	// The settings of the plan's Kafka reads and writes, after the
+	// defaults above, which they override (checkKafkaIO has checked them).
+	cc, err := kafkaClientConfig(cfg.Plan, cfg.ExactlyOnce)
+	if err != nil {
+		i.admin.Close()
+		db.Close()
+		return nil, err
+	}
+	opts = append(opts, cc.opts...)
 	if cfg.ExactlyOnce {
 		// One transactional producer per instance, fenced by the group's
 		// generation (KIP-447), so the id only has to be unique.
