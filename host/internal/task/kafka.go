@@ -255,8 +255,9 @@ func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
 func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	ks := t.kafkaSinks[s]
 	// The record's key and value alias raw and are produced after this
-	// returns, but raw is valid only during the executor's emit or a source's
-	// route (a WASM executor reuses its output chunk, a source its scratch): they need bytes of their own.
+	// returns, but raw is valid only during the executor's emit or a
+	// source's route (a WASM executor reuses its output chunk, a source
+	// its scratch): they need bytes of their own.
 	raw = bytes.Clone(raw)
 	wv, err := t.env.Codecs[pcoll].Next(raw)
 	if err != nil {
