@@ -226,10 +226,7 @@ func (e *tooLargeError) Error() string {
 // returns the task's failure (PolicyFail, or a dead letter that cannot be
 // produced either), or nil.
 func (t *Task) badSinkElement(s *translate.Sink, wv shuffle.WindowedValue, kb, vb []byte, rec *kgo.Record, serialized bool, err error) error {
-	key := rec.Key
-	if !serialized {
-		key = nil
-	}
+	key := rec.Key // nil if the key did not serialize (or is null)
 	exception := ExceptionSerialization
 	var tl *tooLargeError
 	if errors.As(err, &tl) {
