@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -325,16 +326,44 @@ func (t *Set) createDeadLetterTopic(ctx context.Context, adm *kadm.Client) error
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("creating the dead-letter topic %s: %w", t.DeadLetter, err)
 	}
-	details, err := adm.ListTopics(ctx, t.DeadLetter)
-	if err != nil {
-		return fmt.Errorf("dead-letter topic %s: %w", t.DeadLetter, err)
+	// A real cluster answers UNKNOWN_TOPIC_OR_PARTITION for a while after
+	// CreateTopics, and the producer gives up on a record after a few such
+	// answers: wait until every partition has a leader.
+	wait := time.NewTicker(50 * time.Millisecond)
+	defer wait.Stop()
+	deadline := time.Now().Add(topicReadyTimeout)
+	for {
+		details, err := adm.ListTopics(ctx, t.DeadLetter)
+		d := details[t.DeadLetter]
+		if err == nil && d.Err == nil && len(d.Partitions) > 0 && leadersKnown(d) {
+			t.DeadLetterPartitions = int32(len(d.Partitions))
+			break
+		}
+		if err == nil {
+			err = d.Err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("dead-letter topic %s: its partitions have no leader %v after creating it (%v)", t.DeadLetter, topicReadyTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wait.C:
+		}
 	}
-	d := details[t.DeadLetter]
-	if d.Err != nil || len(d.Partitions) == 0 {
-		return fmt.Errorf("dead-letter topic %s: no partitions after creating it (%v)", t.DeadLetter, d.Err)
-	}
-	t.DeadLetterPartitions = int32(len(d.Partitions))
 	return t.discoverMaxMessageBytes(ctx, adm, t.DeadLetter)
+}
+
+// topicReadyTimeout bounds waiting for a created topic's leaders.
+const topicReadyTimeout = 30 * time.Second
+
+func leadersKnown(d kadm.TopicDetail) bool {
+	for _, p := range d.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // changelogPartitions is the partition count of a sub-topology's changelog:
