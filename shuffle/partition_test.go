@@ -30,3 +30,13 @@ func TestPartitionerMatchesKafka(t *testing.T) {
 		t.Errorf("a record without key goes to its own partition: got %d, want 3", got)
 	}
 }
+
+// A keyed record given its partition by SetPartition keeps it.
+func TestSetPartition(t *testing.T) {
+	tp := Partitioner().ForTopic("t")
+	r := &kgo.Record{Key: []byte("abc")} // murmur2: partition 3 of 4
+	SetPartition(r, 1)
+	if got := tp.Partition(r, 4); got != 1 {
+		t.Errorf("a keyed record given partition 1: got %d", got)
+	}
+}

@@ -42,8 +42,8 @@ func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
 		return fmt.Errorf("transform %q: a Kafka read of %d topics (%s) is not supported yet: read one topic per transform and flatten them", name, len(r.Topics), strings.Join(r.Topics, ", "))
 	case !validTopicName(r.Topics[0]):
 		return fmt.Errorf("transform %q: %q is not a valid Kafka topic name", name, r.Topics[0])
-	case r.WithMetadata:
-		return fmt.Errorf("transform %q: a Kafka read with metadata (the record row output) is not supported yet: read without metadata (KV<key, value>)", name)
+	case r.WithMetadata && (r.KeyFormat != KafkaByteArray || r.ValueFormat != KafkaByteArray):
+		return fmt.Errorf("transform %q: a Kafka read with metadata reads ByteArray keys and values (its rows hold bytes), not %s and %s", name, r.KeyFormat, r.ValueFormat)
 	case r.MaxNumRecords != nil:
 		return fmt.Errorf("transform %q: a bounded Kafka read (max_num_records) is not supported yet", name)
 	case r.MaxReadTimeMs != nil:
@@ -73,8 +73,13 @@ func (t *translator) addKafkaWrite(id string, tr *pipepb.PTransform) error {
 		return fmt.Errorf("transform %q: %w", name, err)
 	}
 	switch {
-	case w.WithHeaders:
-		return fmt.Errorf("transform %q: a Kafka write with headers (the write row input) is not supported yet: write KV<key, value>", name)
+	case w.WithHeaders && w.Topic == "":
+		// The topic is where rows without one go, and the one topic Run
+		// checks exists besides the pipeline's other Kafka topics: rows
+		// may name only topics known at Run (host/internal/task/kafka.go).
+		return fmt.Errorf("transform %q: a Kafka write with headers needs its topic (rows without a topic go there)", name)
+	case w.WithHeaders && (w.KeyFormat != KafkaByteArray || w.ValueFormat != KafkaByteArray):
+		return fmt.Errorf("transform %q: a Kafka write with headers writes ByteArray keys and values (its rows hold bytes), not %s and %s", name, w.KeyFormat, w.ValueFormat)
 	case !validTopicName(w.Topic):
 		return fmt.Errorf("transform %q: %q is not a valid Kafka topic name", name, w.Topic)
 	}
@@ -86,6 +91,63 @@ func (t *translator) addKafkaWrite(id string, tr *pipepb.PTransform) error {
 	return nil
 }
 
+// checkKafkaRead checks a read's output coder: the with-metadata record
+// row (KafkaRecordSchema), or KV<key, value> of its formats.
+func (t *translator) checkKafkaRead(name, pc string, r *KafkaRead) error {
+	if !r.WithMetadata {
+		return t.checkKafkaKV(name, "output", pc, r.KeyFormat, r.ValueFormat)
+	}
+	s, err := t.kafkaRow(name, "output", pc)
+	if err != nil {
+		return err
+	}
+	if err := SameRowLayout(s, KafkaRecordSchema()); err != nil {
+		return fmt.Errorf("transform %q: output %q: the row is not the Kafka record row of a read with metadata (Java's ByteArrayKafkaRecord): %w", name, pc, err)
+	}
+	return nil
+}
+
+// checkKafkaWrite checks a write's input coder: a write-with-headers row
+// (CheckKafkaWriteSchema), or KV<key, value> of its formats.
+func (t *translator) checkKafkaWrite(name, pc string, w *KafkaWrite) error {
+	if !w.WithHeaders {
+		return t.checkKafkaKV(name, "input", pc, w.KeyFormat, w.ValueFormat)
+	}
+	s, err := t.kafkaRow(name, "input", pc)
+	if err != nil {
+		return err
+	}
+	if err := CheckKafkaWriteSchema(s); err != nil {
+		return fmt.Errorf("transform %q: input %q: %w", name, pc, err)
+	}
+	return nil
+}
+
+// kafkaRow returns the row schema of pc's elements, which must be in the
+// global window.
+func (t *translator) kafkaRow(name, what, pc string) (*pipepb.Schema, error) {
+	w, err := t.wire(pc)
+	if err != nil {
+		return nil, fmt.Errorf("transform %q: %w", name, err)
+	}
+	if err := t.checkKafkaGlobal(name, what, pc, w); err != nil {
+		return nil, err
+	}
+	s, err := RowCoderSchema(t.comps.GetCoders(), t.comps.GetCoders()[w].GetComponentCoderIds()[0])
+	if err != nil {
+		return nil, fmt.Errorf("transform %q: %s %q: %w", name, what, pc, err)
+	}
+	return s, nil
+}
+
+func (t *translator) checkKafkaGlobal(name, what, pc, wire string) error {
+	cs := t.comps.GetCoders()
+	if wc := cs[cs[wire].GetComponentCoderIds()[1]]; wc.GetSpec().GetUrn() != urnCoderGlobalWindow {
+		return fmt.Errorf("transform %q: %s %q is in windows of coder %s; a Kafka %s needs the global window (window after reading, re-window to the global window before writing)", name, what, pc, wc.GetSpec().GetUrn(), map[string]string{"output": "read", "input": "write"}[what])
+	}
+	return nil
+}
+
 // checkKafkaKV checks that the wire coder of pc is KV<key, value> in the
 // global window, with key and value coders that the Kafka formats map to
 // (what = "output" or "input", for messages).
@@ -94,10 +156,10 @@ func (t *translator) checkKafkaKV(name, what, pc, keyFormat, valueFormat string)
 	if err != nil {
 		return fmt.Errorf("transform %q: %w", name, err)
 	}
-	cs := t.comps.GetCoders()
-	if wc := cs[cs[w].GetComponentCoderIds()[1]]; wc.GetSpec().GetUrn() != urnCoderGlobalWindow {
-		return fmt.Errorf("transform %q: %s %q is in windows of coder %s; a Kafka %s needs the global window (window after reading, re-window to the global window before writing)", name, what, pc, wc.GetSpec().GetUrn(), map[string]string{"output": "read", "input": "write"}[what])
+	if err := t.checkKafkaGlobal(name, what, pc, w); err != nil {
+		return err
 	}
+	cs := t.comps.GetCoders()
 	kv := cs[cs[w].GetComponentCoderIds()[0]]
 	if kv.GetSpec().GetUrn() != urnCoderKV || len(kv.GetComponentCoderIds()) != 2 {
 		return fmt.Errorf("transform %q: %s %q has coder %s, want KV<key, value>", name, what, pc, kv.GetSpec().GetUrn())

@@ -116,13 +116,18 @@ func TestKafkaRefused(t *testing.T) {
 		want  []string
 	}{
 		{"several topics", func(r *KafkaRead) { r.Topics = []string{"a", "b"} }, nil, []string{"kafkaSourcePlaceholder", "2 topics (a, b)", "not supported yet"}},
-		{"with metadata", func(r *KafkaRead) { r.WithMetadata = true }, nil, []string{"kafkaSourcePlaceholder", "with metadata", "not supported yet"}},
+		{"with metadata of strings", func(r *KafkaRead) { r.WithMetadata = true }, nil, []string{"kafkaSourcePlaceholder", "with metadata", "ByteArray", "String and Long"}},
+		{"with metadata into KV", func(r *KafkaRead) { r.WithMetadata, r.KeyFormat, r.ValueFormat = true, KafkaByteArray, KafkaByteArray }, nil, []string{"kafkaSourcePlaceholder", "output", "beam:coder:kv:v1", "want a row"}},
 		{"max records", func(r *KafkaRead) { r.MaxNumRecords = &n }, nil, []string{"kafkaSourcePlaceholder", "max_num_records", "not supported yet"}},
 		{"max read time", func(r *KafkaRead) { r.MaxReadTimeMs = &n }, nil, []string{"kafkaSourcePlaceholder", "max_read_time", "not supported yet"}},
 		{"start read time", func(r *KafkaRead) { r.StartReadTimeMs = &n }, nil, []string{"kafkaSourcePlaceholder", "start_read_time", "not supported yet"}},
 		{"offset reset none", func(r *KafkaRead) { r.ConsumerConfig = map[string]string{"auto.offset.reset": "none"} }, nil, []string{"kafkaSourcePlaceholder", "auto.offset.reset"}},
 		{"read format mismatch", func(r *KafkaRead) { r.KeyFormat = KafkaLong }, nil, []string{"kafkaSourcePlaceholder", "key", "string_utf8", "Long"}},
-		{"with headers", nil, func(w *KafkaWrite) { w.WithHeaders = true }, []string{"kafkaSinkPlaceholder", "with headers", "not supported yet"}},
+		{"with headers of strings", nil, func(w *KafkaWrite) { w.WithHeaders = true }, []string{"kafkaSinkPlaceholder", "with headers", "ByteArray", "String and Long"}},
+		{"with headers from KV", nil, func(w *KafkaWrite) { w.WithHeaders, w.KeyFormat, w.ValueFormat = true, KafkaByteArray, KafkaByteArray }, []string{"kafkaSinkPlaceholder", "input", "beam:coder:kv:v1", "want a row"}},
+		{"with headers without topic", nil, func(w *KafkaWrite) {
+			w.WithHeaders, w.Topic, w.KeyFormat, w.ValueFormat = true, "", KafkaByteArray, KafkaByteArray
+		}, []string{"kafkaSinkPlaceholder", "with headers needs its topic"}},
 		{"write format mismatch", nil, func(w *KafkaWrite) { w.ValueFormat = KafkaByteArray }, []string{"kafkaSinkPlaceholder", "value", "varint", "ByteArray"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,7 +99,7 @@ func (t *translator) layout() (*Plan, error) {
 		case kindKafkaRead:
 			out := onlyValue(tr.GetOutputs())
 			r := t.kafkaReads[id]
-			if err := t.checkKafkaKV(tr.GetUniqueName(), "output", out, r.KeyFormat, r.ValueFormat); err != nil {
+			if err := t.checkKafkaRead(tr.GetUniqueName(), out, r); err != nil {
 				return nil, err
 			}
 			// A Kafka read is unbounded whatever its output says (bounded
@@ -116,7 +116,7 @@ func (t *translator) layout() (*Plan, error) {
 		case kindKafkaWrite:
 			in := onlyValue(tr.GetInputs())
 			w := t.kafkaWrites[id]
-			if err := t.checkKafkaKV(tr.GetUniqueName(), "input", in, w.KeyFormat, w.ValueFormat); err != nil {
+			if err := t.checkKafkaWrite(tr.GetUniqueName(), in, w); err != nil {
 				return nil, err
 			}
 			sb := subOf[in]

@@ -70,6 +70,11 @@ func fillWithBadRecords(ctx context.Context, t *testing.T, bootstrap, in, out st
 	return want, bad
 }
 
+// label is how messages name a transform: "id (unique name)".
+func label(pipe *pipepb.Pipeline, id string) string {
+	return id + " (" + pipe.GetComponents().GetTransforms()[id].GetUniqueName() + ")"
+}
+
 // kafkaIDs are the read and write transforms of a Kafka count pipeline.
 func kafkaIDs(t *testing.T, pipe *pipepb.Pipeline) (read, write string) {
 	t.Helper()
@@ -210,7 +215,7 @@ func TestKafkaReadBadRecords(t *testing.T) {
 		var wantDead []string
 		for _, b := range bad {
 			wantDead = append(wantDead, fmt.Sprintf("key %q value %x @%d __streams.errors.exception=org.apache.kafka.common.errors.SerializationException __streams.errors.message=value: 3 bytes, the Long deserializer needs 8 __streams.errors.topic=%s __streams.errors.partition=%d __streams.errors.offset=%d __ksrunner.errors.transform=%s",
-				b.key, b.value, b.ts, in, b.partition, b.offset, read))
+				b.key, b.value, b.ts, in, b.partition, b.offset, pipe.GetComponents().GetTransforms()[read].GetUniqueName()))
 		}
 		var dead []string
 		kafkatest.ReadTopic(ctx, t, bootstrap, shuffle.TopicName(appID, "dead-letter"), nil, func(r *kgo.Record) { dead = append(dead, describeDeadLetter(r)) })
@@ -278,7 +283,7 @@ func TestKafkaReadBadRecordFailResumes(t *testing.T) {
 		t.Fatalf("job ended %v (errors %q, %v), want FAILED", r.State, r.Errors, err)
 	}
 	named := map[int32]int64{}
-	re := regexp.MustCompile(`transform ` + regexp.QuoteMeta(read) + `: topic ` + regexp.QuoteMeta(in) + ` partition (\d+) offset (\d+): value: 3 bytes, the Long deserializer needs 8`)
+	re := regexp.MustCompile(`transform ` + regexp.QuoteMeta(label(pipe, read)) + `: topic ` + regexp.QuoteMeta(in) + ` partition (\d+) offset (\d+): value: 3 bytes, the Long deserializer needs 8`)
 	for _, e := range r.Errors {
 		for _, m := range re.FindAllStringSubmatch(e, -1) {
 			p, _ := strconv.Atoi(m[1])
@@ -341,7 +346,7 @@ func TestKafkaWriteTooLarge(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := wait(ctx, ksrunner, id)
-	wantErr := fmt.Sprintf(`transform %s: topic %s: element with key "%s@%d" at `, write, out, strings.Repeat("k", 50), ts.UnixMilli())
+	wantErr := fmt.Sprintf(`transform %s: topic %s: element with key "%s@%d" at `, label(pipe, write), out, strings.Repeat("k", 50), ts.UnixMilli())
 	if err != nil || r.State != jobpb.JobState_FAILED || !strings.Contains(strings.Join(r.Errors, "\n"), wantErr) || !strings.Contains(strings.Join(r.Errors, "\n"), "takes at most 100") {
 		t.Errorf("job ended %v (errors %q, %v), want FAILED with %q ... takes at most 100", r.State, r.Errors, err, wantErr)
 	}

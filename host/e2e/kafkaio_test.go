@@ -163,13 +163,8 @@ func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipe
 		t.Fatalf("submit: %v", err)
 	}
 	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
-	type ended struct {
-		state jobpb.JobState_Enum
-		errs  []string
-		err   error
-	}
-	done := make(chan ended, 1)
-	go func() { r, err := wait(ctx, ksrunner, id); done <- ended{r.State, r.Errors, err} }()
+	done := make(chan jobEnd, 1)
+	go func() { r, err := wait(ctx, ksrunner, id); done <- jobEnd{r.State, r.Errors, err} }()
 
 	got := readCommitted(ctx, t, bootstrap, out, len(want))
 	select {
@@ -187,20 +182,7 @@ func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipe
 	if all := readCommitted(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) {
 		t.Errorf("the output topic grew after the counts arrived: %d records, then %d", len(got), len(all))
 	}
-	if !maps.Equal(got, want) {
-		var diff []string
-		for _, k := range slices.Sorted(maps.Keys(want)) {
-			if got[k] != want[k] {
-				diff = append(diff, fmt.Sprintf("%s: got %d want %d", k, got[k], want[k]))
-			}
-		}
-		for k := range got {
-			if _, ok := want[k]; !ok {
-				diff = append(diff, fmt.Sprintf("%s: got %d, not expected", k, got[k]))
-			}
-		}
-		t.Errorf("output counts differ:\n%s", strings.Join(diff, "\n"))
-	}
+	checkCounts(t, "output", got, want)
 
 	// The source tasks: one per partition of the input, each reported.
 	status := readStatus(ctx, t, bootstrap, shuffle.TopicName(appID, shuffle.StatusTopic))

@@ -20,6 +20,11 @@ const (
 	URNWriteWithHeaders    = "beam:transform:org.apache.beam:kafka_write_with_headers:v1"
 )
 
+// URNSchemaTransformPayload is the spec URN of a schema transform's
+// expansion (a SchemaTransformPayload naming it), which managed.Read/Write
+// and Beam YAML send.
+const URNSchemaTransformPayload = "beam:expansion:payload:schematransform:v1"
+
 // URNs are the transforms Expand expands.
 var URNs = []string{URNReadWithoutMetadata, URNReadWithMetadata, URNWrite, URNWriteWithHeaders}
 

@@ -16,7 +16,8 @@
 //     the primitive, its output PCollection with the coder Java's expansion
 //     service gives it (so SDK-side DoFns decode the elements as they would
 //     under Java), and the global windowing strategy;
-//   - the check of a write's input coder against its serializers;
+//   - the check of a write's input coder against its serializers (a write
+//     with headers: a row translate.CheckKafkaWriteSchema accepts);
 //   - the gRPC service (Service), served by `ksrunner jobserver` on
 //     expansion_port, and Expand, which host/kafkaio calls in-process.
 //     DiscoverSchemaTransform lists nothing yet: the kafka_read/kafka_write

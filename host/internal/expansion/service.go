@@ -50,7 +50,8 @@ func (s *Service) Expand(ctx context.Context, req *jobpb.ExpansionRequest) (*job
 
 // DiscoverSchemaTransform lists no schema transforms: ksrunner expands the
 // classic KafkaIO URNs only (the kafka_read/kafka_write schema transforms
-// are not implemented yet).
+// and managed Kafka are not implemented yet, and Expand refuses them by
+// name).
 func (s *Service) DiscoverSchemaTransform(context.Context, *jobpb.DiscoverSchemaTransformRequest) (*jobpb.DiscoverSchemaTransformResponse, error) {
 	return &jobpb.DiscoverSchemaTransformResponse{SchemaTransformConfigs: map[string]*jobpb.SchemaTransformConfig{}}, nil
 }
@@ -80,6 +81,14 @@ func Expand(req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, []string, er
 		if err == nil {
 			out, comps, err = expandWrite(req, spec)
 		}
+	case URNSchemaTransformPayload:
+		// managed.Read/Write(managed.KAFKA), Beam YAML and the schema
+		// transforms' own identifiers: refused, naming the one asked for.
+		p := &pipepb.SchemaTransformPayload{}
+		if err := proto.Unmarshal(t.GetSpec().GetPayload(), p); err != nil {
+			return nil, nil, fmt.Errorf("%s (%s): %w", t.GetUniqueName(), urn, err)
+		}
+		return nil, nil, fmt.Errorf("%s: schema transform %q is not supported by ksrunner's expansion service yet (the Kafka schema transforms and managed Kafka are not implemented): use ReadFromKafka/WriteToKafka (%v)", t.GetUniqueName(), p.GetIdentifier(), URNs)
 	default:
 		return nil, nil, fmt.Errorf("ksrunner's expansion service expands KafkaIO only (%v), not %q", URNs, urn)
 	}
@@ -193,6 +202,13 @@ func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWri
 		if urn != urnRow {
 			return fmt.Errorf("a write with headers writes rows (key, value, headers, topic, partition, timestamp): the input's coder is %s, not %s", urn, urnRow)
 		}
+		schema := &pipepb.Schema{}
+		if err := proto.Unmarshal(cd.GetSpec().GetPayload(), schema); err != nil {
+			return fmt.Errorf("the input's row coder: its schema: %w", err)
+		}
+		if err := translate.CheckKafkaWriteSchema(schema); err != nil {
+			return fmt.Errorf("the input's rows: %w", err)
+		}
 		return nil
 	}
 	if urn != urnKV || len(cd.GetComponentCoderIds()) != 2 {
@@ -260,38 +276,11 @@ func addReadCoder(c *pipepb.Components, id func(string) string, spec *translate.
 	return add("kv", urnKV, nil, elem("key", spec.KeyFormat), elem("value", spec.ValueFormat)), nil
 }
 
-// RecordSchemaID is the schema id of the with-metadata record row.
-const RecordSchemaID = "ksrunner-kafka-record-v1"
-
-// RecordSchema is the row of a read with metadata: the fields of Java's
-// KafkaIO.ByteArrayKafkaRecord, in its order, with its nullability
-// (headers: KafkaIO.KafkaHeader rows).
-func RecordSchema() *pipepb.Schema {
-	atomic := func(t pipepb.AtomicType, nullable bool) *pipepb.FieldType {
-		return &pipepb.FieldType{Nullable: nullable, TypeInfo: &pipepb.FieldType_AtomicType{AtomicType: t}}
-	}
-	field := func(i int32, name string, t *pipepb.FieldType) *pipepb.Field {
-		return &pipepb.Field{Name: name, Type: t, Id: i, EncodingPosition: i}
-	}
-	header := &pipepb.Schema{Id: RecordSchemaID + "-header", Fields: []*pipepb.Field{
-		field(0, "key", atomic(pipepb.AtomicType_STRING, false)),
-		field(1, "value", atomic(pipepb.AtomicType_BYTES, true)),
-	}}
-	headers := &pipepb.FieldType{Nullable: true, TypeInfo: &pipepb.FieldType_ArrayType{ArrayType: &pipepb.ArrayType{
-		ElementType: &pipepb.FieldType{TypeInfo: &pipepb.FieldType_RowType{RowType: &pipepb.RowType{Schema: header}}},
-	}}}
-	return &pipepb.Schema{Id: RecordSchemaID, Fields: []*pipepb.Field{
-		field(0, "topic", atomic(pipepb.AtomicType_STRING, false)),
-		field(1, "partition", atomic(pipepb.AtomicType_INT32, false)),
-		field(2, "offset", atomic(pipepb.AtomicType_INT64, false)),
-		field(3, "timestamp", atomic(pipepb.AtomicType_INT64, false)),
-		field(4, "key", atomic(pipepb.AtomicType_BYTES, true)),
-		field(5, "value", atomic(pipepb.AtomicType_BYTES, true)),
-		field(6, "headers", headers),
-		field(7, "timestampTypeId", atomic(pipepb.AtomicType_INT32, false)),
-		field(8, "timestampTypeName", atomic(pipepb.AtomicType_STRING, false)),
-	}}
-}
+// RecordSchema is the row of a read with metadata (Java's
+// KafkaIO.ByteArrayKafkaRecord): translate.KafkaRecordSchema, which the
+// host encodes (host/internal/kafkaio) and translate checks the output
+// coder against.
+func RecordSchema() *pipepb.Schema { return translate.KafkaRecordSchema() }
 
 // addGlobalWindowing adds the global windowing strategy (and its window
 // coder) under id, as the Go SDK marshals it.

@@ -16,4 +16,16 @@
 // it. A length_prefix wraps its component's encoding in a varint length; a
 // nullable coder writes 0 for a Kafka null and 1 before the value, and a
 // null under any other coder does not decode.
+//
+// Rows (row.go): a read with metadata's element is the record row
+// (translate.KafkaRecordSchema, Java's ByteArrayKafkaRecord), written by a
+// hand-coded encoder (AppendRecordRow: one pass, no reflection) whose
+// output the tests decode with the Beam Go SDK's own row coder. Its
+// timestamp and timestamp type are the record's own (CreateTime 0 or
+// LogAppendTime 1, the topic's message.timestamp.type), whatever the
+// read's timestamp policy, which sets only the element's event time. A
+// write with headers takes the user's row, whose schema is in its coder:
+// fields are found by name as Java's KafkaIO.WriteWithHeaders finds them
+// (key, value, headers, topic, partition, timestamp; others skipped), in
+// the schema's encoding order.
 package kafkaio

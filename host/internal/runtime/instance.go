@@ -117,7 +117,6 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		SideWatermark:     i.side.watermark,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
 		BadRecords:        cfg.BadRecords,
-		MaxRecordBytes:    producerBatchMaxBytes,
 	}
 	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
 	if i.admin, err = kgo.NewClient(seeds); err != nil {
@@ -151,6 +150,16 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		kgo.OnPartitionsLost(i.onLost),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
+	// The settings of the plan's Kafka reads and writes, after the
+	// defaults above, which they override (checkKafkaIO has checked them).
+	cc, err := kafkaClientConfig(cfg.Plan, cfg.ExactlyOnce)
+	if err != nil {
+		i.admin.Close()
+		db.Close()
+		return nil, err
+	}
+	opts = append(opts, cc.opts...)
+	i.env.MaxRecordBytes = cc.batchMaxBytes // before any task exists
 	if cfg.ExactlyOnce {
 		// One transactional producer per instance, fenced by the group's
 		// generation (KIP-447), so the id only has to be unique.
@@ -633,11 +642,6 @@ func (i *instance) producePromise(r *kgo.Record, err error) {
 	}
 	i.setProduceErr(fmt.Errorf("producing to topic %s partition %d: %w", r.Topic, r.Partition, err))
 }
-
-// producerBatchMaxBytes is the producer's limit on a record batch
-// (franz-go's default ProducerBatchMaxBytes): a Kafka write fails a
-// larger record before producing it (task.Env.MaxRecordBytes).
-const producerBatchMaxBytes = 1_000_012
 
 // pebbleLogger sends Pebble's chatter to debug level.
 type pebbleLogger struct{ l *slog.Logger }

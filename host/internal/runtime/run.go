@@ -245,7 +245,8 @@ func randomSuffix() string {
 
 // checkKafkaIO refuses Kafka reads and writes the runtime cannot honour:
 // another cluster than the job's (the commit cycle's transaction spans one
-// cluster), and logs the client settings it does not apply.
+// cluster), and client settings that conflict or do not parse
+// (kafkaclient.go); it logs the settings the client does not apply.
 func checkKafkaIO(cfg Config) error {
 	job := brokerSet(cfg.BootstrapServers)
 	check := func(transform, servers string) error {
@@ -257,33 +258,26 @@ func checkKafkaIO(cfg Config) error {
 		}
 		return nil
 	}
-	ignored := func(transform string, conf map[string]string, honoured ...string) {
-		var keys []string
-		for k := range conf {
-			if !slices.Contains(honoured, k) {
-				keys = append(keys, k)
-			}
-		}
-		if len(keys) > 0 {
-			slices.Sort(keys)
-			cfg.Logger.Warn("Kafka client settings not applied (ksrunner's own client settings apply)", "transform", transform, "settings", keys)
-		}
-	}
 	for _, st := range cfg.Plan.SubTopologies {
 		if r := st.Root.KafkaRead; r != nil {
 			if err := check(st.Root.TransformID, r.BootstrapServers); err != nil {
 				return err
 			}
-			ignored(st.Root.TransformID, r.ConsumerConfig, "auto.offset.reset", "isolation.level", "bootstrap.servers")
 		}
 		for _, sk := range st.Sinks {
 			if w := sk.KafkaWrite; w != nil {
 				if err := check(sk.TransformID, w.BootstrapServers); err != nil {
 					return err
 				}
-				ignored(sk.TransformID, w.ProducerConfig, "bootstrap.servers")
 			}
 		}
+	}
+	cc, err := kafkaClientConfig(cfg.Plan, cfg.ExactlyOnce)
+	if err != nil {
+		return err
+	}
+	for _, transform := range slices.Sorted(maps.Keys(cc.notApplied)) {
+		cfg.Logger.Warn("Kafka client settings not applied (ksrunner's own client settings apply)", "transform", transform, "settings", cc.notApplied[transform])
 	}
 	return nil
 }

@@ -58,7 +58,8 @@ const (
 	HeaderTopic     = "__streams.errors.topic"
 	HeaderPartition = "__streams.errors.partition"
 	HeaderOffset    = "__streams.errors.offset"
-	// HeaderTransform is the unique name of the Kafka read or write.
+	// HeaderTransform is the unique name of the Kafka read or write (as
+	// the pipeline names it: its id when it has no unique name).
 	HeaderTransform = "__ksrunner.errors.transform"
 	// HeaderDestination is, for a write, the topic it was written to.
 	HeaderDestination = "__ksrunner.errors.destination"
@@ -89,7 +90,8 @@ const recordOverhead = 128
 // BadRecordError is a Kafka read's record its deserializers cannot decode,
 // under PolicyFail. The records of the partition before it were handled.
 type BadRecordError struct {
-	Transform   string
+	Transform   string // id
+	Name        string // unique name
 	Topic       string
 	Partition   int32
 	Offset      int64
@@ -98,8 +100,8 @@ type BadRecordError struct {
 }
 
 func (e *BadRecordError) Error() string {
-	return fmt.Sprintf("transform %s: topic %s partition %d offset %d: %v (deserialization_error_policy %s; %s or %s would go on)",
-		e.Transform, e.Topic, e.Partition, e.Offset, e.Err, PolicyFail, PolicyDeadLetter, PolicySkip)
+	return fmt.Sprintf("transform %s (%s): topic %s partition %d offset %d: %v (deserialization_error_policy %s; %s or %s would go on)",
+		e.Transform, e.Name, e.Topic, e.Partition, e.Offset, e.Err, PolicyFail, PolicyDeadLetter, PolicySkip)
 }
 
 func (e *BadRecordError) Unwrap() error { return e.Err }
@@ -114,6 +116,14 @@ type decodeError struct {
 func (e *decodeError) Error() string { return e.field + ": " + e.err.Error() }
 func (e *decodeError) Unwrap() error { return e.err }
 
+// uniqueName is a transform's unique name (its id if it has none).
+func (t *Task) uniqueName(id string) string {
+	if n := t.transformName(id); n != "" {
+		return n
+	}
+	return id
+}
+
 func (t *Task) policy() ErrorPolicy {
 	if t.env.BadRecords == "" {
 		return PolicyFail
@@ -125,9 +135,10 @@ func (t *Task) policy() ErrorPolicy {
 // the policy (nil: go on), any other error as the task's failure.
 func (t *Task) badSourceRecord(s *kafkaSource, r *kgo.Record, err error) error {
 	tr := t.sub.Root.TransformID
+	name := t.uniqueName(tr)
 	var de *decodeError
 	if !errors.As(err, &de) {
-		return fmt.Errorf("transform %s: topic %s partition %d offset %d: %w", tr, r.Topic, r.Partition, r.Offset, err)
+		return fmt.Errorf("transform %s (%s): topic %s partition %d offset %d: %w", tr, name, r.Topic, r.Partition, r.Offset, err)
 	}
 	switch t.policy() {
 	case PolicyDeadLetter:
@@ -139,17 +150,17 @@ func (t *Task) badSourceRecord(s *kafkaSource, r *kgo.Record, err error) error {
 				{Key: HeaderTopic, Value: []byte(r.Topic)},
 				{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
 				{Key: HeaderOffset, Value: strconv.AppendInt(nil, r.Offset, 10)},
-				{Key: HeaderTransform, Value: []byte(tr)},
+				{Key: HeaderTransform, Value: []byte(name)},
 			},
 		}
 		if err := t.deadLetter(dl, r.Partition); err != nil {
-			return fmt.Errorf("transform %s: topic %s partition %d offset %d: %w: dead-lettering it: %w", tr, r.Topic, r.Partition, r.Offset, de, err)
+			return fmt.Errorf("transform %s (%s): topic %s partition %d offset %d: %w: dead-lettering it: %w", tr, name, r.Topic, r.Partition, r.Offset, de, err)
 		}
 		s.deadLettered++
 	case PolicySkip:
 		s.skipped++
 	default:
-		return &BadRecordError{Transform: tr, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch, Err: de}
+		return &BadRecordError{Transform: tr, Name: name, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch, Err: de}
 	}
 	// Handled: the partition's position moves past it (data did not).
 	s.next = r.Offset + 1
@@ -233,7 +244,7 @@ func (t *Task) badSinkElement(s *translate.Sink, wv shuffle.WindowedValue, kb, v
 		exception = ExceptionRecordTooLarge
 	}
 	fail := func(err error) error {
-		return fmt.Errorf("transform %s: topic %s: element %s: %w", s.TransformID, s.Topic, describeElement(wv, kb, key), err)
+		return fmt.Errorf("transform %s (%s): topic %s: element %s: %w", s.TransformID, t.uniqueName(s.TransformID), s.Topic, describeElement(wv, kb, key), err)
 	}
 	switch t.policy() {
 	case PolicyDeadLetter:
@@ -248,7 +259,7 @@ func (t *Task) badSinkElement(s *translate.Sink, wv shuffle.WindowedValue, kb, v
 			{Key: HeaderTopic, Value: []byte(t.env.Topics.Full(t.sub.Input))},
 			{Key: HeaderPartition, Value: strconv.AppendInt(nil, int64(t.partition), 10)},
 			{Key: HeaderOffset, Value: []byte("-1")},
-			{Key: HeaderTransform, Value: []byte(s.TransformID)},
+			{Key: HeaderTransform, Value: []byte(t.uniqueName(s.TransformID))},
 			{Key: HeaderDestination, Value: []byte(s.Topic)},
 			{Key: HeaderEncoding, Value: []byte(encoding)},
 		}

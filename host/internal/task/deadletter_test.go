@@ -139,7 +139,7 @@ func TestKafkaSourceBadRecords(t *testing.T) {
 				// A keyed dead letter's partition is the producer's (its
 				// key's hash; the fake producer leaves it 0), a keyless
 				// one its origin's modulo the topic's.
-				want = append(want, fmt.Sprintf(d, tr))
+				want = append(want, fmt.Sprintf(d, tk.uniqueName(tr)))
 			}
 			checkLines(t, "dead letters", deadLetters(out), want)
 			if got := counter(t, te.env.Metrics.Committed, tr, MetricDeadLettered); got != tc.deadCount {
@@ -176,7 +176,7 @@ func TestKafkaSourceBadRecordFails(t *testing.T) {
 		if !errors.As(err, &bad) || bad.Topic != "in" || bad.Partition != 2 || bad.Offset != 5 || bad.Transform != sub.Root.TransformID {
 			t.Fatalf("policy %q: Handle = %v, want a BadRecordError of in/2 offset 5", policy, err)
 		}
-		if want := "transform " + sub.Root.TransformID + ": topic in partition 2 offset 5: value: 3 bytes, the Long deserializer needs 8"; !strings.Contains(err.Error(), want) {
+		if want := "transform " + sub.Root.TransformID + " (" + tk.uniqueName(sub.Root.TransformID) + "): topic in partition 2 offset 5: value: 3 bytes, the Long deserializer needs 8"; !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q, want it to contain %q", err, want)
 		}
 		if err := tk.PrepareCommit(ctx); err != nil {
@@ -234,7 +234,7 @@ func TestKafkaSinkBadElements(t *testing.T) {
 					}
 				}
 				if policy == PolicyFail {
-					if want := "transform " + sink + ": " + tc.fail; err == nil || !strings.Contains(err.Error(), want) {
+					if want := "transform " + sink + " (" + tk.uniqueName(sink) + "): " + tc.fail; err == nil || !strings.Contains(err.Error(), want) {
 						t.Fatalf("PrepareCommit = %v, want an error containing %q", err, want)
 					}
 					return
@@ -245,7 +245,7 @@ func TestKafkaSinkBadElements(t *testing.T) {
 				checkLines(t, "user output", ints, []string{"a=7"})
 				var want []string
 				if policy == PolicyDeadLetter {
-					want = []string{fmt.Sprintf(tc.dead, sink)}
+					want = []string{fmt.Sprintf(tc.dead, tk.uniqueName(sink))}
 				}
 				checkLines(t, "dead letters", deadLetters(out), want)
 				if err := tk.CommitState(); err != nil {

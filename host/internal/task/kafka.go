@@ -10,6 +10,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -41,6 +42,7 @@ type kafkaSource struct {
 	t        *Task
 	read     *translate.KafkaRead
 	key, val kafkaio.Encoder
+	record   kafkaio.RecordEncoder // a read with metadata: the record row
 	scratch  []byte
 
 	maxTs int64 // largest element timestamp routed; minWatermark: none
@@ -57,6 +59,17 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 	if r.KafkaRead == nil {
 		return nil, fmt.Errorf("sub-topology %d: a Kafka source without its spec", t.sub.ID)
 	}
+	src := &kafkaSource{t: t, read: r.KafkaRead, maxTs: minWatermark, next: -1, highWater: -1, lastRecord: t.now()}
+	if r.KafkaRead.WithMetadata {
+		elem, err := elemCoder(t.env.Plan, r.Output)
+		if err == nil {
+			src.record, err = kafkaio.NewRecordEncoder(t.env.Plan.Pipeline.GetComponents().GetCoders(), elem)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("transform %s: output %s: %w", r.TransformID, r.Output, err)
+		}
+		return src, nil
+	}
 	key, val, err := kafkaKV(t.env.Plan, r.Output)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: output %s: %w", r.TransformID, r.Output, err)
@@ -69,7 +82,17 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: value: %w", r.TransformID, err)
 	}
-	return &kafkaSource{t: t, read: r.KafkaRead, key: ke, val: ve, maxTs: minWatermark, next: -1, highWater: -1, lastRecord: t.now()}, nil
+	src.key, src.val = ke, ve
+	return src, nil
+}
+
+// elemCoder returns the element coder id of a PCollection's wire coder.
+func elemCoder(plan *translate.Plan, pcoll string) (string, error) {
+	wv := plan.Pipeline.GetComponents().GetCoders()[plan.WireCoders[pcoll]]
+	if wv == nil || len(wv.GetComponentCoderIds()) != 2 {
+		return "", fmt.Errorf("no windowed value wire coder")
+	}
+	return wv.GetComponentCoderIds()[0], nil
 }
 
 // kafkaKV returns the key and value coder ids of a KV PCollection's wire
@@ -96,12 +119,16 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 	b := binary.BigEndian.AppendUint64(s.scratch[:0], state.EventTimeBits(ts))
 	b = binary.BigEndian.AppendUint32(b, 1) // the global window, encoded as nothing
 	b = append(b, 0x0F)                     // pane: no firing
-	var err error
-	if b, err = s.key(b, rec.Key); err != nil {
-		return &decodeError{"key", err}
-	}
-	if b, err = s.val(b, rec.Value); err != nil {
-		return &decodeError{"value", err}
+	if s.record != nil {
+		b = s.record(b, rec)
+	} else {
+		var err error
+		if b, err = s.key(b, rec.Key); err != nil {
+			return &decodeError{"key", err}
+		}
+		if b, err = s.val(b, rec.Value); err != nil {
+			return &decodeError{"value", err}
+		}
 	}
 	s.scratch = b
 	s.maxTs = max(s.maxTs, ts)
@@ -189,9 +216,21 @@ func (t *Task) handleSource(ctx context.Context, s *kafkaSource, recs []*kgo.Rec
 // kafkaSink is a Sink.KafkaWrite's serializers.
 type kafkaSink struct {
 	key, val kafkaio.Decoder
+	row      kafkaio.WriteRowDecoder // a write with headers
 }
 
 func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
+	if s.KafkaWrite.WithHeaders {
+		elem, err := elemCoder(plan, s.PCollection)
+		if err != nil {
+			return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
+		}
+		rd, err := kafkaio.NewWriteRowDecoder(plan.Pipeline.GetComponents().GetCoders(), elem)
+		if err != nil {
+			return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
+		}
+		return &kafkaSink{row: rd}, nil
+	}
 	key, val, err := kafkaKV(plan, s.PCollection)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
@@ -218,6 +257,9 @@ func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("transform %s: %w", s.TransformID, err)
 	}
+	if ks.row != nil {
+		return t.sinkRowToKafka(s, ks, wv.Elem)
+	}
 	kb, vb, err := t.env.Codecs[pcoll].SplitKV(wv.Elem)
 	if err != nil {
 		return fmt.Errorf("transform %s: %w", s.TransformID, err)
@@ -241,4 +283,45 @@ func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	}
 	t.env.Produce(rec)
 	return nil
+}
+
+// sinkRowToKafka produces a write-with-headers row: its key, value and
+// headers, to the row's topic (the write's when null) and partition (the
+// default partitioner's when null), at the row's timestamp (the
+// producer's clock when null), as Java's KafkaIO.WriteWithHeaders.
+//
+// A row's topic must be one Run found (Env.Topics.Outputs: the topics of
+// the pipeline's Kafka writes, DESIGN.md §3): ksrunner never creates a
+// topic nor learns of one mid-job, so a row naming another fails the task,
+// naming the topic and the transform, as does a partition the topic does
+// not have.
+func (t *Task) sinkRowToKafka(s *translate.Sink, ks *kafkaSink, elem []byte) error {
+	row, err := ks.row(elem)
+	if err != nil {
+		return fmt.Errorf("transform %s: write row: %w", s.TransformID, err)
+	}
+	rec := &row.Record
+	rec.Topic = s.Topic
+	if row.Topic != "" {
+		rec.Topic = row.Topic
+	}
+	n := t.env.Topics.Outputs[rec.Topic]
+	if n <= 0 {
+		return fmt.Errorf("transform %s (%s): a row names topic %q, which is not a topic the job writes (rows may name the topics of the pipeline's Kafka writes, which exist at Run; ksrunner creates none)", s.TransformID, t.transformName(s.TransformID), rec.Topic)
+	}
+	switch {
+	case row.HasPartition && row.Partition >= n:
+		return fmt.Errorf("transform %s (%s): a row names partition %d of topic %q, which has %d", s.TransformID, t.transformName(s.TransformID), row.Partition, rec.Topic, n)
+	case row.HasPartition:
+		shuffle.SetPartition(rec, row.Partition)
+	case rec.Key == nil:
+		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
+	}
+	t.env.Produce(rec)
+	return nil
+}
+
+// transformName is a transform's unique name, for messages.
+func (t *Task) transformName(id string) string {
+	return t.env.Plan.Pipeline.GetComponents().GetTransforms()[id].GetUniqueName()
 }

@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// TestKafkaCancelAndResume: an unbounded job cancelled mid-stream and
+// resubmitted under the same application_id continues where it stopped:
+// its offsets were committed with its last cycle and its open windows'
+// state with them, so the output of both jobs together holds every fired
+// window's sum exactly once, and the windows open across the cancel sum
+// records of both jobs (none lost, none read twice).
+//
+// The job's source_idle_timeout_ms is an hour, so an idle partition's
+// watermark never jumps to wall time: only the data moves it, and which
+// windows have fired is known exactly from what was produced. (Timestamps
+// ahead of wall time would do it too, but Kafka 4 refuses records more
+// than an hour ahead: message.timestamp.after.max.ms.)
+func TestKafkaCancelAndResume(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	const partitions, n = 4, 400
+	kafkatest.CreateTopic(t, bootstrap, in, partitions)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Minute).UnixMilli()
+	type rec struct {
+		key       string
+		ts, value int64
+		partition int32
+	}
+	recs := make([]rec, n)
+	for i := range recs {
+		recs[i] = rec{key: fmt.Sprintf("k%d", i%10), ts: base + int64(i)*7000, value: int64(1 + i%3), partition: int32(i % partitions)}
+	}
+	produce := func(rs []rec) {
+		cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		for _, r := range rs {
+			cl.Produce(ctx, &kgo.Record{Topic: in, Partition: r.partition, Key: []byte(r.key), Value: be8(r.value), Timestamp: time.UnixMilli(r.ts)}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					t.Errorf("producing: %v", err)
+				}
+			})
+		}
+		if err := cl.Flush(ctx); err != nil || t.Failed() {
+			t.Fatalf("producing the input: %v", err)
+		}
+	}
+	// fired is what the output holds once the job has read rs: the sums of
+	// the one-minute windows that end at or before the GroupByKey's input
+	// watermark, the least over partitions of its largest timestamp less
+	// the source's out-of-orderness bound (one second).
+	fired := func(rs []rec) map[string]int64 {
+		maxTs := map[int32]int64{}
+		for _, r := range rs {
+			maxTs[r.partition] = max(maxTs[r.partition], r.ts)
+		}
+		wm := int64(1<<63 - 1)
+		for p := range int32(partitions) {
+			wm = min(wm, maxTs[p]-1000)
+		}
+		want := map[string]int64{}
+		for _, r := range recs { // every record: a window closed by wm holds all of its records
+			if start := r.ts - r.ts%60000; start+60000 <= wm {
+				want[fmt.Sprintf("%s@%d", r.key, start)] += r.value
+			}
+		}
+		return want
+	}
+	appID := kafkatest.UniqueName(t, "resume")
+	pipe := kafkaCountPipeline(t, in, out)
+	first, all := recs[:n/2], recs
+	want1, want2 := fired(first), fired(all)
+	if len(want1) == 0 || len(want2) <= len(want1) {
+		t.Fatalf("test data: %d windows fire in the first job, %d in both", len(want1), len(want2))
+	}
+
+	produce(first)
+	got1 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want1))
+	checkCounts(t, "after the first job", got1, want1)
+
+	produce(all[n/2:])
+	got2 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want2))
+	checkCounts(t, "after the resubmitted job", got2, want2)
+}
+
+// runUntil runs pipe under appID until out holds want records, then
+// cancels it and returns out whole (read_committed, failing on a key
+// written twice), after checking the job ended CANCELLED.
+func runUntil(ctx context.Context, t *testing.T, pipe *pipepb.Pipeline, appID, bootstrap, out string, want int) map[string]int64 {
+	t.Helper()
+	id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2", "source_idle_timeout_ms": "3600000"})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	done := make(chan jobEnd, 1)
+	go func() { r, err := wait(ctx, ksrunner, id); done <- jobEnd{r.State, r.Errors, err} }()
+	readCommitted(ctx, t, bootstrap, out, want)
+	if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	if r := <-done; r.err != nil || r.state != jobpb.JobState_CANCELLED {
+		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errs, r.err)
+	}
+	return readCommitted(ctx, t, bootstrap, out, -1)
+}
+
+// jobEnd is how a job ended.
+type jobEnd struct {
+	state jobpb.JobState_Enum
+	errs  []string
+	err   error
+}
+
+// checkCounts fails unless got is want, listing the differences.
+func checkCounts(t *testing.T, when string, got, want map[string]int64) {
+	t.Helper()
+	if maps.Equal(got, want) {
+		return
+	}
+	var diff []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] {
+			diff = append(diff, fmt.Sprintf("%s: got %d want %d", k, got[k], want[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; !ok {
+			diff = append(diff, fmt.Sprintf("%s: got %d, not expected", k, got[k]))
+		}
+	}
+	t.Errorf("%s: output counts differ (%d records, want %d):\n%s", when, len(got), len(want), strings.Join(diff, "\n"))
+}

@@ -1,0 +1,235 @@
+package runtime
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// The consumer and producer settings of a pipeline's Kafka reads and writes
+// that the instance's client honours.
+//
+// An instance has one client: one consumer (of the user's topics and of the
+// internal topics alike) and one transactional producer, because a commit
+// cycle's offsets and output must be in one transaction. So a setting of a
+// read or write is a setting of that client, and applies to the internal
+// topics too. Invariants:
+//   - A setting is either honoured (translated to its franz-go option
+//     below) or reported (logged at Run, naming the transform and the
+//     settings): none is silently dropped.
+//   - Two transforms giving the same client-wide setting different values
+//     fail the job at Run, naming both: the client cannot honour both.
+//   - A value that does not parse fails the job at Run, naming the
+//     transform, the setting and the value.
+//   - Under exactly_once, acks must be all (a transactional producer is
+//     idempotent, which needs acks=all, as in Kafka's Java client).
+//
+// auto.offset.reset and isolation.level are honoured elsewhere
+// (startOffsets; translate refuses all but read_committed);
+// bootstrap.servers is checked by checkKafkaIO.
+
+// clientSetting maps one Kafka setting to a franz-go option.
+type clientSetting struct {
+	// opt parses the value; exactlyOnce says whether the job runs in
+	// transactions.
+	opt func(v string, exactlyOnce bool) ([]kgo.Opt, error)
+}
+
+func positiveInt(v string) (int32, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("want a positive integer")
+	}
+	return int32(n), nil
+}
+
+func millis(v string) (time.Duration, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("want milliseconds, a non-negative integer")
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+func bytesOpt(f func(int32) kgo.Opt) func(string, bool) ([]kgo.Opt, error) {
+	return func(v string, _ bool) ([]kgo.Opt, error) {
+		n, err := positiveInt(v)
+		if err != nil {
+			return nil, err
+		}
+		return []kgo.Opt{f(n)}, nil
+	}
+}
+
+func millisOpt(f func(time.Duration) kgo.Opt) func(string, bool) ([]kgo.Opt, error) {
+	return func(v string, _ bool) ([]kgo.Opt, error) {
+		d, err := millis(v)
+		if err != nil {
+			return nil, err
+		}
+		return []kgo.Opt{f(d)}, nil
+	}
+}
+
+func checkPositive(v string, _ bool) ([]kgo.Opt, error) {
+	_, err := positiveInt(v)
+	return nil, err
+}
+
+func clientID(v string, _ bool) ([]kgo.Opt, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, fmt.Errorf("empty")
+	}
+	return []kgo.Opt{kgo.ClientID(v)}, nil
+}
+
+// consumerSettings are the consumer settings honoured, by Kafka name.
+var consumerSettings = map[string]clientSetting{
+	"fetch.max.bytes":           {bytesOpt(func(n int32) kgo.Opt { return kgo.FetchMaxBytes(n) })},
+	"max.partition.fetch.bytes": {bytesOpt(func(n int32) kgo.Opt { return kgo.FetchMaxPartitionBytes(n) })},
+	"fetch.min.bytes":           {bytesOpt(func(n int32) kgo.Opt { return kgo.FetchMinBytes(n) })},
+	"fetch.max.wait.ms":         {millisOpt(func(d time.Duration) kgo.Opt { return kgo.FetchMaxWait(d) })},
+	"client.id":                 {clientID},
+}
+
+// producerSettings are the producer settings honoured, by Kafka name.
+var producerSettings = map[string]clientSetting{
+	"compression.type": {func(v string, _ bool) ([]kgo.Opt, error) {
+		c, ok := map[string]kgo.CompressionCodec{
+			"none": kgo.NoCompression(), "gzip": kgo.GzipCompression(), "snappy": kgo.SnappyCompression(),
+			"lz4": kgo.Lz4Compression(), "zstd": kgo.ZstdCompression(),
+		}[strings.ToLower(strings.TrimSpace(v))]
+		if !ok {
+			return nil, fmt.Errorf("want none, gzip, snappy, lz4 or zstd")
+		}
+		return []kgo.Opt{kgo.ProducerBatchCompression(c)}, nil
+	}},
+	"linger.ms": {millisOpt(func(d time.Duration) kgo.Opt { return kgo.ProducerLinger(d) })},
+	"client.id": {clientID},
+	// batch.size and max.request.size: see batchLimit.
+	"max.request.size": {checkPositive},
+	"batch.size":       {checkPositive},
+	"acks": {func(v string, exactlyOnce bool) ([]kgo.Opt, error) {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "all", "-1":
+			return []kgo.Opt{kgo.RequiredAcks(kgo.AllISRAcks())}, nil
+		case "0", "1":
+			if exactlyOnce {
+				return nil, fmt.Errorf("exactly_once writes in transactions, which need acks=all (run the job with processing_guarantee=at_least_once for acks=%s)", v)
+			}
+			acks := kgo.LeaderAck()
+			if v == "0" {
+				acks = kgo.NoAck()
+			}
+			return []kgo.Opt{kgo.RequiredAcks(acks), kgo.DisableIdempotentWrite()}, nil
+		}
+		return nil, fmt.Errorf("want all, -1, 0 or 1")
+	}},
+}
+
+// givenSetting is one transform's value of a setting.
+type givenSetting struct{ transform, value string }
+
+// clientConfig is what a plan's Kafka reads and writes ask of the
+// instance's client: the options honouring their settings, and the
+// settings reported as not applied, per transform.
+type clientConfig struct {
+	opts       []kgo.Opt
+	notApplied map[string][]string // transform -> settings, sorted
+	// batchMaxBytes is the producer's ProducerBatchMaxBytes: the largest
+	// record it sends (task.Env.MaxRecordBytes).
+	batchMaxBytes int32
+}
+
+// kafkaClientConfig collects the settings of the plan's Kafka reads and
+// writes; see the invariants above.
+func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, error) {
+	cc := &clientConfig{notApplied: map[string][]string{}, batchMaxBytes: defaultBatchMaxBytes}
+	given := map[string]givenSetting{} // "consumer:name" or "producer:name" -> first transform's value
+	add := func(kind, transform string, conf map[string]string, honoured map[string]clientSetting, handled ...string) error {
+		keys := make([]string, 0, len(conf))
+		for k := range conf {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			v := conf[k]
+			s, ok := honoured[k]
+			if !ok {
+				if !slices.Contains(handled, k) {
+					cc.notApplied[transform] = append(cc.notApplied[transform], k)
+				}
+				continue
+			}
+			// client.id names the one client: the same for consumer and
+			// producer.
+			gk := kind + ":" + k
+			if k == "client.id" {
+				gk = k
+			}
+			if g, ok := given[gk]; ok {
+				if g.value != v {
+					return fmt.Errorf("transforms %s and %s: %s config %s is %q and %q: an instance has one Kafka client for all its reads and writes, so they must agree", g.transform, transform, kind, k, g.value, v)
+				}
+				continue
+			}
+			given[gk] = givenSetting{transform, v}
+			opts, err := s.opt(v, exactlyOnce)
+			if err != nil {
+				return fmt.Errorf("transform %s: %s config %s=%q: %w", transform, kind, k, v, err)
+			}
+			cc.opts = append(cc.opts, opts...)
+		}
+		return nil
+	}
+	for _, st := range plan.SubTopologies {
+		if r := st.Root.KafkaRead; r != nil {
+			if err := add("consumer", st.Root.TransformID, r.ConsumerConfig, consumerSettings, "auto.offset.reset", "isolation.level", "bootstrap.servers"); err != nil {
+				return nil, err
+			}
+		}
+		for _, sk := range st.Sinks {
+			if w := sk.KafkaWrite; w != nil {
+				if err := add("producer", sk.TransformID, w.ProducerConfig, producerSettings, "bootstrap.servers"); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if limit, ok := batchLimit(given["producer:batch.size"].value, given["producer:max.request.size"].value); ok {
+		cc.opts = append(cc.opts, kgo.ProducerBatchMaxBytes(limit))
+		cc.batchMaxBytes = limit
+	}
+	return cc, nil
+}
+
+// defaultBatchMaxBytes is franz-go's default ProducerBatchMaxBytes.
+const defaultBatchMaxBytes = 1_000_012
+
+// batchLimit is the producer's batch limit for the given batch.size and
+// max.request.size (either may be empty, both are valid): franz-go has one
+// limit, ProducerBatchMaxBytes, which is also the largest record it
+// produces. Java's max.request.size is that hard limit; its batch.size is
+// only a target (a larger record goes in a batch of its own), so it raises
+// the limit when larger and never lowers it below max.request.size (or
+// franz-go's default), which would refuse records Java sends.
+func batchLimit(batchSize, maxRequestSize string) (int32, bool) {
+	if batchSize == "" && maxRequestSize == "" {
+		return 0, false
+	}
+	limit := int32(defaultBatchMaxBytes)
+	if maxRequestSize != "" {
+		limit, _ = positiveInt(maxRequestSize)
+	}
+	if batchSize != "" {
+		b, _ := positiveInt(batchSize)
+		limit = max(limit, b)
+	}
+	return limit, true
+}
