@@ -13,6 +13,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/runtime"
+	"github.com/ksrunner/ksrunner/host/internal/task"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 
@@ -180,23 +181,29 @@ func (j *job) execute(ctx context.Context) error {
 		return err
 	}
 	defer closeExecs()
+	deadLetter, createDeadLetter := opts.deadLetterTopic()
 	return runtime.Run(ctx, runtime.Config{
-		Plan:               j.plan,
-		BootstrapServers:   opts.BootstrapServers,
-		ApplicationID:      opts.ApplicationID,
-		ReplicationFactor:  opts.TopicReplicationFactor,
-		Parallelism:        opts.InternalParallelism,
-		KeepInternalTopics: opts.KeepInternalTopics,
-		StateDir:           opts.StateDir,
-		ExactlyOnce:        opts.exactlyOnce(),
-		CommitInterval:     opts.commitInterval(),
-		SourceIdleTimeout:  time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
-		MaxBundleSize:      opts.MaxBundleSize,
-		Execs:              execs,
-		Logger:             j.logger,
-		Metrics:            j.metrics,
-		Hooks:              j.server.hooks,
-		OnRunning:          func() { j.events.setState(jobpb.JobState_RUNNING) },
+		Plan:                  j.plan,
+		BootstrapServers:      opts.BootstrapServers,
+		ApplicationID:         opts.ApplicationID,
+		ReplicationFactor:     opts.TopicReplicationFactor,
+		Parallelism:           opts.InternalParallelism,
+		KeepInternalTopics:    opts.KeepInternalTopics,
+		StateDir:              opts.StateDir,
+		ExactlyOnce:           opts.exactlyOnce(),
+		CommitInterval:        opts.commitInterval(),
+		SourceIdleTimeout:     time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
+		MaxBundleSize:         opts.MaxBundleSize,
+		BadRecords:            task.ErrorPolicy(opts.DeserializationErrorPolicy),
+		DeadLetterTopic:       deadLetter,
+		CreateDeadLetterTopic: createDeadLetter,
+		MaxPollRecords:        opts.ReadMaxElementsPerPoll,
+		MaxPollTime:           opts.readMaxPollTime(),
+		Execs:                 execs,
+		Logger:                j.logger,
+		Metrics:               j.metrics,
+		Hooks:                 j.server.hooks,
+		OnRunning:             func() { j.events.setState(jobpb.JobState_RUNNING) },
 	})
 }
 

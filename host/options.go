@@ -11,6 +11,10 @@ import (
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ksrunner/ksrunner/host/internal/task"
+	"github.com/ksrunner/ksrunner/host/internal/topics"
+	"github.com/ksrunner/ksrunner/shuffle"
 )
 
 // Options are the job-scoped settings. The job server's configuration gives
@@ -62,6 +66,24 @@ type Options struct {
 	// cannot be stopped, so the process logs the stage and module and exits
 	// (Kafka moves its partitions elsewhere). Zero: no deadline.
 	WASMBundleDeadline time.Duration `koanf:"wasm_bundle_deadline"`
+
+	// DeserializationErrorPolicy is what a Kafka read does with a record its
+	// key or value deserializer cannot decode, and a Kafka write with an
+	// element it cannot produce: "fail" (Kafka Streams' LogAndFail: the
+	// job fails naming the record, whose offset stays uncommitted),
+	// "dead_letter" (the raw record goes to DeadLetterTopic, in the cycle's
+	// transaction, with KIP-1034's headers) or "skip" (dropped, counted).
+	DeserializationErrorPolicy string `koanf:"deserialization_error_policy"`
+	// DeadLetterTopic is where dead_letter sends bad records; empty means
+	// the application's own, __beam_<application_id>_dead-letter, which
+	// ksrunner creates. A topic named here must exist.
+	DeadLetterTopic string `koanf:"dead_letter_topic"`
+	// ReadMaxElementsPerPoll is the most records one poll (one commit
+	// cycle) takes from the consumer.
+	ReadMaxElementsPerPoll int `koanf:"read_max_elements_per_poll"`
+	// ReadMaxPollTimeMs is how long a poll waits for records before the
+	// cycle goes on to commit what it has; 0 means commit_interval_ms.
+	ReadMaxPollTimeMs int `koanf:"read_max_poll_time_ms"`
 }
 
 // DefaultOptions are the built-in defaults.
@@ -75,6 +97,9 @@ func DefaultOptions() Options {
 		SourceIdleTimeoutMs:    1000,
 		ProcessingGuarantee:    ExactlyOnce,
 		WASMBundleDeadline:     5 * time.Minute,
+
+		DeserializationErrorPolicy: string(task.PolicyFail),
+		ReadMaxElementsPerPoll:     100000,
 	}
 }
 
@@ -110,6 +135,9 @@ func (o Options) Validate() error {
 	if _, err := o.stageWASM(); err != nil {
 		return err
 	}
+	if err := o.validateBadRecords("option"); err != nil {
+		return err
+	}
 	if o.ApplicationID != "" && sanitizeID(o.ApplicationID) != o.ApplicationID {
 		return fmt.Errorf("option application_id: %q has characters Kafka topic names do not allow (use [a-zA-Z0-9._-])", o.ApplicationID)
 	}
@@ -118,6 +146,45 @@ func (o Options) Validate() error {
 
 func (o Options) commitInterval() time.Duration {
 	return time.Duration(o.CommitIntervalMs) * time.Millisecond
+}
+
+// validateBadRecords checks the options of bad records and of the poll
+// loop; src says where the values came from ("option": the job server's
+// flags, configuration file or environment; "pipeline option": the job's).
+func (o Options) validateBadRecords(src string) error {
+	switch p := task.ErrorPolicy(o.DeserializationErrorPolicy); {
+	case p != task.PolicyFail && p != task.PolicyDeadLetter && p != task.PolicySkip:
+		return fmt.Errorf("%s deserialization_error_policy: %q, must be %s, %s or %s", src, o.DeserializationErrorPolicy, task.PolicyFail, task.PolicyDeadLetter, task.PolicySkip)
+	case o.DeadLetterTopic != "" && !validTopicName(o.DeadLetterTopic):
+		return fmt.Errorf("%s dead_letter_topic: %q is not a Kafka topic name (at most 249 of [a-zA-Z0-9._-], not \".\" or \"..\")", src, o.DeadLetterTopic)
+	case o.ReadMaxElementsPerPoll < 1:
+		return fmt.Errorf("%s read_max_elements_per_poll: %d, must be at least 1", src, o.ReadMaxElementsPerPoll)
+	case o.ReadMaxPollTimeMs < 0:
+		return fmt.Errorf("%s read_max_poll_time_ms: %d, must not be negative (0: commit_interval_ms)", src, o.ReadMaxPollTimeMs)
+	}
+	return nil
+}
+
+// validTopicName reports whether Kafka accepts name as a topic's.
+func validTopicName(name string) bool {
+	return name != "" && len(name) <= 249 && name != "." && name != ".." && sanitizeID(name) == name
+}
+
+// readMaxPollTime is how long a poll waits for records.
+func (o Options) readMaxPollTime() time.Duration {
+	if o.ReadMaxPollTimeMs == 0 {
+		return o.commitInterval()
+	}
+	return time.Duration(o.ReadMaxPollTimeMs) * time.Millisecond
+}
+
+// deadLetterTopic is the Kafka name of the dead-letter topic, and whether
+// ksrunner creates it (the application's own) rather than requires it.
+func (o Options) deadLetterTopic() (name string, create bool) {
+	if o.DeadLetterTopic != "" {
+		return o.DeadLetterTopic, false
+	}
+	return shuffle.TopicName(o.ApplicationID, topics.DeadLetterName), true
 }
 
 // pipelineOption finds a pipeline option by name: the Go SDK sends its flags
@@ -247,12 +314,16 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	str("application_id", &o.ApplicationID)
 	str("state_dir", &o.StateDir)
 	str("processing_guarantee", &o.ProcessingGuarantee)
+	str("deserialization_error_policy", &o.DeserializationErrorPolicy)
+	str("dead_letter_topic", &o.DeadLetterTopic)
 	for name, dst := range map[string]*int{
-		"internal_parallelism":     &o.InternalParallelism,
-		"topic_replication_factor": &o.TopicReplicationFactor,
-		"max_bundle_size":          &o.MaxBundleSize,
-		"commit_interval_ms":       &o.CommitIntervalMs,
-		"source_idle_timeout_ms":   &o.SourceIdleTimeoutMs,
+		"internal_parallelism":       &o.InternalParallelism,
+		"topic_replication_factor":   &o.TopicReplicationFactor,
+		"max_bundle_size":            &o.MaxBundleSize,
+		"commit_interval_ms":         &o.CommitIntervalMs,
+		"source_idle_timeout_ms":     &o.SourceIdleTimeoutMs,
+		"read_max_elements_per_poll": &o.ReadMaxElementsPerPoll,
+		"read_max_poll_time_ms":      &o.ReadMaxPollTimeMs,
 	} {
 		if err := num(name, dst); err != nil {
 			return o, err
@@ -280,6 +351,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	if l, ok := pipelineOptionList(opts, "stage_wasm"); ok {
 		o.StageWASM = l
 	}
+	if err := o.validateBadRecords("pipeline option"); err != nil {
+		return o, err
+	}
 	return o, o.Validate()
 }
 
@@ -302,8 +376,21 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("stage_wasm", "PATTERN=MODULE[#DOFN] entries: run the transforms whose unique name matches PATTERN as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME)", jobpb.PipelineOptionType_ARRAY, ""),
 		d("wasm_interruptible", "stop WASM guest code past wasm_bundle_deadline (slower guests)", jobpb.PipelineOptionType_BOOLEAN, "false"),
 		d("wasm_bundle_deadline", "longest a WASM bundle may run (e.g. 30s; 0: no limit)", jobpb.PipelineOptionType_STRING, def.WASMBundleDeadline.String()),
+		d("deserialization_error_policy", DeserializationErrorPolicyHelp, jobpb.PipelineOptionType_STRING, def.DeserializationErrorPolicy),
+		d("dead_letter_topic", DeadLetterTopicHelp, jobpb.PipelineOptionType_STRING, ""),
+		d("read_max_elements_per_poll", ReadMaxElementsPerPollHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxElementsPerPoll)),
+		d("read_max_poll_time_ms", ReadMaxPollTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxPollTimeMs)),
 	}
 }
+
+// The descriptions of the bad-record and poll options (the job server's
+// flags use them too).
+const (
+	DeserializationErrorPolicyHelp = "what a Kafka read does with a record it cannot deserialize, and a Kafka write with an element it cannot produce: fail (the job fails naming it; its offset stays uncommitted), dead_letter (the raw record goes to dead_letter_topic with KIP-1034 __streams.errors.* headers) or skip (dropped and counted in skipped_records)"
+	DeadLetterTopicHelp            = "dead-letter topic of deserialization_error_policy=dead_letter (default: __beam_<application_id>_dead-letter, created by ksrunner; a topic named here must exist)"
+	ReadMaxElementsPerPollHelp     = "most records one poll (commit cycle) takes"
+	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
+)
 
 // wasmCacheDir is where compiled modules are cached: under state_dir, or a
 // directory shared by the processes of this machine (wazero keys entries by

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"strings"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -83,5 +84,51 @@ func TestProcessingGuaranteeOption(t *testing.T) {
 	}
 	if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil {
 		t.Error("processing_guarantee at_most_once was accepted")
+	}
+}
+
+// The bad-record and poll options: defaults as before (fail; 100,000
+// records per poll, waiting commit_interval_ms), a job's pipeline options
+// override them, and a bad value is an error naming the option, the value
+// and where it came from.
+func TestBadRecordAndPollOptions(t *testing.T) {
+	d := DefaultOptions()
+	if d.DeserializationErrorPolicy != "fail" || d.ReadMaxElementsPerPoll != 100000 || d.readMaxPollTime() != d.commitInterval() {
+		t.Errorf("defaults: policy %q, %d per poll, poll time %v; want fail, 100000, %v", d.DeserializationErrorPolicy, d.ReadMaxElementsPerPoll, d.readMaxPollTime(), d.commitInterval())
+	}
+	d.ApplicationID = "app"
+	if name, create := d.deadLetterTopic(); name != "__beam_app_dead-letter" || !create {
+		t.Errorf("default dead-letter topic %q (create %v), want __beam_app_dead-letter, created", name, create)
+	}
+	var s structpb.Struct
+	if err := protojson.Unmarshal([]byte(`{"beam:option:go_options:v1": {"options": {"deserialization_error_policy": "dead_letter", "dead_letter_topic": "bad.ones", "read_max_elements_per_poll": "10", "read_max_poll_time_ms": "250"}}}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	o, err := d.WithPipelineOptions(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, create := o.deadLetterTopic(); o.DeserializationErrorPolicy != "dead_letter" || name != "bad.ones" || create || o.ReadMaxElementsPerPoll != 10 || o.readMaxPollTime().Milliseconds() != 250 {
+		t.Errorf("from pipeline options: %+v", o)
+	}
+	for _, tc := range []struct{ js, want string }{
+		{`{"beam:option:deserialization_error_policy:v1": "ignore"}`, `pipeline option deserialization_error_policy: "ignore", must be fail, dead_letter or skip`},
+		{`{"beam:option:dead_letter_topic:v1": "bad topic"}`, `pipeline option dead_letter_topic: "bad topic" is not a Kafka topic name`},
+		{`{"beam:option:read_max_elements_per_poll:v1": 0}`, `pipeline option read_max_elements_per_poll: 0, must be at least 1`},
+		{`{"beam:option:read_max_poll_time_ms:v1": -5}`, `pipeline option read_max_poll_time_ms: -5, must not be negative`},
+		{`{"beam:option:read_max_poll_time_ms:v1": "soon"}`, `pipeline option read_max_poll_time_ms: "soon" is not an integer`},
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.want)
+		}
+	}
+	bad := DefaultOptions()
+	bad.DeserializationErrorPolicy = "Skip"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `option deserialization_error_policy: "Skip"`) {
+		t.Errorf("Validate: %v, want an error naming deserialization_error_policy and \"Skip\"", err)
 	}
 }

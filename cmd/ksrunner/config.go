@@ -56,6 +56,10 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.StringSlice("stage_wasm", nil, "PATTERN=MODULE[#DOFN]: run the transforms whose unique name matches PATTERN (a name or glob) as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME); repeatable, or comma-separated")
 	fs.Bool("wasm_interruptible", def.WASMInterruptible, "stop WASM guest code past wasm_bundle_deadline (costs guest throughput)")
 	fs.Duration("wasm_bundle_deadline", def.WASMBundleDeadline, "longest a WASM bundle may run; a stuck non-interruptible guest makes the process exit (0: no limit)")
+	fs.String("deserialization_error_policy", def.DeserializationErrorPolicy, host.DeserializationErrorPolicyHelp)
+	fs.String("dead_letter_topic", def.DeadLetterTopic, host.DeadLetterTopicHelp)
+	fs.Int("read_max_elements_per_poll", def.ReadMaxElementsPerPoll, host.ReadMaxElementsPerPollHelp)
+	fs.Int("read_max_poll_time_ms", def.ReadMaxPollTimeMs, host.ReadMaxPollTimeMsHelp)
 	if err := fs.Parse(args); err != nil {
 		return serverConfig{}, err
 	}
@@ -103,7 +107,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 		}
 	}
 	if err := cfg.Options.Validate(); err != nil {
-		return serverConfig{}, err
+		return serverConfig{}, fmt.Errorf("job server configuration (defaults, --config file, KSRUNNER_* environment, flags): %w", err)
 	}
 	return cfg, nil
 }
@@ -112,7 +116,8 @@ func knownKey(key string) bool {
 	switch key {
 	case "config", "job_host", "job_port", "expansion_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
 		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
-		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline":
+		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
+		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms":
 		return true
 	}
 	return false

@@ -117,6 +117,7 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		SideWatermark:     i.side.watermark,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
 		ReadBounds:        cfg.readBounds,
+		BadRecords:        cfg.BadRecords,
 	}
 	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
 	if i.admin, err = kgo.NewClient(seeds); err != nil {
@@ -159,6 +160,7 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		return nil, err
 	}
 	opts = append(opts, cc.opts...)
+	i.env.MaxRecordBytes = cc.batchMaxBytes // before any task exists
 	if cfg.ExactlyOnce {
 		// One transactional producer per instance, fenced by the group's
 		// generation (KIP-447), so the id only has to be unique.
@@ -323,10 +325,18 @@ func (i *instance) run(ctx context.Context) (err error) {
 		i.purge.run(ctx)
 	}()
 	defer func() { cancel(); <-sideDone; <-purgeDone }()
-	interval := i.cfg.CommitInterval
+	// A poll takes at most MaxPollRecords records, waiting at most
+	// MaxPollTime for them; then the cycle commits what it has.
+	pollTime := i.cfg.MaxPollTime
+	if pollTime <= 0 {
+		pollTime = i.cfg.CommitInterval
+	}
 	for {
-		pollCtx, cancel := context.WithTimeout(ctx, interval)
-		maxRecords := 100000
+		pollCtx, cancel := context.WithTimeout(ctx, pollTime)
+		maxRecords := i.cfg.MaxPollRecords
+		if maxRecords <= 0 {
+			maxRecords = DefaultMaxPollRecords
+		}
 		if h := i.cfg.Hooks; h != nil && h.MaxPollRecords != nil && h.MaxPollRecords() > 0 {
 			maxRecords = h.MaxPollRecords()
 		}
@@ -353,8 +363,15 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			i.inTxn = true
 		}
-		if err := i.process(ctx, fetches); err != nil {
+		bad, err := i.process(ctx, fetches)
+		if err != nil {
 			return err
+		}
+		if len(bad) > 0 {
+			// Bad records under deserialization_error_policy=fail: the
+			// cycle commits what came before them, the partitions'
+			// offsets at the bad records, so a rerun resumes at them.
+			i.rewindTo(bad)
 		}
 		if err := i.commit(ctx, fetches.NumRecords()); err != nil {
 			if ctx.Err() != nil {
@@ -362,12 +379,34 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			return err
 		}
+		if len(bad) > 0 {
+			errs := make([]error, len(bad))
+			for n, b := range bad {
+				errs[n] = b
+			}
+			return errors.Join(errs...)
+		}
 		i.cl.AllowRebalance()
 	}
 }
 
-// process hands every task its records; tasks run in parallel.
-func (i *instance) process(ctx context.Context, fetches kgo.Fetches) error {
+// rewindTo moves the consumed (and to be committed) offsets of the bad
+// records' partitions back to the bad records.
+func (i *instance) rewindTo(bad []*task.BadRecordError) {
+	to := map[string]map[int32]kgo.EpochOffset{}
+	for _, b := range bad {
+		if to[b.Topic] == nil {
+			to[b.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		to[b.Topic][b.Partition] = kgo.EpochOffset{Epoch: b.LeaderEpoch, Offset: b.Offset}
+	}
+	i.cl.SetOffsets(to)
+}
+
+// process hands every task its records; tasks run in parallel. bad are the
+// records that failed their tasks under deserialization_error_policy=fail
+// (their tasks handled the records before them); err is any other failure.
+func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*task.BadRecordError, err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var wg sync.WaitGroup
@@ -398,7 +437,15 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) error {
 	wg.Wait()
 	close(errs)
 	i.endSources(fetches) // bounded reads: not past the last record emitted
-	return <-errs
+	for e := range errs {
+		var b *task.BadRecordError
+		if errors.As(e, &b) {
+			bad = append(bad, b)
+		} else if err == nil {
+			err = e
+		}
+	}
+	return bad, err
 }
 
 // commit ends a commit cycle that consumed records records (exactly_once:
@@ -578,11 +625,25 @@ func (i *instance) finalize(ctx context.Context) {
 }
 
 func (i *instance) produce(r *kgo.Record) {
-	i.cl.Produce(context.Background(), r, func(r *kgo.Record, err error) {
-		if err != nil {
-			i.setProduceErr(fmt.Errorf("producing to %s: %w", r.Topic, err))
+	i.cl.Produce(context.Background(), r, i.producePromise)
+}
+
+// producePromise fails the instance on a record that could not be
+// produced, naming its topic and partition and, for a user's topic, the
+// Kafka write and the record's key.
+func (i *instance) producePromise(r *kgo.Record, err error) {
+	if err == nil {
+		return
+	}
+	if w := i.topics.Writer(r.Topic); w != "" {
+		key := r.Key
+		if len(key) > 64 {
+			key = key[:64]
 		}
-	})
+		i.setProduceErr(fmt.Errorf("transform %s: producing to topic %s partition %d (record key %q, %d value bytes): %w", w, r.Topic, r.Partition, key, len(r.Value), err))
+		return
+	}
+	i.setProduceErr(fmt.Errorf("producing to topic %s partition %d: %w", r.Topic, r.Partition, err))
 }
 
 // pebbleLogger sends Pebble's chatter to debug level.

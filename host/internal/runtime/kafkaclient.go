@@ -142,12 +142,15 @@ type givenSetting struct{ transform, value string }
 type clientConfig struct {
 	opts       []kgo.Opt
 	notApplied map[string][]string // transform -> settings, sorted
+	// batchMaxBytes is the producer's ProducerBatchMaxBytes: the largest
+	// record it sends (task.Env.MaxRecordBytes).
+	batchMaxBytes int32
 }
 
 // kafkaClientConfig collects the settings of the plan's Kafka reads and
 // writes; see the invariants above.
 func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, error) {
-	cc := &clientConfig{notApplied: map[string][]string{}}
+	cc := &clientConfig{notApplied: map[string][]string{}, batchMaxBytes: defaultBatchMaxBytes}
 	given := map[string]givenSetting{} // "consumer:name" or "producer:name" -> first transform's value
 	add := func(kind, transform string, conf map[string]string, honoured map[string]clientSetting, handled ...string) error {
 		keys := make([]string, 0, len(conf))
@@ -201,6 +204,7 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 	}
 	if limit, ok := batchLimit(given["producer:batch.size"].value, given["producer:max.request.size"].value); ok {
 		cc.opts = append(cc.opts, kgo.ProducerBatchMaxBytes(limit))
+		cc.batchMaxBytes = limit
 	}
 	return cc, nil
 }

@@ -50,11 +50,26 @@ type Config struct {
 	OnRunning func()
 	// SourceIdleTimeout: see task.Env.SourceIdleTimeout.
 	SourceIdleTimeout time.Duration
+	// BadRecords: see task.Env.BadRecords. DeadLetterTopic is the Kafka
+	// name of the dead-letter topic of task.PolicyDeadLetter, created when
+	// CreateDeadLetterTopic is set (the application's own), otherwise
+	// required to exist.
+	BadRecords            task.ErrorPolicy
+	DeadLetterTopic       string
+	CreateDeadLetterTopic bool
+	// MaxPollRecords is the most records one poll (commit cycle) takes;
+	// zero: DefaultMaxPollRecords. MaxPollTime is how long a poll waits
+	// for records before the cycle commits; zero: CommitInterval.
+	MaxPollRecords int
+	MaxPollTime    time.Duration
 
 	// readBounds are the ends of the bounded Kafka reads, fixed by Run
 	// (readBounds in kafkaio.go).
 	readBounds map[int]*task.ReadBound
 }
+
+// DefaultMaxPollRecords is Config.MaxPollRecords when unset.
+const DefaultMaxPollRecords = 100000
 
 // Hooks inject faults into the commit loop and observe restoration (the
 // host re-exports them as host.TestHooks).
@@ -93,6 +108,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
+	if cfg.BadRecords == task.PolicyDeadLetter {
+		ts.SetDeadLetter(cfg.DeadLetterTopic, cfg.CreateDeadLetterTopic)
+	}
 	admin, err := topics.NewAdmin(cfg.BootstrapServers)
 	if err != nil {
 		return err

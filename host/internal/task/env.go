@@ -54,4 +54,14 @@ type Env struct {
 	ReadBounds map[int]*ReadBound
 	// Now is the wall clock of Kafka sources; nil: time.Now.
 	Now func() time.Time
+
+	// BadRecords is what Kafka reads do with records they cannot
+	// deserialize and Kafka writes with elements they cannot produce
+	// (deadletter.go); "": PolicyFail. PolicyDeadLetter produces them to
+	// Topics.DeadLetter.
+	BadRecords ErrorPolicy
+	// MaxRecordBytes is the largest record the producer sends (its batch
+	// limit), which a Kafka write checks with the topic's
+	// max.message.bytes before producing; zero: unchecked.
+	MaxRecordBytes int32
 }

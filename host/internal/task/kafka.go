@@ -47,10 +47,13 @@ type kafkaSource struct {
 	record   kafkaio.RecordEncoder // a read with metadata: the record row
 	scratch  []byte
 
-	maxTs      int64 // largest element timestamp routed; minWatermark: none
-	next       int64 // offset after the last record handled; -1: none yet
-	highWater  int64 // of the last fetch; -1: none seen
-	lastRecord time.Time
+	maxTs int64 // largest element timestamp routed; minWatermark: none
+	// deadLettered and skipped count the bad records of the Handle call
+	// (deadletter.go).
+	deadLettered, skipped int64
+	next                  int64 // offset after the last record handled; -1: none yet
+	highWater             int64 // of the last fetch; -1: none seen
+	lastRecord            time.Time
 
 	bound *sourceBound // nil: an unbounded read (kafkabound.go)
 }
@@ -133,10 +136,10 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 	} else {
 		var err error
 		if b, err = s.key(b, rec.Key); err != nil {
-			return fmt.Errorf("key: %w", err)
+			return &decodeError{"key", err}
 		}
 		if b, err = s.val(b, rec.Value); err != nil {
-			return fmt.Errorf("value: %w", err)
+			return &decodeError{"value", err}
 		}
 	}
 	s.scratch = b
@@ -204,14 +207,28 @@ func (t *Task) Fetched(highWater int64, records int) {
 }
 
 // handleSource hands a source task's records, the user's own without an
-// envelope, to its root.
+// envelope, to its root. A record its deserializers cannot decode is
+// handled per Env.BadRecords (deadletter.go); under PolicyFail the error
+// is a *BadRecordError returned after the records before it were handed
+// on, the rest of recs untouched.
 func (t *Task) handleSource(ctx context.Context, s *kafkaSource, recs []*kgo.Record) error {
+	var bad error
 	for _, r := range recs {
 		if err := s.data(r); err != nil {
-			return fmt.Errorf("transform %s: topic %s partition %d offset %d: %w", t.sub.Root.TransformID, r.Topic, r.Partition, r.Offset, err)
+			if err = t.badSourceRecord(s, r, err); err != nil {
+				if _, ok := err.(*BadRecordError); !ok {
+					return err
+				}
+				bad = err
+				break
+			}
 		}
 	}
-	return t.flushStages(ctx, false)
+	t.flushBadRecords(s)
+	if err := t.flushStages(ctx, false); err != nil {
+		return err
+	}
+	return bad
 }
 
 // kafkaSink is a Sink.KafkaWrite's serializers.
@@ -272,10 +289,13 @@ func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	}
 	rec := &kgo.Record{Topic: s.Topic}
 	if rec.Key, err = ks.key(kb); err != nil {
-		return fmt.Errorf("transform %s: key: %w", s.TransformID, err)
+		return t.badSinkElement(s, wv, kb, vb, rec, false, fmt.Errorf("key: %w", err))
 	}
 	if rec.Value, err = ks.val(vb); err != nil {
-		return fmt.Errorf("transform %s: value: %w", s.TransformID, err)
+		return t.badSinkElement(s, wv, kb, vb, rec, false, fmt.Errorf("value: %w", err))
+	}
+	if err := t.checkSize(rec); err != nil {
+		return t.badSinkElement(s, wv, kb, vb, rec, true, err)
 	}
 	if rec.Key == nil {
 		n := t.env.Topics.Outputs[s.Topic]

@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -41,7 +43,41 @@ type Set struct {
 	// Changelogs are the changelog topic names by sub-topology id; a
 	// changelog has one partition per task (partition of the input).
 	Changelogs map[int]string
+	// MaxMessageBytes are the max.message.bytes of the user topics Kafka
+	// writes produce to and of the dead-letter topic, by Kafka name, as
+	// Discover found them (absent: unknown).
+	MaxMessageBytes map[string]int32
+
+	// DeadLetter is the Kafka name of the dead-letter topic ("": none,
+	// the bad-record policy is not dead_letter); DeadLetterPartitions its
+	// partition count once Discover or Create found it.
+	DeadLetter           string
+	DeadLetterPartitions int32
+	createDeadLetter     bool // the application's own: Create makes it
 }
+
+// DeadLetterName is the name (within the application) of the dead-letter
+// topic ksrunner creates when none is named.
+const DeadLetterName = "dead-letter"
+
+// SetDeadLetter makes name (a Kafka name) the dead-letter topic: Create
+// creates it (one partition) when create is set, otherwise Discover
+// requires it to exist. Run calls it before Discover; a plan without
+// Kafka IO has no bad records and gets no dead-letter topic.
+func (t *Set) SetDeadLetter(name string, create bool) {
+	hasKafka := len(t.writers) > 0
+	for _, tp := range t.ByName {
+		hasKafka = hasKafka || tp.Kind == translate.TopicKafka
+	}
+	if !hasKafka {
+		return
+	}
+	t.DeadLetter, t.createDeadLetter = name, create
+}
+
+// Writer is the transform writing user topic topic, for messages ("":
+// none).
+func (t *Set) Writer(topic string) string { return t.writers[topic] }
 
 // New lays out the topics of plan for application appID: impulse and side
 // input topics have one partition, every other internal topic parallelism.
@@ -57,6 +93,8 @@ func New(plan *translate.Plan, appID string, replication, parallelism int) *Set 
 		Changelogs:  map[int]string{},
 		Outputs:     map[string]int32{},
 		writers:     map[string]string{},
+
+		MaxMessageBytes: map[string]int32{},
 	}
 	for _, tp := range plan.Topics {
 		t.fullNames[tp.Name] = shuffle.TopicName(t.appID, tp.Name)
@@ -117,6 +155,9 @@ func (t *Set) Discover(ctx context.Context, adm *kadm.Client) error {
 	for name, tr := range t.writers {
 		want[name] = tr
 	}
+	if t.DeadLetter != "" && !t.createDeadLetter {
+		want[t.DeadLetter] = "dead_letter_topic"
+	}
 	if len(want) == 0 {
 		return nil
 	}
@@ -131,7 +172,11 @@ func (t *Set) Discover(ctx context.Context, adm *kadm.Client) error {
 	found := map[string]int32{}
 	for _, name := range names {
 		d, ok := details[name]
-		if !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) || (d.Err == nil && len(d.Partitions) == 0) {
+		missing := !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) || (d.Err == nil && len(d.Partitions) == 0)
+		if missing && name == t.DeadLetter && !t.createDeadLetter {
+			return fmt.Errorf("option dead_letter_topic: Kafka topic %q does not exist (ksrunner creates only its own dead-letter topic, when dead_letter_topic is not set)", name)
+		}
+		if missing {
 			return fmt.Errorf("transform %s: Kafka topic %q does not exist (ksrunner does not create the topics a pipeline reads or writes)", want[name], name)
 		}
 		if d.Err != nil {
@@ -140,6 +185,41 @@ func (t *Set) Discover(ctx context.Context, adm *kadm.Client) error {
 		found[name] = int32(len(d.Partitions))
 	}
 	t.Discovered(found)
+	var limited []string // the topics produced to
+	for name := range t.writers {
+		limited = append(limited, name)
+	}
+	if t.DeadLetter != "" && !t.createDeadLetter {
+		limited = append(limited, t.DeadLetter)
+	}
+	return t.discoverMaxMessageBytes(ctx, adm, limited...)
+}
+
+// discoverMaxMessageBytes records the max.message.bytes of topics, so that
+// a record too large for its topic fails (or is dead-lettered) where it is
+// made, naming its transform, rather than in the producer, which would
+// abort the whole cycle.
+func (t *Set) discoverMaxMessageBytes(ctx context.Context, adm *kadm.Client, names ...string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	rcs, err := adm.DescribeTopicConfigs(ctx, names...)
+	if err != nil {
+		return fmt.Errorf("describing the configs of topics %v: %w", names, err)
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			continue // unknown: the producer's limit still applies
+		}
+		for _, c := range rc.Configs {
+			if c.Key != "max.message.bytes" || c.Value == nil {
+				continue
+			}
+			if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil && n > 0 {
+				t.MaxMessageBytes[rc.Name] = int32(n)
+			}
+		}
+	}
 	return nil
 }
 
@@ -152,6 +232,9 @@ func (t *Set) Discovered(partitions map[string]int32) {
 		}
 		if _, ok := t.writers[name]; ok {
 			t.Outputs[name] = n
+		}
+		if name == t.DeadLetter {
+			t.DeadLetterPartitions = n
 		}
 	}
 	t.countProducers()
@@ -222,7 +305,65 @@ func (t *Set) Create(ctx context.Context, adm *kadm.Client) error {
 			return err
 		}
 	}
-	return create(shuffle.StatusTopic, 1, map[string]*string{"cleanup.policy": &compact})
+	if err := create(shuffle.StatusTopic, 1, map[string]*string{"cleanup.policy": &compact}); err != nil {
+		return err
+	}
+	return t.createDeadLetterTopic(ctx, adm)
+}
+
+// createDeadLetterTopic creates the application's own dead-letter topic:
+// one partition (bad records of every task, in the order they were met);
+// an existing one is kept, whatever its partition count. It is never
+// deleted with the other internal topics: dead letters are the user's.
+func (t *Set) createDeadLetterTopic(ctx context.Context, adm *kadm.Client) error {
+	if t.DeadLetter == "" || !t.createDeadLetter {
+		return nil
+	}
+	resp, err := adm.CreateTopic(ctx, 1, int16(t.replication), nil, t.DeadLetter)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating the dead-letter topic %s: %w", t.DeadLetter, err)
+	}
+	// A real cluster answers UNKNOWN_TOPIC_OR_PARTITION for a while after
+	// CreateTopics, and the producer gives up on a record after a few such
+	// answers: wait until every partition has a leader.
+	wait := time.NewTicker(50 * time.Millisecond)
+	defer wait.Stop()
+	deadline := time.Now().Add(topicReadyTimeout)
+	for {
+		details, err := adm.ListTopics(ctx, t.DeadLetter)
+		d := details[t.DeadLetter]
+		if err == nil && d.Err == nil && len(d.Partitions) > 0 && leadersKnown(d) {
+			t.DeadLetterPartitions = int32(len(d.Partitions))
+			break
+		}
+		if err == nil {
+			err = d.Err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("dead-letter topic %s: its partitions have no leader %v after creating it (%v)", t.DeadLetter, topicReadyTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-wait.C:
+		}
+	}
+	return t.discoverMaxMessageBytes(ctx, adm, t.DeadLetter)
+}
+
+// topicReadyTimeout bounds waiting for a created topic's leaders.
+const topicReadyTimeout = 30 * time.Second
+
+func leadersKnown(d kadm.TopicDetail) bool {
+	for _, p := range d.Partitions {
+		if p.Err != nil || p.Leader < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // changelogPartitions is the partition count of a sub-topology's changelog:
