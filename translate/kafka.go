@@ -75,6 +75,10 @@ type KafkaRead struct {
 	MaxReadTimeMs *int64 `json:"max_read_time_ms,omitempty"`
 	// TimestampPolicy is one of the Timestamp* constants.
 	TimestampPolicy string `json:"timestamp_policy"`
+	// PayloadRow: the output is the payload row of a Kafka schema
+	// transform read (KafkaPayloadSchema of ValueFormat), the record's
+	// value alone, rather than KV<key, value>.
+	PayloadRow bool `json:"payload_row,omitempty"`
 }
 
 // KafkaWrite is where a Kafka write writes and how.
@@ -89,6 +93,10 @@ type KafkaWrite struct {
 	// WithHeaders: the input is the write-with-headers row (topic, key,
 	// value, headers, partition, timestamp) rather than KV<key, value>.
 	WithHeaders bool `json:"with_headers,omitempty"`
+	// PayloadRow: the input is a row of one BYTES field, the record's
+	// value (a Kafka schema transform write of format RAW); the key is
+	// null.
+	PayloadRow bool `json:"payload_row,omitempty"`
 }
 
 var kafkaFormats = []string{KafkaByteArray, KafkaString, KafkaLong, KafkaInteger}
@@ -127,7 +135,7 @@ func (r *KafkaRead) Validate() error {
 	if r.MaxReadTimeMs != nil && *r.MaxReadTimeMs < 0 {
 		return fmt.Errorf("kafka read: max_read_time %dms is negative", *r.MaxReadTimeMs)
 	}
-	return nil
+	return r.validatePayload()
 }
 
 // Bounded reports whether the read ends by itself.
@@ -143,7 +151,7 @@ func (w *KafkaWrite) Validate() error {
 			return fmt.Errorf("kafka write: %s %q: want one of %s", f.name, f.v, strings.Join(kafkaFormats, ", "))
 		}
 	}
-	return nil
+	return w.validatePayload()
 }
 
 // EncodeKafkaRead is the payload of a URNKafkaRead transform.
