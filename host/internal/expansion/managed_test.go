@@ -25,7 +25,13 @@ func runManaged(t *testing.T, py string, args ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join("testdata", "managed_pipeline.py")}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3 {
+		// Beam YAML imports jinja2, which the test venv does not install:
+		// KSRUNNER_PYTHON, or PYTHONPATH with jinja2, runs it.
+		t.Skipf("managed_pipeline.py %v: %s", args, out)
+	}
+	if err != nil {
 		t.Fatalf("managed_pipeline.py %v: %v\n%s", args, err, out)
 	}
 }
@@ -229,5 +235,48 @@ func TestDiscoverSchemaTransform(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("discovered %v, want %v", got, want)
+	}
+}
+
+// A Beam YAML pipeline of ReadFromKafka → MapToFields → WriteToKafka
+// (format RAW), its Kafka transforms provided by the expansion service,
+// holds the payload row primitives of its configuration.
+func TestPythonYAML(t *testing.T) {
+	py := expansiontest.BeamPython(t)
+	addr := serve(t)
+	out := filepath.Join(t.TempDir(), "pipeline.pb")
+	runManaged(t, py, out, addr, "yaml")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := &pipepb.Pipeline{}
+	if err := proto.Unmarshal(b, pipe); err != nil {
+		t.Fatal(err)
+	}
+	var reads []*translate.KafkaRead
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaRead) {
+		spec, err := translate.DecodeKafkaRead(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, spec)
+	}
+	wantRead := &translate.KafkaRead{Topics: []string{"in"}, BootstrapServers: "b:9092", ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
+		KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", PayloadRow: true}
+	if len(reads) != 1 || !reflect.DeepEqual(reads[0], wantRead) {
+		t.Errorf("reads %s, want [%s]", expansiontest.JSON(reads), expansiontest.JSON(wantRead))
+	}
+	var writes []*translate.KafkaWrite
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaWrite) {
+		spec, err := translate.DecodeKafkaWrite(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes = append(writes, spec)
+	}
+	wantWrite := &translate.KafkaWrite{Topic: "out", BootstrapServers: "b:9092", KeyFormat: "ByteArray", ValueFormat: "ByteArray", PayloadRow: true}
+	if len(writes) != 1 || !reflect.DeepEqual(writes[0], wantWrite) {
+		t.Errorf("writes %s, want [%s]", expansiontest.JSON(writes), expansiontest.JSON(wantWrite))
 	}
 }

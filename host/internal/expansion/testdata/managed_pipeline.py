@@ -7,7 +7,10 @@ usage: managed_pipeline.py OUT HOST:PORT MODE
     (RAW and STRING), a Map to rows of one bytes field, and
     managed.Write(KAFKA) (RAW), and of a read of the kafka_read schema
     transform named directly;
-  MODE error: OUT is the error managed.Read(KAFKA) with format AVRO raises.
+  MODE error: OUT is the error managed.Read(KAFKA) with format AVRO raises;
+  MODE yaml: OUT is the serialized pipeline proto of a Beam YAML pipeline of
+    ReadFromKafka → MapToFields → WriteToKafka (RAW), the Kafka transforms
+    provided by the expansion service (a remote provider).
 """
 import sys
 import typing
@@ -15,6 +18,39 @@ import typing
 import apache_beam as beam
 from apache_beam.transforms import managed
 from apache_beam.transforms.external import SchemaAwareExternalTransform
+
+YAML = '''
+pipeline:
+  transforms:
+    - type: ReadFromKafka
+      name: Read
+      config:
+        bootstrap_servers: b:9092
+        topic: in
+        format: RAW
+        auto_offset_reset_config: earliest
+    - type: MapToFields
+      name: ToValue
+      input: Read
+      config:
+        language: python
+        fields:
+          value: payload
+    - type: WriteToKafka
+      name: Write
+      input: ToValue
+      config:
+        bootstrap_servers: b:9092
+        topic: out
+        format: RAW
+providers:
+  - type: remote
+    config:
+      address: %s
+    transforms:
+      ReadFromKafka: 'beam:schematransform:org.apache.beam:kafka_read:v1'
+      WriteToKafka: 'beam:schematransform:org.apache.beam:kafka_write:v1'
+'''
 
 
 class Value(typing.NamedTuple):
@@ -41,6 +77,16 @@ def main(out, service, mode):
         f.write(str(e))
       return
     raise SystemExit('no expansion error')
+  if mode == 'yaml':
+    try:
+      from apache_beam.yaml.yaml_transform import YamlTransform
+    except ImportError as e:  # Beam YAML needs jinja2, not in every venv
+      print('no Beam YAML:', e)
+      sys.exit(3)
+    _ = p | YamlTransform(YAML % service)
+    with open(out, 'wb') as f:
+      f.write(p.to_runner_api().SerializeToString())
+    return
   rows = p | 'ReadRaw' >> managed.Read(
       managed.KAFKA,
       config={
