@@ -79,11 +79,11 @@ def main(out, service, mode):
     raise SystemExit('no expansion error')
   if mode == 'yaml':
     try:
-      from apache_beam.yaml.yaml_transform import YamlTransform
+      from apache_beam.yaml.yaml_transform import expand_pipeline
     except ImportError as e:  # Beam YAML needs jinja2, not in every venv
       print('no Beam YAML:', e)
       sys.exit(3)
-    _ = p | YamlTransform(YAML % service)
+    expand_pipeline(p, YAML % service)
     with open(out, 'wb') as f:
       f.write(p.to_runner_api().SerializeToString())
     return
