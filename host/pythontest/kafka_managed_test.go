@@ -21,13 +21,20 @@ import (
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
-// TestKafkaManagedPython: a Python pipeline of managed.Read(KAFKA, RAW) of
-// a 3-partition topic → a Map to rows of one bytes field →
+// TestKafkaManagedPython: a Python pipeline of managed.Read(KAFKA) of
+// format RAW (bytes payloads) or STRING (str payloads) of a 3-partition
+// topic → a Map to rows of one bytes field →
 // managed.Write(KAFKA, RAW) to a 2-partition topic, expanded by ksrunner's
 // expansion service, runs on ksrunner: the output topic (read_committed)
 // holds, once each, "m:" + each input value upper-cased, with null keys,
 // and nothing else (an empty value included).
 func TestKafkaManagedPython(t *testing.T) {
+	for _, format := range []string{"RAW", "STRING"} {
+		t.Run(format, func(t *testing.T) { testKafkaManaged(t, format) })
+	}
+}
+
+func testKafkaManaged(t *testing.T, format string) {
 	py := beamPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -40,7 +47,10 @@ func TestKafkaManagedPython(t *testing.T) {
 	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	want := map[string]bool{}
 	for i := range 30 {
-		v := []byte(fmt.Sprintf("v%02d-\xff", i))
+		v := []byte(fmt.Sprintf("v%02d-\xff", i)) // bytes, not UTF-8
+		if format == "STRING" {
+			v = []byte(fmt.Sprintf("v%02d-✓", i)) // UTF-8, no case
+		}
 		if i == 7 {
 			v = []byte{}
 		}
@@ -51,7 +61,7 @@ func TestKafkaManagedPython(t *testing.T) {
 	}
 
 	jobIDFile := filepath.Join(t.TempDir(), "jobid")
-	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_managed.py"), jobIDFile, in, out, bootstrap, expansion,
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_managed.py"), jobIDFile, in, out, bootstrap, expansion, format,
 		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
 		"--application_id="+kafkatest.UniqueName(t, "pymanaged"), "--bootstrap_servers="+bootstrap)
 	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")

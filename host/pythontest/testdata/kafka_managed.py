@@ -1,12 +1,12 @@
-"""Reads a Kafka topic through managed.Read(KAFKA) (format RAW) and writes
-each record's value, upper-cased and prefixed "m:", through
+"""Reads a Kafka topic through managed.Read(KAFKA) (format FORMAT: RAW or
+STRING) and writes each record's value, upper-cased and prefixed "m:", through
 managed.Write(KAFKA) (format RAW), both expanded by ksrunner's expansion
 service (beam:transform:managed:v1 of the Kafka schema transforms).
 
 Like kafka_count.py, the script submits the unbounded job, writes its id to
 its first argument and exits 0 when the job ends CANCELLED.
 
-Usage: kafka_managed.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
+Usage: kafka_managed.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION FORMAT
          [pipeline options]
 """
 
@@ -30,18 +30,22 @@ coders.registry.register_coder(Value, coders.RowCoder)
 
 
 def main():
-    jobid_file, in_topic, out_topic, bootstrap, expansion = sys.argv[1:6]
-    p = beam.Pipeline(options=PipelineOptions(sys.argv[6:]))
+    jobid_file, in_topic, out_topic, bootstrap, expansion, fmt = sys.argv[1:7]
+    p = beam.Pipeline(options=PipelineOptions(sys.argv[7:]))
+    if fmt == 'STRING':
+        upper = lambda r: Value(b'm:' + r.payload.upper().encode('utf-8'))
+    else:
+        upper = lambda r: Value(b'm:' + r.payload.upper())
     _ = (
         p
         | managed.Read(
             managed.KAFKA,
             config={
                 'bootstrap_servers': bootstrap, 'topic': in_topic,
-                'format': 'RAW', 'auto_offset_reset_config': 'earliest'
+                'format': fmt, 'auto_offset_reset_config': 'earliest'
             },
             expansion_service=expansion)
-        | 'Upper' >> beam.Map(lambda r: Value(b'm:' + r.payload.upper())).with_output_types(Value)
+        | 'Upper' >> beam.Map(upper).with_output_types(Value)
         | managed.Write(
             managed.KAFKA,
             config={'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': 'RAW'},
