@@ -15,7 +15,8 @@ import (
 //
 //   - URNKafkaRead: a root transform (no inputs) whose one output is the
 //     records of the user's topics, as KV<key, value> (KafkaRead.WithMetadata
-//     false) or as the with-metadata record row. It heads a sub-topology of
+//     false), as the with-metadata record row, or as the payload row of the
+//     Kafka schema transforms (KafkaRead.PayloadRow, kafkapayload.go). It heads a sub-topology of
 //     its own that reads the topics under the application's consumer group,
 //     one task per partition.
 //   - URNKafkaWrite: a transform with one input and no outputs whose
