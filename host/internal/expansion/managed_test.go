@@ -2,23 +2,62 @@ package expansion
 
 import (
 	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"context"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
 	"github.com/ksrunner/ksrunner/translate"
 )
+
+var capture = flag.Bool("capture", false, "write the schema transform expansion requests Python sends to testdata/captured (go test -run TestPythonManaged$ -args -capture)")
+
+// recorder is the service, keeping the schema transform requests it
+// answers.
+type recorder struct {
+	*Service
+	mu   sync.Mutex
+	reqs []*jobpb.ExpansionRequest
+}
+
+func (r *recorder) Expand(ctx context.Context, req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, error) {
+	if req.GetTransform().GetSpec().GetUrn() == URNSchemaTransformPayload {
+		r.mu.Lock()
+		r.reqs = append(r.reqs, req)
+		r.mu.Unlock()
+	}
+	return r.Service.Expand(ctx, req)
+}
+
+// serveRecording is serve, with the requests kept.
+func serveRecording(t *testing.T) (string, *recorder) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "localhost:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rec := &recorder{Service: NewService(nil)}
+	jobpb.RegisterExpansionServiceServer(g, rec)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String(), rec
+}
 
 func runManaged(t *testing.T, py string, args ...string) {
 	t.Helper()
@@ -42,9 +81,21 @@ func runManaged(t *testing.T, py string, args ...string) {
 // payload rows.
 func TestPythonManaged(t *testing.T) {
 	py := expansiontest.BeamPython(t)
-	addr := serve(t)
+	addr, rec := serveRecording(t)
 	out := filepath.Join(t.TempDir(), "pipeline.pb")
 	runManaged(t, py, out, addr, "pipeline")
+	if *capture {
+		for _, req := range rec.reqs {
+			name, _, _ := strings.Cut(req.GetTransform().GetUniqueName(), "/")
+			b, err := proto.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join("testdata", "captured", name+".pb"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -278,5 +329,59 @@ func TestPythonYAML(t *testing.T) {
 	wantWrite := &translate.KafkaWrite{Topic: "out", BootstrapServers: "b:9092", KeyFormat: "ByteArray", ValueFormat: "ByteArray", PayloadRow: true}
 	if len(writes) != 1 || !reflect.DeepEqual(writes[0], wantWrite) {
 		t.Errorf("writes %s, want [%s]", expansiontest.JSON(writes), expansiontest.JSON(wantWrite))
+	}
+}
+
+// The requests Python's managed.Read/Write(KAFKA) and
+// SchemaAwareExternalTransform sent (captured by TestPythonManaged with
+// -args -capture), expanded without Python: each gives its payload row primitive
+// with the spec of its configuration.
+func TestCapturedRequests(t *testing.T) {
+	rawRead := func(topic, servers, reset string, cfg map[string]string) any {
+		c := map[string]string{"auto.offset.reset": reset}
+		for k, v := range cfg {
+			c[k] = v
+		}
+		return &translate.KafkaRead{Topics: []string{topic}, BootstrapServers: servers, ConsumerConfig: c,
+			KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", PayloadRow: true}
+	}
+	str := rawRead("in2", "b1:9092", "latest", nil).(*translate.KafkaRead)
+	str.ValueFormat = "String"
+	for name, want := range map[string]any{
+		"ReadRaw":    rawRead("in", "b1:9092", "earliest", map[string]string{"max.poll.records": "500"}),
+		"ReadString": str,
+		"ReadDirect": rawRead("in3", "b3:9092", "latest", nil),
+		"WriteRaw": &translate.KafkaWrite{Topic: "out", BootstrapServers: "b2:9092", ProducerConfig: map[string]string{"linger.ms": "5"},
+			KeyFormat: "ByteArray", ValueFormat: "ByteArray", PayloadRow: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", "captured", name+".pb"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := &jobpb.ExpansionRequest{}
+			if err := proto.Unmarshal(b, req); err != nil {
+				t.Fatal(err)
+			}
+			res, _, err := Expand(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got any
+			switch res.GetTransform().GetSpec().GetUrn() {
+			case translate.URNKafkaRead:
+				got, err = translate.DecodeKafkaRead(res.GetTransform().GetSpec().GetPayload())
+			case translate.URNKafkaWrite:
+				got, err = translate.DecodeKafkaWrite(res.GetTransform().GetSpec().GetPayload())
+			default:
+				err = fmt.Errorf("expanded to %s", res.GetTransform().GetSpec().GetUrn())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("spec\n got %s\nwant %s", expansiontest.JSON(got), expansiontest.JSON(want))
+			}
+		})
 	}
 }
