@@ -282,7 +282,7 @@ func TestDiscoverSchemaTransform(t *testing.T) {
 	want := map[string][2][]string{
 		IdentifierManaged:    {{"input"}, {"output"}},
 		IdentifierKafkaRead:  {nil, {"output", "errors"}},
-		IdentifierKafkaWrite: {{"input"}, {"errors"}},
+		IdentifierKafkaWrite: {{"input"}, nil},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("discovered %v, want %v", got, want)

@@ -104,9 +104,10 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 				stringField("file_descriptor_path", true),
 				stringField("message_name", true),
 				stringField("schema", true)),
-			InputPcollectionNames:  []string{"input"},
-			OutputPcollectionNames: []string{"errors"},
-			Description:            "Writes rows of one BYTES field (format RAW) as the values of Kafka records with null keys.",
+			// Java lists no outputs (its errors output is named by
+			// error_handling, which ksrunner refuses).
+			InputPcollectionNames: []string{"input"},
+			Description:           "Writes rows of one BYTES field (format RAW) as the values of Kafka records with null keys.",
 		},
 	}
 }
@@ -246,7 +247,8 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 	case formatString:
 		spec.ValueFormat = translate.KafkaString
 	default:
-		r.fail("format", "%q: ksrunner reads the formats %s and %s only (not AVRO, JSON or PROTO)", f, formatRaw, formatString)
+		// Java reads AVRO when no format is given.
+		r.fail("format", "%q: ksrunner reads the formats %s and %s only (not AVRO, the default, JSON or PROTO)", f, formatRaw, formatString)
 	}
 	r.unsupported("schema", "confluent_schema_registry_url", "confluent_schema_registry_subject", "file_descriptor_path", "message_name", "error_handling")
 	reset := r.string("auto_offset_reset_config")
