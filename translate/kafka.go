@@ -67,11 +67,15 @@ type KafkaRead struct {
 	// rather than KV<key, value>.
 	WithMetadata bool `json:"with_metadata,omitempty"`
 	// StartReadTimeMs, when set, is where a partition without a committed
-	// offset starts: the first offset at or after this time.
+	// offset starts: the first offset whose timestamp is at or after this
+	// time (Kafka's offsets for times); a partition without such a record
+	// starts per auto.offset.reset.
 	StartReadTimeMs *int64 `json:"start_read_time_ms,omitempty"`
 	// MaxNumRecords and MaxReadTimeMs, when set, make the read bounded: it
-	// ends (its watermark goes to +inf) after that many records in all, or
-	// that long after it started.
+	// ends (its watermark goes to +inf) after exactly that many records of
+	// all its partitions together (waiting for them if the topic has
+	// fewer), or that long after the job started reading, whichever comes
+	// first.
 	MaxNumRecords *int64 `json:"max_num_records,omitempty"`
 	MaxReadTimeMs *int64 `json:"max_read_time_ms,omitempty"`
 	// TimestampPolicy is one of the Timestamp* constants.
@@ -129,6 +133,9 @@ func (r *KafkaRead) Validate() error {
 	case TimestampProcessingTime, TimestampCreateTime, TimestampLogAppendTime:
 	default:
 		return fmt.Errorf("kafka read: timestamp policy %q: want %s, %s or %s", r.TimestampPolicy, TimestampProcessingTime, TimestampCreateTime, TimestampLogAppendTime)
+	}
+	if r.StartReadTimeMs != nil && *r.StartReadTimeMs < 0 {
+		return fmt.Errorf("kafka read: start_read_time %dms is negative (want milliseconds since the epoch)", *r.StartReadTimeMs)
 	}
 	if r.MaxNumRecords != nil && *r.MaxNumRecords < 0 {
 		return fmt.Errorf("kafka read: max_num_records %d is negative", *r.MaxNumRecords)

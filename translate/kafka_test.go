@@ -61,6 +61,8 @@ func TestKafkaSpecsRefused(t *testing.T) {
 		{"unknown value format", func(r *KafkaRead) { r.ValueFormat = "Avro" }, `value_format "Avro"`},
 		{"unknown timestamp policy", func(r *KafkaRead) { r.TimestampPolicy = "Wall" }, `timestamp policy "Wall"`},
 		{"negative max records", func(r *KafkaRead) { r.MaxNumRecords = &neg }, "max_num_records -1"},
+		{"negative max read time", func(r *KafkaRead) { r.MaxReadTimeMs = &neg }, "max_read_time -1ms"},
+		{"negative start read time", func(r *KafkaRead) { r.StartReadTimeMs = &neg }, "start_read_time -1ms"},
 	} {
 		r := ok
 		tc.edit(&r)

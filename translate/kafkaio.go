@@ -2,18 +2,21 @@ package translate
 
 import (
 	"fmt"
-	"strings"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 )
 
 // The layout of the Kafka IO primitives (kafka.go):
 //
-//   - A URNKafkaRead heads a sub-topology of its own whose input Topic is
-//     the user's topic (TopicKafka, named as the user named it, partition
-//     count discovered by the host at Run) and whose root is
-//     RootKafkaSource, carrying the decoded spec. One task per partition of
-//     the user's topic. A read of several topics is refused for now.
+//   - A URNKafkaRead heads a sub-topology of its own per topic it reads,
+//     whose input Topic is the user's topic (TopicKafka, named as the user
+//     named it, partition count discovered by the host at Run) and whose
+//     root is RootKafkaSource, carrying the decoded spec: one task per
+//     partition of the user's topic. A read of several topics writes them
+//     all to a flatten topic (TopicRedistribute "<read>-flatten") whose
+//     passthrough sub-topology produces the read's output, as a Flatten of
+//     inputs from several sub-topologies is laid out: the read's consumers
+//     then have one producing sub-topology, at the cost of one hop.
 //   - A URNKafkaWrite is a Sink of its input PCollection, in the
 //     sub-topology producing it, with Sink.KafkaWrite set and Sink.Topic the
 //     user's topic (not a Plan topic).
@@ -37,19 +40,13 @@ func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
 	if err != nil {
 		return fmt.Errorf("transform %q: %w", name, err)
 	}
-	switch {
-	case len(r.Topics) != 1:
-		return fmt.Errorf("transform %q: a Kafka read of %d topics (%s) is not supported yet: read one topic per transform and flatten them", name, len(r.Topics), strings.Join(r.Topics, ", "))
-	case !validTopicName(r.Topics[0]):
-		return fmt.Errorf("transform %q: %q is not a valid Kafka topic name", name, r.Topics[0])
-	case r.WithMetadata && (r.KeyFormat != KafkaByteArray || r.ValueFormat != KafkaByteArray):
+	for _, topic := range r.Topics {
+		if !validTopicName(topic) {
+			return fmt.Errorf("transform %q: %q is not a valid Kafka topic name", name, topic)
+		}
+	}
+	if r.WithMetadata && (r.KeyFormat != KafkaByteArray || r.ValueFormat != KafkaByteArray) {
 		return fmt.Errorf("transform %q: a Kafka read with metadata reads ByteArray keys and values (its rows hold bytes), not %s and %s", name, r.KeyFormat, r.ValueFormat)
-	case r.MaxNumRecords != nil:
-		return fmt.Errorf("transform %q: a bounded Kafka read (max_num_records) is not supported yet", name)
-	case r.MaxReadTimeMs != nil:
-		return fmt.Errorf("transform %q: a bounded Kafka read (max_read_time) is not supported yet", name)
-	case r.StartReadTimeMs != nil:
-		return fmt.Errorf("transform %q: a Kafka read's start_read_time is not supported yet", name)
 	}
 	if v, ok := r.ConsumerConfig["auto.offset.reset"]; ok && !kafkaConsumerResets[v] {
 		return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q is not supported (want earliest or latest)", name, v)

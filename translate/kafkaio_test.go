@@ -1,6 +1,9 @@
 package translate
 
 import (
+	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,19 +111,15 @@ func TestKafkaLayout(t *testing.T) {
 }
 
 func TestKafkaRefused(t *testing.T) {
-	n := int64(10)
 	for _, tc := range []struct {
 		name  string
 		read  func(*KafkaRead)
 		write func(*KafkaWrite)
 		want  []string
 	}{
-		{"several topics", func(r *KafkaRead) { r.Topics = []string{"a", "b"} }, nil, []string{"kafkaSourcePlaceholder", "2 topics (a, b)", "not supported yet"}},
+		{"bad topic name", func(r *KafkaRead) { r.Topics = []string{"a", "b c"} }, nil, []string{"kafkaSourcePlaceholder", `"b c" is not a valid Kafka topic name`}},
 		{"with metadata of strings", func(r *KafkaRead) { r.WithMetadata = true }, nil, []string{"kafkaSourcePlaceholder", "with metadata", "ByteArray", "String and Long"}},
 		{"with metadata into KV", func(r *KafkaRead) { r.WithMetadata, r.KeyFormat, r.ValueFormat = true, KafkaByteArray, KafkaByteArray }, nil, []string{"kafkaSourcePlaceholder", "output", "beam:coder:kv:v1", "want a row"}},
-		{"max records", func(r *KafkaRead) { r.MaxNumRecords = &n }, nil, []string{"kafkaSourcePlaceholder", "max_num_records", "not supported yet"}},
-		{"max read time", func(r *KafkaRead) { r.MaxReadTimeMs = &n }, nil, []string{"kafkaSourcePlaceholder", "max_read_time", "not supported yet"}},
-		{"start read time", func(r *KafkaRead) { r.StartReadTimeMs = &n }, nil, []string{"kafkaSourcePlaceholder", "start_read_time", "not supported yet"}},
 		{"offset reset none", func(r *KafkaRead) { r.ConsumerConfig = map[string]string{"auto.offset.reset": "none"} }, nil, []string{"kafkaSourcePlaceholder", "auto.offset.reset"}},
 		{"read format mismatch", func(r *KafkaRead) { r.KeyFormat = KafkaLong }, nil, []string{"kafkaSourcePlaceholder", "key", "string_utf8", "Long"}},
 		{"with headers of strings", nil, func(w *KafkaWrite) { w.WithHeaders = true }, []string{"kafkaSinkPlaceholder", "with headers", "ByteArray", "String and Long"}},
@@ -141,5 +140,106 @@ func TestKafkaRefused(t *testing.T) {
 			_, err := Translate(kafkaPipeline(t, r, w), Options{})
 			errContains(t, err, tc.want...)
 		})
+	}
+}
+
+// A read bounded by max_num_records or max_read_time keeps the plan
+// bounded (it ends, and the job with it); start_read_time alone does not
+// bound it. The spec reaches the source's root as given.
+func TestKafkaBoundedLayout(t *testing.T) {
+	n, ms := int64(10), int64(1_700_000_000_000)
+	for _, tc := range []struct {
+		name    string
+		edit    func(*KafkaRead)
+		bounded bool
+	}{
+		{"max records", func(r *KafkaRead) { r.MaxNumRecords = &n }, true},
+		{"max read time", func(r *KafkaRead) { r.MaxReadTimeMs = &n }, true},
+		{"zero records", func(r *KafkaRead) { z := int64(0); r.MaxNumRecords = &z }, true},
+		{"start read time", func(r *KafkaRead) { r.StartReadTimeMs = &ms }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := okKafkaRead()
+			tc.edit(r)
+			pp := kafkaPipeline(t, r, okKafkaWrite())
+			if r.Bounded() {
+				// As the expansion service marks a bounded read's output.
+				for _, tr := range pp.GetComponents().GetTransforms() {
+					if tr.GetSpec().GetUrn() == URNKafkaRead {
+						pp.GetComponents().GetPcollections()[onlyValue(tr.GetOutputs())].IsBounded = pipepb.IsBounded_BOUNDED
+					}
+				}
+			}
+			plan := mustTranslate(t, pp, Options{})
+			if plan.Bounded != tc.bounded {
+				t.Errorf("Bounded = %v, want %v", plan.Bounded, tc.bounded)
+			}
+			for _, st := range plan.SubTopologies {
+				if st.Root.Kind == RootKafkaSource && !reflect.DeepEqual(st.Root.KafkaRead, r) {
+					t.Errorf("source spec %+v, want %+v", st.Root.KafkaRead, r)
+				}
+			}
+		})
+	}
+}
+
+// A payload with a negative bound or start time (one the expansion service
+// would not write) is refused at submission, naming the transform and the
+// field.
+func TestKafkaNegativeBounds(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		edit  func(*KafkaRead, *int64)
+	}{
+		{"max_num_records -5", func(r *KafkaRead, v *int64) { r.MaxNumRecords = v }},
+		{"max_read_time -5ms", func(r *KafkaRead, v *int64) { r.MaxReadTimeMs = v }},
+		{"start_read_time -5ms", func(r *KafkaRead, v *int64) { r.StartReadTimeMs = v }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			pp := kafkaPipeline(t, okKafkaRead(), okKafkaWrite())
+			r, neg := okKafkaRead(), int64(-5)
+			tc.edit(r, &neg)
+			b, err := json.Marshal(r) // EncodeKafkaRead would refuse it
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range pp.GetComponents().GetTransforms() {
+				if tr.GetSpec().GetUrn() == URNKafkaRead {
+					tr.GetSpec().Payload = b
+				}
+			}
+			_, err = Translate(pp, Options{})
+			errContains(t, err, "kafkaSourcePlaceholder", tc.field, "negative")
+		})
+	}
+}
+
+// A read of several topics heads one source sub-topology per topic, each
+// sinking the read's output to one flatten topic, whose passthrough
+// sub-topology feeds what follows the read.
+func TestKafkaSeveralTopicsLayout(t *testing.T) {
+	r := okKafkaRead()
+	r.Topics = []string{"a", "b", "c"}
+	plan := mustTranslate(t, kafkaPipeline(t, r, okKafkaWrite()), Options{})
+	var sources []string
+	var flatten *SubTopology
+	for _, st := range plan.SubTopologies {
+		switch st.Root.Kind {
+		case RootKafkaSource:
+			sources = append(sources, st.Input)
+			if len(st.Stages) != 0 || len(st.Sinks) != 1 || !strings.HasSuffix(st.Sinks[0].Topic, "-flatten") || st.Sinks[0].PCollection != st.Root.Output {
+				t.Errorf("source of %s: stages %d, sinks %+v", st.Input, len(st.Stages), st.Sinks)
+			}
+		case RootPassthrough:
+			if strings.HasSuffix(st.Input, "-flatten") {
+				flatten = st
+			}
+		}
+	}
+	if !slices.Equal(sources, r.Topics) {
+		t.Errorf("source sub-topologies read %v, want %v", sources, r.Topics)
+	}
+	if flatten == nil || len(flatten.Stages) == 0 {
+		t.Fatalf("no flatten sub-topology feeding the stages: %s", describe(plan))
 	}
 }

@@ -102,15 +102,35 @@ func (t *translator) layout() (*Plan, error) {
 			if err := t.checkKafkaRead(tr.GetUniqueName(), out, r); err != nil {
 				return nil, err
 			}
-			// A Kafka read is unbounded whatever its output says (bounded
-			// reads are refused in addKafkaRead).
-			plan.Bounded = false
-			tp := &Topic{Name: r.Topics[0], Kind: TopicKafka, PCollection: out}
-			if topics[tp.Name] != nil {
-				return nil, fmt.Errorf("transform %q: topic %q is read twice, or collides with an internal topic's name; read it once and use the output twice", tr.GetUniqueName(), tp.Name)
+			// A Kafka read is unbounded whatever its output says, unless
+			// its spec bounds it (max_num_records, max_read_time): then it
+			// ends, its watermark at +inf.
+			if !r.Bounded() {
+				plan.Bounded = false
 			}
-			if _, err := newSub(tp, Root{Kind: RootKafkaSource, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), KafkaRead: r}); err != nil {
-				return nil, err
+			// One source sub-topology per topic (kafkaio.go); several
+			// feed a flatten topic whose sub-topology produces the
+			// read's output for what follows.
+			var sources []*subBuilder
+			for _, topic := range r.Topics {
+				tp := &Topic{Name: topic, Kind: TopicKafka, PCollection: out}
+				if topics[tp.Name] != nil {
+					return nil, fmt.Errorf("transform %q: topic %q is read twice, or collides with an internal topic's name; read it once and use the output twice", tr.GetUniqueName(), tp.Name)
+				}
+				sb, err := newSub(tp, Root{Kind: RootKafkaSource, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), KafkaRead: r})
+				if err != nil {
+					return nil, err
+				}
+				sources = append(sources, sb)
+			}
+			if len(sources) > 1 {
+				tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-flatten", Kind: TopicRedistribute, PCollection: out, Producers: []string{out}}
+				for _, sb := range sources {
+					sb.st.Sinks = append(sb.st.Sinks, Sink{PCollection: out, Topic: tp.Name})
+				}
+				if _, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: out, WindowingStrategy: t.inWS(out)}); err != nil {
+					return nil, err
+				}
 			}
 
 		case kindKafkaWrite:

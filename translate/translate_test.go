@@ -2,6 +2,7 @@ package translate
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -127,7 +128,8 @@ func describe(p *Plan) string {
 		root := st.Root
 		root.MergeWindows = nil
 		if root.KafkaRead != nil {
-			fmt.Fprintf(&b, "kafka read %+v\n", *root.KafkaRead)
+			spec, _ := json.Marshal(root.KafkaRead) // %+v would print the bounds' pointers
+			fmt.Fprintf(&b, "kafka read %s\n", spec)
 			root.KafkaRead = nil
 		}
 		var sinks []string

@@ -34,8 +34,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "wasm" {
 		return runBenchWASM(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "kafka" {
+		return runBenchKafka(ctx, args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "gbk" {
-		return fmt.Errorf("bench: want `bench gbk [flags]` or `bench wasm [flags]`")
+		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench wasm [flags]` or `bench kafka [flags]`")
 	}
 	def := host.DefaultOptions()
 	fs := newFlagSet("bench gbk")

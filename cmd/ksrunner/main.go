@@ -4,6 +4,7 @@
 //	ksrunner broker --port N     run an in-memory development broker
 //	ksrunner bench gbk           compare a GroupByKey pipeline with Prism
 //	ksrunner bench wasm          compare the WASM executor with the harness and plain Go
+//	ksrunner bench kafka         Kafka -> map -> Kafka, exactly once: WASM, harness and a plain copy loop
 package main
 
 import (

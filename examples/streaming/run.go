@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -67,6 +68,10 @@ type Result struct {
 	Expected map[string]int64
 	// Lines are the values read from CountsTopic, in order.
 	Lines []string
+	// Committed are the offsets the job (consumer group ApplicationID) had
+	// committed on WordsTopic once every window had arrived, and Ends the
+	// partitions' end offsets then, by partition.
+	Committed, Ends map[int32]int64
 }
 
 // Run fills cfg.WordsTopic, runs the counting job until cfg.CountsTopic
@@ -156,6 +161,12 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Result, error) {
 	readCtx, cancelRead := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancelRead()
 	res.Lines, err = readCounts(readCtx, cfg, from, res.Expected, job)
+	if err == nil {
+		// Every window is out, so every input record has been read: each
+		// partition's source task has committed its offset to the end, in
+		// the transaction of its last cycle.
+		res.Committed, res.Ends, err = sourceOffsets(ctx, kadm.NewClient(cl), cfg.ApplicationID, cfg.WordsTopic)
+	}
 	if cerr := cancelJob(ctx, jobName, job); err == nil {
 		err = cerr
 	}
@@ -163,6 +174,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Result, error) {
 		return res, err
 	}
 	fmt.Fprintf(stdout, "read %d lines from %s: all %d windows of %d keys (%v)\n", len(res.Lines), cfg.CountsTopic, len(res.Expected), cfg.Keys, time.Since(start).Round(time.Millisecond))
+	var parts []string
+	for _, p := range slices.Sorted(maps.Keys(res.Ends)) {
+		parts = append(parts, fmt.Sprintf("%d: %d of %d", p, res.Committed[p], res.Ends[p]))
+	}
+	fmt.Fprintf(stdout, "offsets %s committed on %s, by partition (one source task each): %s\n", cfg.ApplicationID, cfg.WordsTopic, strings.Join(parts, ", "))
 	for _, l := range res.Lines[:min(5, len(res.Lines))] {
 		fmt.Fprintf(stdout, "  %s\n", l)
 	}
@@ -411,6 +427,34 @@ func Check(want map[string]int64, lines []string) []string {
 	}
 	slices.Sort(bad)
 	return bad
+}
+
+// sourceOffsets returns group's committed offsets on topic and the topic's
+// end offsets, by partition.
+func sourceOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (committed, ends map[int32]int64, err error) {
+	offs, err := adm.FetchOffsets(ctx, group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("committed offsets of %s: %w", group, err)
+	}
+	committed = map[int32]int64{}
+	offs.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic {
+			committed[o.Partition] = o.At
+		}
+	})
+	listed, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	ends = map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
+	return committed, ends, nil
 }
 
 // flagSet reports whether the named flag was given on the command line.

@@ -25,7 +25,22 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestRun runs the example on the test broker with 2,000 records and checks
+// testRecords is the test's record count: KSRUNNER_STREAMING_RECORDS, default
+// 2,000 (the acceptance run by hand: 100,000).
+func testRecords(t *testing.T) int {
+	s := os.Getenv("KSRUNNER_STREAMING_RECORDS")
+	if s == "" {
+		return 2000
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		t.Fatalf("KSRUNNER_STREAMING_RECORDS=%q: want a positive count", s)
+	}
+	return n
+}
+
+// TestRun runs the example on the test broker with 2,000 records (see
+// testRecords) and checks
 // the counts topic after the job is cancelled, read whole: one line per key
 // and 10-second window of the records in the words topic (read back, not
 // taken from Run), each once, with that window's exact count.
@@ -38,16 +53,28 @@ func TestRun(t *testing.T) {
 		WordsTopic:    kafkatest.UniqueName(t, "words"),
 		CountsTopic:   kafkatest.UniqueName(t, "counts"),
 		ApplicationID: kafkatest.UniqueName(t, "streaming"),
-		Records:       2000,
+		Records:       testRecords(t),
 		Keys:          20,
 		Deadline:      2 * time.Minute,
 	}
 	var out strings.Builder
 	start := time.Now()
-	if _, err := Run(ctx, cfg, &out); err != nil {
+	res, err := Run(ctx, cfg, &out)
+	if err != nil {
 		t.Fatalf("Run: %v\noutput:\n%s", err, out.String())
 	}
 	t.Logf("Run took %v:\n%s", time.Since(start).Round(time.Millisecond), out.String())
+
+	// Each of the 4 partitions was read to its end by the job's source
+	// task and committed.
+	if len(res.Ends) != 4 {
+		t.Errorf("%s has %d partitions, want 4", cfg.WordsTopic, len(res.Ends))
+	}
+	for p, end := range res.Ends {
+		if res.Committed[p] != end {
+			t.Errorf("%s partition %d: committed offset %d, want the end %d", cfg.WordsTopic, p, res.Committed[p], end)
+		}
+	}
 
 	// The input as the broker holds it.
 	var words []*kgo.Record

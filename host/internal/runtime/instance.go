@@ -116,6 +116,7 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		Fail:              i.setProduceErr,
 		SideWatermark:     i.side.watermark,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
+		ReadBounds:        cfg.readBounds,
 	}
 	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
 	if i.admin, err = kgo.NewClient(seeds); err != nil {
@@ -263,6 +264,7 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 // holds exactly the committed cycles' state. The caller holds mu and makes
 // consumption restart at the committed offsets.
 func (i *instance) resetTasks() {
+	i.resumeSources()
 	ids := make([]taskID, 0, len(i.tasks))
 	for id, t := range i.tasks {
 		t.Abort()
@@ -395,6 +397,7 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) error {
 	})
 	wg.Wait()
 	close(errs)
+	i.endSources(fetches) // bounded reads: not past the last record emitted
 	return <-errs
 }
 

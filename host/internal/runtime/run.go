@@ -50,6 +50,10 @@ type Config struct {
 	OnRunning func()
 	// SourceIdleTimeout: see task.Env.SourceIdleTimeout.
 	SourceIdleTimeout time.Duration
+
+	// readBounds are the ends of the bounded Kafka reads, fixed by Run
+	// (readBounds in kafkaio.go).
+	readBounds map[int]*task.ReadBound
 }
 
 // Hooks inject faults into the commit loop and observe restoration (the
@@ -95,6 +99,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	defer admin.Close()
 	if err := ts.Discover(ctx, admin); err != nil {
+		return err
+	}
+	if cfg.readBounds, err = readBounds(ctx, cfg, ts, admin, time.Now()); err != nil {
 		return err
 	}
 	if err := ts.Create(ctx, admin); err != nil {

@@ -20,6 +20,9 @@ const (
 	Gate       Kind = 'G' // input parked for side inputs or time sorting
 	GateHold   Kind = 'H' // index of input parked for side inputs, by smallest timestamp
 	SortedUpTo Kind = 'S' // per stage: time-sorted input was released before this time
+	// SourceCount: a bounded Kafka read's task, the run and how many
+	// records it emitted (host/internal/task/kafkabound.go).
+	SourceCount Kind = 'K'
 
 	// Changelog position of the task's store (runtime/changelog.go).
 	Changelog Kind = 'C'
@@ -44,7 +47,7 @@ const (
 
 // kinds lists every Kind, for the registry test and for Kinds.
 var kinds = []Kind{
-	Watermark, Impulse, Buffer, Timer, Gate, GateHold, SortedUpTo, Changelog,
+	Watermark, Impulse, Buffer, Timer, Gate, GateHold, SortedUpTo, SourceCount, Changelog,
 	WindowState, Value, EventTimer, ProcTimer, Hold, ProcTime, TestStreamDone,
 	Bag, Multimap, Seq, UserTimers, TimerRefs, Ordered,
 }

@@ -49,6 +49,9 @@ type Env struct {
 	// waits without records before its watermark follows the wall clock
 	// (kafka.go); zero: DefaultSourceIdleTimeout.
 	SourceIdleTimeout time.Duration
+	// ReadBounds are the ends of bounded Kafka reads, by the sub-topology
+	// id of the read (kafkabound.go); a read without one is unbounded.
+	ReadBounds map[int]*ReadBound
 	// Now is the wall clock of Kafka sources; nil: time.Now.
 	Now func() time.Time
 }

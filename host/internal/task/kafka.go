@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -25,8 +26,9 @@ import (
 // came for Env.SourceIdleTimeout, wall time less SourceOutOfOrderness. It
 // never passes data in flight: the task reports it after closing the
 // cycle's bundles, and a record's timestamp behind it is late data that
-// the windowing strategy handles. A source never reaches +inf: an
-// unbounded read ends only by Cancel.
+// the windowing strategy handles. An unbounded read never reaches +inf: it
+// ends only by Cancel; a bounded one (kafkabound.go) reports +inf once it
+// ended.
 
 // SourceOutOfOrderness is how far behind the largest record timestamp a
 // Kafka source's watermark stays: records up to this much out of order
@@ -50,6 +52,8 @@ type kafkaSource struct {
 	next       int64 // offset after the last record handled; -1: none yet
 	highWater  int64 // of the last fetch; -1: none seen
 	lastRecord time.Time
+
+	bound *sourceBound // nil: an unbounded read (kafkabound.go)
 }
 
 func newKafkaSource(t *Task) (*kafkaSource, error) {
@@ -58,6 +62,10 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 		return nil, fmt.Errorf("sub-topology %d: a Kafka source without its spec", t.sub.ID)
 	}
 	src := &kafkaSource{t: t, read: r.KafkaRead, maxTs: minWatermark, next: -1, highWater: -1, lastRecord: t.now()}
+	var err error
+	if src.bound, err = newSourceBound(t, t.env.ReadBounds[t.sub.ID]); err != nil {
+		return nil, err
+	}
 	if r.KafkaRead.PayloadRow {
 		return src, src.newPayload()
 	}
@@ -113,6 +121,10 @@ func kafkaKV(plan *translate.Plan, pcoll string) (key, value string, err error) 
 
 func (s *kafkaSource) data(rec *kgo.Record) error {
 	t := s.t
+	if s.bound.ended(t.now()) {
+		s.bound.drop(rec) // neither emitted nor committed (SourceEnd)
+		return nil
+	}
 	ts := rec.Timestamp.UnixMilli()
 	if s.read.TimestampPolicy == translate.TimestampProcessingTime {
 		ts = t.now().UnixMilli()
@@ -140,6 +152,9 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 	s.maxTs = max(s.maxTs, ts)
 	s.next = rec.Offset + 1
 	s.lastRecord = t.now()
+	if s.bound != nil {
+		s.bound.emitted++
+	}
 	return t.route(t.sub.Root.Output, b)
 }
 
@@ -154,9 +169,12 @@ func (s *kafkaSource) fetched(highWater int64, records int) {
 	}
 }
 
-func (*kafkaSource) prepare(context.Context, int64) error { return nil }
+func (s *kafkaSource) prepare(context.Context, int64) error { return s.bound.save(s.t) }
 
 func (s *kafkaSource) watermark(int64) (int64, error) {
+	if s.bound.ended(s.t.now()) {
+		return maxWatermark, nil // every record emitted is in this cycle or before
+	}
 	bound := SourceOutOfOrderness.Milliseconds()
 	wm := minWatermark
 	if s.maxTs > minWatermark {
@@ -249,6 +267,11 @@ func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
 // key round-robin.
 func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	ks := t.kafkaSinks[s]
+	// The record's key and value alias raw and are produced after this
+	// returns, but raw is valid only during the executor's emit or a
+	// source's route (a WASM executor reuses its output chunk, a source
+	// its scratch): they need bytes of their own.
+	raw = bytes.Clone(raw)
 	wv, err := t.env.Codecs[pcoll].Next(raw)
 	if err != nil {
 		return fmt.Errorf("transform %s: %w", s.TransformID, err)
