@@ -159,3 +159,47 @@ func asciiUpper(b []byte) string {
 	}
 	return string(out)
 }
+
+// TestKafkaManagedPythonBounded: managed.Read(KAFKA, RAW) with
+// max_read_time_seconds is a bounded read: the job ends DONE by itself,
+// and the output (read_committed) holds each value of the 2-partition
+// input, prefixed "b:", exactly once.
+func TestKafkaManagedPythonBounded(t *testing.T) {
+	py := beamPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	endpoint := startJobServer(t, host.DefaultOptions())
+	expansion := startExpansionServer(t)
+	in, out := kafkatest.UniqueName(t, "pymbin"), kafkatest.UniqueName(t, "pymbout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	want := map[string]bool{}
+	for i := range 20 {
+		v := fmt.Sprintf("v%02d", i)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: int32(i % 2), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		want["b:"+v] = true
+	}
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_managed_bounded.py"), in, out, bootstrap, expansion, "8",
+		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
+		"--application_id="+kafkatest.UniqueName(t, "pymbounded"), "--bootstrap_servers="+bootstrap)
+	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kafka_managed_bounded.py: %v\n%s", err, b)
+	}
+	got := map[string]int{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, out, nil, func(r *kgo.Record) { got[string(r.Value)]++ })
+	for v, n := range got {
+		if !want[v] || n != 1 {
+			t.Errorf("value %q written %d times (want once, if an input value)", v, n)
+		}
+	}
+	for v := range want {
+		if got[v] == 0 {
+			t.Errorf("value %q missing from %s", v, out)
+		}
+	}
+}
