@@ -37,7 +37,9 @@ func NewPayloadEncoder(coders map[string]*pipepb.Coder, cid, valueFormat string)
 			return nil, fmt.Errorf("topic %s partition %d offset %d: the record has no value (a tombstone), and a payload row's payload is not nullable", r.Topic, r.Partition, r.Offset)
 		}
 		if prefixed {
-			n := 2 + binary.PutUvarint(make([]byte, binary.MaxVarintLen64), uint64(len(r.Value))) + len(r.Value)
+			// The row's length: field count, null bitmap, the value's
+			// varint length and the value.
+			n := 2 + uvarintLen(uint64(len(r.Value))) + len(r.Value)
 			dst = binary.AppendUvarint(dst, uint64(n))
 		}
 		return AppendPayloadRow(dst, r.Value), nil
@@ -96,4 +98,13 @@ func NewPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDeco
 		}
 		return nonNil(v), nil
 	}, nil
+}
+
+// uvarintLen is the size of v as a varint.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
 }
