@@ -84,7 +84,7 @@ func Expand(req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, []string, er
 		// transforms' own identifiers (schema.go).
 		out, comps, warnings, err = expandSchemaTransform(req, t.GetSpec().GetPayload())
 	default:
-		return nil, nil, fmt.Errorf("ksrunner's expansion service expands KafkaIO only (%v), not %q", URNs, urn)
+		return nil, nil, fmt.Errorf("ksrunner's expansion service expands KafkaIO only (%v, and the Kafka schema transforms as %s), not %q", URNs, URNSchemaTransformPayload, urn)
 	}
 	if err != nil {
 		return nil, warnings, fmt.Errorf("%s (%s): %w", t.GetUniqueName(), urn, err)
