@@ -15,7 +15,8 @@ import (
 //
 //   - URNKafkaRead: a root transform (no inputs) whose one output is the
 //     records of the user's topics, as KV<key, value> (KafkaRead.WithMetadata
-//     false) or as the with-metadata record row. It heads a sub-topology of
+//     false), as the with-metadata record row, or as the payload row of the
+//     Kafka schema transforms (KafkaRead.PayloadRow, kafkapayload.go). It heads a sub-topology of
 //     its own that reads the topics under the application's consumer group,
 //     one task per partition.
 //   - URNKafkaWrite: a transform with one input and no outputs whose
@@ -79,6 +80,10 @@ type KafkaRead struct {
 	MaxReadTimeMs *int64 `json:"max_read_time_ms,omitempty"`
 	// TimestampPolicy is one of the Timestamp* constants.
 	TimestampPolicy string `json:"timestamp_policy"`
+	// PayloadRow: the output is the payload row of a Kafka schema
+	// transform read (KafkaPayloadSchema of ValueFormat), the record's
+	// value alone, rather than KV<key, value>.
+	PayloadRow bool `json:"payload_row,omitempty"`
 }
 
 // KafkaWrite is where a Kafka write writes and how.
@@ -93,6 +98,10 @@ type KafkaWrite struct {
 	// WithHeaders: the input is the write-with-headers row (topic, key,
 	// value, headers, partition, timestamp) rather than KV<key, value>.
 	WithHeaders bool `json:"with_headers,omitempty"`
+	// PayloadRow: the input is a row of one BYTES field, the record's
+	// value (a Kafka schema transform write of format RAW); the key is
+	// null.
+	PayloadRow bool `json:"payload_row,omitempty"`
 }
 
 var kafkaFormats = []string{KafkaByteArray, KafkaString, KafkaLong, KafkaInteger}
@@ -134,7 +143,7 @@ func (r *KafkaRead) Validate() error {
 	if r.MaxReadTimeMs != nil && *r.MaxReadTimeMs < 0 {
 		return fmt.Errorf("kafka read: max_read_time %dms is negative", *r.MaxReadTimeMs)
 	}
-	return nil
+	return r.validatePayload()
 }
 
 // Bounded reports whether the read ends by itself.
@@ -150,7 +159,7 @@ func (w *KafkaWrite) Validate() error {
 			return fmt.Errorf("kafka write: %s %q: want one of %s", f.name, f.v, strings.Join(kafkaFormats, ", "))
 		}
 	}
-	return nil
+	return w.validatePayload()
 }
 
 // EncodeKafkaRead is the payload of a URNKafkaRead transform.

@@ -91,6 +91,9 @@ func (t *translator) addKafkaWrite(id string, tr *pipepb.PTransform) error {
 // checkKafkaRead checks a read's output coder: the with-metadata record
 // row (KafkaRecordSchema), or KV<key, value> of its formats.
 func (t *translator) checkKafkaRead(name, pc string, r *KafkaRead) error {
+	if r.PayloadRow {
+		return t.checkKafkaPayloadRead(name, pc, r)
+	}
 	if !r.WithMetadata {
 		return t.checkKafkaKV(name, "output", pc, r.KeyFormat, r.ValueFormat)
 	}
@@ -107,6 +110,9 @@ func (t *translator) checkKafkaRead(name, pc string, r *KafkaRead) error {
 // checkKafkaWrite checks a write's input coder: a write-with-headers row
 // (CheckKafkaWriteSchema), or KV<key, value> of its formats.
 func (t *translator) checkKafkaWrite(name, pc string, w *KafkaWrite) error {
+	if w.PayloadRow {
+		return t.checkKafkaPayloadWrite(name, pc)
+	}
 	if !w.WithHeaders {
 		return t.checkKafkaKV(name, "input", pc, w.KeyFormat, w.ValueFormat)
 	}

@@ -19,10 +19,17 @@
 //   - the check of a write's input coder against its serializers (a write
 //     with headers: a row translate.CheckKafkaWriteSchema accepts);
 //   - the gRPC service (Service), served by `ksrunner jobserver` on
-//     expansion_port, and Expand, which host/kafkaio calls in-process.
-//     DiscoverSchemaTransform lists nothing yet: the kafka_read/kafka_write
-//     schema transforms output and take rows of a format (RAW payload,
-//     JSON, Avro), which the primitives' specs cannot express.
+//     expansion_port, and Expand, which host/kafkaio calls in-process;
+//   - the Kafka schema transforms (schema.go): DiscoverSchemaTransform
+//     lists beam:transform:managed:v1 and Java's kafka_read and
+//     kafka_write identifiers with their configuration schemas, and Expand
+//     takes a SchemaTransformPayload naming either directly (Beam YAML,
+//     SchemaAwareExternalTransform) or through managed (Python's
+//     managed.Read/Write(KAFKA): the underlying identifier and its
+//     configuration as YAML). Formats RAW (and STRING for reads) expand to
+//     the primitives with payload rows (translate.KafkaPayloadSchema);
+//     other formats, a schema registry, a protobuf descriptor and error
+//     handling are expansion errors naming the field and the value.
 //
 // What a Java expansion service would honour but ksrunner does not (a
 // consumer group.id, commit_offset_in_finalize: the host commits a read's

@@ -1,7 +1,6 @@
 package expansion
 
 import (
-	"context"
 	"net"
 	"reflect"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
 	"github.com/ksrunner/ksrunner/translate"
@@ -306,25 +304,5 @@ func TestGoSDKExpansionError(t *testing.T) {
 		addr, nil, beam.UnnamedOutput(typex.NewKV(typex.New(reflectx.ByteSlice), typex.New(reflectx.ByteSlice))))
 	if err == nil || !strings.Contains(err.Error(), "ValueDeserializer") || !strings.Contains(err.Error(), "KafkaAvroDeserializer") {
 		t.Errorf("got %v, want the expansion error naming ValueDeserializer and the class", err)
-	}
-}
-
-// A schema transform (the Kafka schema transforms, managed Kafka) is
-// refused naming its identifier, and none is discovered.
-func TestSchemaTransformRefused(t *testing.T) {
-	for _, id := range []string{"beam:schematransform:org.apache.beam:kafka_read:v1", "beam:transform:managed:v1"} {
-		b, err := proto.Marshal(&pipepb.SchemaTransformPayload{Identifier: id})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, err = Expand(&jobpb.ExpansionRequest{Transform: &pipepb.PTransform{UniqueName: "Managed Read(KAFKA)",
-			Spec: &pipepb.FunctionSpec{Urn: URNSchemaTransformPayload, Payload: b}}})
-		if err == nil || !strings.Contains(err.Error(), id) || !strings.Contains(err.Error(), "Managed Read(KAFKA)") || !strings.Contains(err.Error(), "not supported") {
-			t.Errorf("%s: error %v, want one naming it, the transform and not supported", id, err)
-		}
-	}
-	res, err := NewService(nil).DiscoverSchemaTransform(context.Background(), &jobpb.DiscoverSchemaTransformRequest{})
-	if err != nil || len(res.GetSchemaTransformConfigs()) != 0 {
-		t.Errorf("discovered %v, %v; want none", res.GetSchemaTransformConfigs(), err)
 	}
 }

@@ -48,12 +48,10 @@ func (s *Service) Expand(ctx context.Context, req *jobpb.ExpansionRequest) (*job
 	return res, nil
 }
 
-// DiscoverSchemaTransform lists no schema transforms: ksrunner expands the
-// classic KafkaIO URNs only (the kafka_read/kafka_write schema transforms
-// and managed Kafka are not implemented yet, and Expand refuses them by
-// name).
+// DiscoverSchemaTransform lists the schema transforms Expand expands
+// (SchemaTransforms): managed, kafka_read and kafka_write.
 func (s *Service) DiscoverSchemaTransform(context.Context, *jobpb.DiscoverSchemaTransformRequest) (*jobpb.DiscoverSchemaTransformResponse, error) {
-	return &jobpb.DiscoverSchemaTransformResponse{SchemaTransformConfigs: map[string]*jobpb.SchemaTransformConfig{}}, nil
+	return &jobpb.DiscoverSchemaTransformResponse{SchemaTransformConfigs: SchemaTransforms()}, nil
 }
 
 // Expand expands one KafkaIO transform into ksrunner's primitive, with
@@ -83,14 +81,10 @@ func Expand(req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, []string, er
 		}
 	case URNSchemaTransformPayload:
 		// managed.Read/Write(managed.KAFKA), Beam YAML and the schema
-		// transforms' own identifiers: refused, naming the one asked for.
-		p := &pipepb.SchemaTransformPayload{}
-		if err := proto.Unmarshal(t.GetSpec().GetPayload(), p); err != nil {
-			return nil, nil, fmt.Errorf("%s (%s): %w", t.GetUniqueName(), urn, err)
-		}
-		return nil, nil, fmt.Errorf("%s: schema transform %q is not supported by ksrunner's expansion service yet (the Kafka schema transforms and managed Kafka are not implemented): use ReadFromKafka/WriteToKafka (%v)", t.GetUniqueName(), p.GetIdentifier(), URNs)
+		// transforms' own identifiers (schema.go).
+		out, comps, warnings, err = expandSchemaTransform(req, t.GetSpec().GetPayload())
 	default:
-		return nil, nil, fmt.Errorf("ksrunner's expansion service expands KafkaIO only (%v), not %q", URNs, urn)
+		return nil, nil, fmt.Errorf("ksrunner's expansion service expands KafkaIO only (%v, and the Kafka schema transforms as %s), not %q", URNs, URNSchemaTransformPayload, urn)
 	}
 	if err != nil {
 		return nil, warnings, fmt.Errorf("%s (%s): %w", t.GetUniqueName(), urn, err)
@@ -198,6 +192,19 @@ func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWri
 	}
 	cd := c.GetCoders()[pc.GetCoderId()]
 	urn := cd.GetSpec().GetUrn()
+	if spec.PayloadRow {
+		if urn != urnRow {
+			return fmt.Errorf("a Kafka schema transform write of format RAW writes rows of one BYTES field: the input's coder is %s, not %s", urn, urnRow)
+		}
+		schema := &pipepb.Schema{}
+		if err := proto.Unmarshal(cd.GetSpec().GetPayload(), schema); err != nil {
+			return fmt.Errorf("the input's row coder: its schema: %w", err)
+		}
+		if err := translate.CheckKafkaPayloadWriteSchema(schema); err != nil {
+			return fmt.Errorf("the input's rows: %w", err)
+		}
+		return nil
+	}
 	if spec.WithHeaders {
 		if urn != urnRow {
 			return fmt.Errorf("a write with headers writes rows (key, value, headers, topic, partition, timestamp): the input's coder is %s, not %s", urn, urnRow)
@@ -248,6 +255,13 @@ func addReadCoder(c *pipepb.Components, id func(string) string, spec *translate.
 		cid := id(name)
 		c.Coders[cid] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urn, Payload: payload}, ComponentCoderIds: comps}
 		return cid
+	}
+	if spec.PayloadRow {
+		b, err := proto.Marshal(translate.KafkaPayloadSchema(spec.ValueFormat))
+		if err != nil {
+			return "", err
+		}
+		return add("payload", urnRow, b), nil
 	}
 	if spec.WithMetadata {
 		if spec.KeyFormat != translate.KafkaByteArray || spec.ValueFormat != translate.KafkaByteArray {

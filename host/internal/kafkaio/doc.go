@@ -28,4 +28,11 @@
 // fields are found by name as Java's KafkaIO.WriteWithHeaders finds them
 // (key, value, headers, topic, partition, timestamp; others skipped), in
 // the schema's encoding order.
+//
+// Payload rows (payload.go): the Kafka schema transforms' RAW and STRING
+// formats (managed Kafka, Beam YAML). A read's element is a row of one
+// field, payload, the record's value (translate.KafkaPayloadSchema; a
+// tombstone has none and fails the task, naming the record, as Java's
+// non-nullable payload would); a write's input is a row of one BYTES
+// field whose value becomes the record's value, with a null key.
 package kafkaio

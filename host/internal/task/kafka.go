@@ -44,7 +44,8 @@ type kafkaSource struct {
 	t        *Task
 	read     *translate.KafkaRead
 	key, val kafkaio.Encoder
-	record   kafkaio.RecordEncoder // a read with metadata: the record row
+	record   kafkaio.RecordEncoder  // a read with metadata: the record row
+	payload  kafkaio.PayloadEncoder // a payload row read: the value's row
 	scratch  []byte
 
 	maxTs int64 // largest element timestamp routed; minWatermark: none
@@ -67,6 +68,9 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 	var err error
 	if src.bound, err = newSourceBound(t, t.env.ReadBounds[t.sub.ID]); err != nil {
 		return nil, err
+	}
+	if r.KafkaRead.PayloadRow {
+		return src, src.newPayload()
 	}
 	if r.KafkaRead.WithMetadata {
 		elem, err := elemCoder(t.env.Plan, r.Output)
@@ -133,6 +137,11 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 	b = append(b, 0x0F)                     // pane: no firing
 	if s.record != nil {
 		b = s.record(b, rec)
+	} else if s.payload != nil {
+		var err error
+		if b, err = s.payload(b, rec); err != nil {
+			return err
+		}
 	} else {
 		var err error
 		if b, err = s.key(b, rec.Key); err != nil {
@@ -235,9 +244,13 @@ func (t *Task) handleSource(ctx context.Context, s *kafkaSource, recs []*kgo.Rec
 type kafkaSink struct {
 	key, val kafkaio.Decoder
 	row      kafkaio.WriteRowDecoder // a write with headers
+	payload  kafkaio.PayloadDecoder  // a payload row write
 }
 
 func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
+	if s.KafkaWrite.PayloadRow {
+		return newPayloadSink(plan, s)
+	}
 	if s.KafkaWrite.WithHeaders {
 		elem, err := elemCoder(plan, s.PCollection)
 		if err != nil {
@@ -282,6 +295,9 @@ func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 	}
 	if ks.row != nil {
 		return t.sinkRowToKafka(s, ks, wv.Elem)
+	}
+	if ks.payload != nil {
+		return t.sinkPayloadToKafka(s, ks, wv.Elem)
 	}
 	kb, vb, err := t.env.Codecs[pcoll].SplitKV(wv.Elem)
 	if err != nil {

@@ -1,0 +1,387 @@
+package expansion
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+var capture = flag.Bool("capture", false, "write the schema transform expansion requests Python sends to testdata/captured (go test -run TestPythonManaged$ -args -capture)")
+
+// recorder is the service, keeping the schema transform requests it
+// answers.
+type recorder struct {
+	*Service
+	mu   sync.Mutex
+	reqs []*jobpb.ExpansionRequest
+}
+
+func (r *recorder) Expand(ctx context.Context, req *jobpb.ExpansionRequest) (*jobpb.ExpansionResponse, error) {
+	if req.GetTransform().GetSpec().GetUrn() == URNSchemaTransformPayload {
+		r.mu.Lock()
+		r.reqs = append(r.reqs, req)
+		r.mu.Unlock()
+	}
+	return r.Service.Expand(ctx, req)
+}
+
+// serveRecording is serve, with the requests kept.
+func serveRecording(t *testing.T) (string, *recorder) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "localhost:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	rec := &recorder{Service: NewService(nil)}
+	jobpb.RegisterExpansionServiceServer(g, rec)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return lis.Addr().String(), rec
+}
+
+func runManaged(t *testing.T, py string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join("testdata", "managed_pipeline.py")}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == 3 {
+		// Beam YAML imports jinja2, which the test venv does not install:
+		// KSRUNNER_PYTHON, or PYTHONPATH with jinja2, runs it.
+		t.Skipf("managed_pipeline.py %v: %s", args, out)
+	}
+	if err != nil {
+		t.Fatalf("managed_pipeline.py %v: %v\n%s", args, err, out)
+	}
+}
+
+// Python's managed.Read/Write(KAFKA) and the kafka_read schema transform
+// named directly, expanded against the service: the pipeline holds payload
+// row primitives with the configurations' specs, the reads' outputs the
+// payload rows.
+func TestPythonManaged(t *testing.T) {
+	py := expansiontest.BeamPython(t)
+	addr, rec := serveRecording(t)
+	out := filepath.Join(t.TempDir(), "pipeline.pb")
+	runManaged(t, py, out, addr, "pipeline")
+	if *capture {
+		for _, req := range rec.reqs {
+			name, _, _ := strings.Cut(req.GetTransform().GetUniqueName(), "/")
+			b, err := proto.Marshal(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join("testdata", "captured", name+".pb"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := &pipepb.Pipeline{}
+	if err := proto.Unmarshal(b, pipe); err != nil {
+		t.Fatal(err)
+	}
+	comps := pipe.GetComponents()
+	reads := map[string]*translate.KafkaRead{}
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaRead) {
+		spec, err := translate.DecodeKafkaRead(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _, _ := strings.Cut(tr.GetUniqueName(), "/") // the user's label
+		reads[name] = spec
+		if len(tr.GetOutputs()) != 1 {
+			t.Errorf("%s: outputs %v, want one", name, tr.GetOutputs())
+		}
+		for _, pc := range tr.GetOutputs() {
+			s, err := translate.RowCoderSchema(comps.GetCoders(), comps.GetPcollections()[pc].GetCoderId())
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if !proto.Equal(s, translate.KafkaPayloadSchema(spec.ValueFormat)) {
+				t.Errorf("%s: output row %v, want the payload row of %s", name, s, spec.ValueFormat)
+			}
+		}
+	}
+	raw := func(topic, servers, reset string, cfg map[string]string) *translate.KafkaRead {
+		c := map[string]string{"auto.offset.reset": reset}
+		for k, v := range cfg {
+			c[k] = v
+		}
+		return &translate.KafkaRead{Topics: []string{topic}, BootstrapServers: servers, ConsumerConfig: c,
+			KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", PayloadRow: true}
+	}
+	str := raw("in2", "b1:9092", "latest", nil)
+	str.ValueFormat = "String"
+	wantReads := map[string]*translate.KafkaRead{
+		"ReadRaw":    raw("in", "b1:9092", "earliest", map[string]string{"max.poll.records": "500"}),
+		"ReadString": str,
+		"ReadDirect": raw("in3", "b3:9092", "latest", nil),
+	}
+	if !reflect.DeepEqual(reads, wantReads) {
+		t.Errorf("read specs\n got %s\nwant %s", expansiontest.JSON(reads), expansiontest.JSON(wantReads))
+	}
+	writes := map[string]*translate.KafkaWrite{}
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaWrite) {
+		spec, err := translate.DecodeKafkaWrite(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, _, _ := strings.Cut(tr.GetUniqueName(), "/")
+		writes[name] = spec
+		if len(tr.GetInputs()) != 1 || len(tr.GetOutputs()) != 0 {
+			t.Errorf("%s: inputs %v outputs %v", tr.GetUniqueName(), tr.GetInputs(), tr.GetOutputs())
+		}
+	}
+	wantWrites := map[string]*translate.KafkaWrite{
+		"WriteRaw": {Topic: "out", BootstrapServers: "b2:9092", ProducerConfig: map[string]string{"linger.ms": "5"},
+			KeyFormat: "ByteArray", ValueFormat: "ByteArray", PayloadRow: true},
+	}
+	if !reflect.DeepEqual(writes, wantWrites) {
+		t.Errorf("write specs\n got %s\nwant %s", expansiontest.JSON(writes), expansiontest.JSON(wantWrites))
+	}
+}
+
+// managed.Read(KAFKA) of format AVRO fails the Python pipeline's
+// construction, naming the field and the value.
+func TestPythonManagedError(t *testing.T) {
+	py := expansiontest.BeamPython(t)
+	addr := serve(t)
+	out := filepath.Join(t.TempDir(), "error.txt")
+	runManaged(t, py, out, addr, "error")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"format", `"AVRO"`} {
+		if !strings.Contains(string(b), s) {
+			t.Errorf("error %q does not name %q", b, s)
+		}
+	}
+}
+
+// managedConfig is the managed transform's configuration row, in the
+// order of its discovered schema.
+type managedConfig struct {
+	TransformIdentifier string  `beam:"transform_identifier"`
+	ConfigURL           *string `beam:"config_url"`
+	Config              *string `beam:"config"`
+}
+
+func managedRequest(t *testing.T, name string, c managedConfig) *jobpb.ExpansionRequest {
+	t.Helper()
+	enc, err := coder.RowEncoderForStruct(reflect.TypeOf(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row bytes.Buffer
+	if err := enc(c, &row); err != nil {
+		t.Fatal(err)
+	}
+	b, err := proto.Marshal(&pipepb.SchemaTransformPayload{Identifier: IdentifierManaged,
+		ConfigurationSchema: SchemaTransforms()[IdentifierManaged].GetConfigSchema(), ConfigurationRow: row.Bytes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &jobpb.ExpansionRequest{Namespace: "ns", Transform: &pipepb.PTransform{UniqueName: name,
+		Spec: &pipepb.FunctionSpec{Urn: URNSchemaTransformPayload, Payload: b}}}
+}
+
+// What ksrunner cannot run is an expansion error naming the transform, the
+// field and its value; an identifier it does not expand is refused naming
+// it.
+func TestManagedErrors(t *testing.T) {
+	str := func(s string) *string { return &s }
+	read := func(yaml string) managedConfig {
+		return managedConfig{TransformIdentifier: IdentifierKafkaRead, Config: str("bootstrap_servers: b:9092\ntopic: in\n" + yaml)}
+	}
+	write := func(yaml string) managedConfig {
+		return managedConfig{TransformIdentifier: IdentifierKafkaWrite, Config: str("bootstrap_servers: b:9092\ntopic: out\n" + yaml)}
+	}
+	for _, c := range []struct {
+		name string
+		c    managedConfig
+		want []string
+	}{
+		{"avro", read("format: AVRO\nschema: '{}'"), []string{"format", `"AVRO"`}},
+		{"json", read("format: JSON"), []string{"format", `"JSON"`}},
+		{"no format", read(""), []string{"format", `""`}},
+		{"registry", read("format: RAW\nconfluent_schema_registry_url: http://r:8081"), []string{"confluent_schema_registry_url", "http://r:8081"}},
+		{"descriptor", read("format: RAW\nfile_descriptor_path: /d.pb"), []string{"file_descriptor_path", "/d.pb"}},
+		{"error handling", read("format: RAW\nerror_handling: {output: errors}"), []string{"error_handling", "errors"}},
+		{"unknown field", read("format: RAW\ntopics: [a]"), []string{"topics", "not a field"}},
+		{"write proto", write("format: PROTO"), []string{"format", `"PROTO"`}},
+		{"write string", write("format: STRING"), []string{"format", `"STRING"`}},
+		{"write error handling", write("format: RAW\nerror_handling: {output: errors}"), []string{"error_handling", "errors"}},
+		{"config url", managedConfig{TransformIdentifier: IdentifierKafkaRead, ConfigURL: str("gs://c.yaml")}, []string{"config_url", "gs://c.yaml"}},
+		{"identifier", managedConfig{TransformIdentifier: "beam:schematransform:org.apache.beam:iceberg_read:v1", Config: str("{}")},
+			[]string{"transform_identifier", "iceberg_read"}},
+		{"bad yaml", read("format: [RAW"), []string{"config"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := Expand(managedRequest(t, "Managed Read(KAFKA)", c.c))
+			if err == nil {
+				t.Fatal("expanded")
+			}
+			for _, s := range append(c.want, "Managed Read(KAFKA)") {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not name %q", err, s)
+				}
+			}
+		})
+	}
+	b, err := proto.Marshal(&pipepb.SchemaTransformPayload{Identifier: "beam:schematransform:org.apache.beam:pubsub_read:v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = Expand(&jobpb.ExpansionRequest{Transform: &pipepb.PTransform{UniqueName: "X",
+		Spec: &pipepb.FunctionSpec{Urn: URNSchemaTransformPayload, Payload: b}}})
+	if err == nil || !strings.Contains(err.Error(), "pubsub_read") {
+		t.Errorf("unknown identifier: %v", err)
+	}
+}
+
+// Discovery lists managed and the two Kafka identifiers with Java's input
+// and output names; Python's discovery of managed (a substring match)
+// finds exactly one.
+func TestDiscoverSchemaTransform(t *testing.T) {
+	res, err := NewService(nil).DiscoverSchemaTransform(context.Background(), &jobpb.DiscoverSchemaTransformRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2][]string{}
+	for id, c := range res.GetSchemaTransformConfigs() {
+		got[id] = [2][]string{c.GetInputPcollectionNames(), c.GetOutputPcollectionNames()}
+		if len(c.GetConfigSchema().GetFields()) == 0 {
+			t.Errorf("%s: no configuration schema", id)
+		}
+	}
+	want := map[string][2][]string{
+		IdentifierManaged:    {{"input"}, {"output"}},
+		IdentifierKafkaRead:  {nil, {"output", "errors"}},
+		IdentifierKafkaWrite: {{"input"}, nil},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("discovered %v, want %v", got, want)
+	}
+}
+
+// A Beam YAML pipeline of ReadFromKafka → MapToFields → WriteToKafka
+// (format RAW), its Kafka transforms provided by the expansion service,
+// holds the payload row primitives of its configuration.
+func TestPythonYAML(t *testing.T) {
+	py := expansiontest.BeamPython(t)
+	addr := serve(t)
+	out := filepath.Join(t.TempDir(), "pipeline.pb")
+	runManaged(t, py, out, addr, "yaml")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := &pipepb.Pipeline{}
+	if err := proto.Unmarshal(b, pipe); err != nil {
+		t.Fatal(err)
+	}
+	var reads []*translate.KafkaRead
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaRead) {
+		spec, err := translate.DecodeKafkaRead(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, spec)
+	}
+	wantRead := &translate.KafkaRead{Topics: []string{"in"}, BootstrapServers: "b:9092", ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
+		KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", PayloadRow: true}
+	if len(reads) != 1 || !reflect.DeepEqual(reads[0], wantRead) {
+		t.Errorf("reads %s, want [%s]", expansiontest.JSON(reads), expansiontest.JSON(wantRead))
+	}
+	var writes []*translate.KafkaWrite
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaWrite) {
+		spec, err := translate.DecodeKafkaWrite(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		writes = append(writes, spec)
+	}
+	wantWrite := &translate.KafkaWrite{Topic: "out", BootstrapServers: "b:9092", KeyFormat: "ByteArray", ValueFormat: "ByteArray", PayloadRow: true}
+	if len(writes) != 1 || !reflect.DeepEqual(writes[0], wantWrite) {
+		t.Errorf("writes %s, want [%s]", expansiontest.JSON(writes), expansiontest.JSON(wantWrite))
+	}
+}
+
+// The requests Python's managed.Read/Write(KAFKA) and
+// SchemaAwareExternalTransform sent (captured by TestPythonManaged with
+// -args -capture), expanded without Python: each gives its payload row primitive
+// with the spec of its configuration.
+func TestCapturedRequests(t *testing.T) {
+	rawRead := func(topic, servers, reset string, cfg map[string]string) any {
+		c := map[string]string{"auto.offset.reset": reset}
+		for k, v := range cfg {
+			c[k] = v
+		}
+		return &translate.KafkaRead{Topics: []string{topic}, BootstrapServers: servers, ConsumerConfig: c,
+			KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", PayloadRow: true}
+	}
+	str := rawRead("in2", "b1:9092", "latest", nil).(*translate.KafkaRead)
+	str.ValueFormat = "String"
+	for name, want := range map[string]any{
+		"ReadRaw":    rawRead("in", "b1:9092", "earliest", map[string]string{"max.poll.records": "500"}),
+		"ReadString": str,
+		"ReadDirect": rawRead("in3", "b3:9092", "latest", nil),
+		"WriteRaw": &translate.KafkaWrite{Topic: "out", BootstrapServers: "b2:9092", ProducerConfig: map[string]string{"linger.ms": "5"},
+			KeyFormat: "ByteArray", ValueFormat: "ByteArray", PayloadRow: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(filepath.Join("testdata", "captured", name+".pb"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := &jobpb.ExpansionRequest{}
+			if err := proto.Unmarshal(b, req); err != nil {
+				t.Fatal(err)
+			}
+			res, _, err := Expand(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got any
+			switch res.GetTransform().GetSpec().GetUrn() {
+			case translate.URNKafkaRead:
+				got, err = translate.DecodeKafkaRead(res.GetTransform().GetSpec().GetPayload())
+			case translate.URNKafkaWrite:
+				got, err = translate.DecodeKafkaWrite(res.GetTransform().GetSpec().GetPayload())
+			default:
+				err = fmt.Errorf("expanded to %s", res.GetTransform().GetSpec().GetUrn())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("spec\n got %s\nwant %s", expansiontest.JSON(got), expansiontest.JSON(want))
+			}
+		})
+	}
+}

@@ -1,0 +1,316 @@
+package expansion
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// The Kafka schema transforms: Java's KafkaReadSchemaTransformProvider and
+// KafkaWriteSchemaTransformProvider, which Beam YAML's ReadFromKafka and
+// WriteToKafka name directly and managed.Read/Write(managed.KAFKA) name
+// through the managed transform (a configuration row of the underlying
+// identifier and its configuration as YAML). ksrunner expands their RAW
+// (and, for reads, STRING) formats into its Kafka primitives with payload
+// rows (translate.KafkaPayloadSchema); every other format, a schema
+// registry, a protobuf descriptor and error handling are expansion errors
+// naming the field and its value.
+const (
+	IdentifierManaged    = "beam:transform:managed:v1"
+	IdentifierKafkaRead  = "beam:schematransform:org.apache.beam:kafka_read:v1"
+	IdentifierKafkaWrite = "beam:schematransform:org.apache.beam:kafka_write:v1"
+)
+
+// The formats of the Kafka schema transforms ksrunner runs.
+const (
+	formatRaw    = "RAW"
+	formatString = "STRING"
+)
+
+func atomicType(t pipepb.AtomicType, nullable bool) *pipepb.FieldType {
+	return &pipepb.FieldType{Nullable: nullable, TypeInfo: &pipepb.FieldType_AtomicType{AtomicType: t}}
+}
+
+func configSchema(id string, fields ...*pipepb.Field) *pipepb.Schema {
+	for i, f := range fields {
+		f.Id = int32(i)
+	}
+	return &pipepb.Schema{Id: id, Fields: fields}
+}
+
+func stringField(name string, nullable bool) *pipepb.Field {
+	return &pipepb.Field{Name: name, Type: atomicType(pipepb.AtomicType_STRING, nullable)}
+}
+
+func stringMapField(name string) *pipepb.Field {
+	return &pipepb.Field{Name: name, Type: &pipepb.FieldType{Nullable: true, TypeInfo: &pipepb.FieldType_MapType{MapType: &pipepb.MapType{
+		KeyType: atomicType(pipepb.AtomicType_STRING, false), ValueType: atomicType(pipepb.AtomicType_STRING, false),
+	}}}}
+}
+
+// errorHandlingField is Java's ErrorHandling row: the name of the output
+// of records that fail.
+func errorHandlingField() *pipepb.Field {
+	return &pipepb.Field{Name: "error_handling", Type: &pipepb.FieldType{Nullable: true, TypeInfo: &pipepb.FieldType_RowType{RowType: &pipepb.RowType{
+		Schema: configSchema("ksrunner-kafka-error-handling-v1", stringField("output", false)),
+	}}}}
+}
+
+// SchemaTransforms are the schema transforms DiscoverSchemaTransform lists:
+// their configuration schemas (the fields of Java's configuration classes,
+// snake_case as Java's providers give them) and input and output names.
+func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
+	return map[string]*jobpb.SchemaTransformConfig{
+		IdentifierManaged: {
+			ConfigSchema: configSchema("ksrunner-managed-config-v1",
+				stringField("transform_identifier", false),
+				stringField("config_url", true),
+				stringField("config", true)),
+			InputPcollectionNames:  []string{"input"},
+			OutputPcollectionNames: []string{"output"},
+			Description:            "Managed transforms: ksrunner expands " + IdentifierKafkaRead + " and " + IdentifierKafkaWrite + " (formats RAW, and STRING for reads).",
+		},
+		IdentifierKafkaRead: {
+			ConfigSchema: configSchema("ksrunner-kafka-read-config-v1",
+				stringField("bootstrap_servers", false),
+				stringField("topic", false),
+				stringField("format", true),
+				stringField("schema", true),
+				stringField("confluent_schema_registry_url", true),
+				stringField("confluent_schema_registry_subject", true),
+				stringField("file_descriptor_path", true),
+				stringField("message_name", true),
+				stringField("auto_offset_reset_config", true),
+				stringMapField("consumer_config_updates"),
+				errorHandlingField(),
+				&pipepb.Field{Name: "max_read_time_seconds", Type: atomicType(pipepb.AtomicType_INT32, true)}),
+			OutputPcollectionNames: []string{"output", "errors"},
+			Description:            "Reads a Kafka topic as rows of its records' values (format RAW: a BYTES field payload; STRING: a STRING field payload).",
+		},
+		IdentifierKafkaWrite: {
+			ConfigSchema: configSchema("ksrunner-kafka-write-config-v1",
+				stringField("bootstrap_servers", false),
+				stringField("topic", false),
+				stringField("format", false),
+				stringMapField("producer_config_updates"),
+				errorHandlingField(),
+				stringField("file_descriptor_path", true),
+				stringField("message_name", true),
+				stringField("schema", true)),
+			// Java lists no outputs (its errors output is named by
+			// error_handling, which ksrunner refuses).
+			InputPcollectionNames: []string{"input"},
+			Description:           "Writes rows of one BYTES field (format RAW) as the values of Kafka records with null keys.",
+		},
+	}
+}
+
+// expandSchemaTransform expands a SchemaTransformPayload: a managed
+// transform of a Kafka identifier, or a Kafka identifier directly.
+func expandSchemaTransform(req *jobpb.ExpansionRequest, payload []byte) (*pipepb.PTransform, *pipepb.Components, []string, error) {
+	p := &pipepb.SchemaTransformPayload{}
+	if err := proto.Unmarshal(payload, p); err != nil {
+		return nil, nil, nil, err
+	}
+	id := p.GetIdentifier()
+	r, err := schemaTransformConfig(p)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("schema transform %s: %w", id, err)
+	}
+	if id == IdentifierManaged {
+		under := r.string("transform_identifier")
+		if url := r.string("config_url"); url != "" {
+			r.fail("config_url", "%q: ksrunner reads no configuration files: pass the configuration itself (config)", url)
+		}
+		yamlConfig := r.string("config")
+		r.rest()
+		if r.err != nil {
+			return nil, nil, nil, fmt.Errorf("schema transform %s: %w", id, r.err)
+		}
+		if under != IdentifierKafkaRead && under != IdentifierKafkaWrite {
+			return nil, nil, nil, fmt.Errorf("schema transform %s: transform_identifier %q: ksrunner's expansion service expands managed %s and %s only", id, under, IdentifierKafkaRead, IdentifierKafkaWrite)
+		}
+		if r, err = yamlConfigReader(yamlConfig); err != nil {
+			return nil, nil, nil, fmt.Errorf("schema transform %s (%s): config: %w", id, under, err)
+		}
+		id = under
+	}
+	switch id {
+	case IdentifierKafkaRead:
+		spec, warn, err := schemaRead(r)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("schema transform %s: %w", id, err)
+		}
+		out, comps, err := expandRead(req, spec)
+		return out, comps, warn, err
+	case IdentifierKafkaWrite:
+		spec, err := schemaWrite(r)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("schema transform %s: %w", id, err)
+		}
+		out, comps, err := expandWrite(req, spec)
+		return out, comps, nil, err
+	}
+	ids := slices.Sorted(func(yield func(string) bool) {
+		for k := range SchemaTransforms() {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	return nil, nil, nil, fmt.Errorf("schema transform %q is not one ksrunner's expansion service expands (%s)", id, strings.Join(ids, ", "))
+}
+
+// schemaTransformConfig decodes a schema transform's configuration row
+// with the Beam Go SDK, as the classic transforms' rows (decodeRow).
+func schemaTransformConfig(p *pipepb.SchemaTransformPayload) (*reader, error) {
+	b, err := proto.Marshal(&pipepb.ExternalConfigurationPayload{Schema: p.GetConfigurationSchema(), Payload: p.GetConfigurationRow()})
+	if err != nil {
+		return nil, err
+	}
+	f, names, err := decodeRow(b)
+	if err != nil {
+		return nil, err
+	}
+	return &reader{f: f, names: names}, nil
+}
+
+// yamlConfigReader decodes a managed transform's YAML configuration (a
+// mapping of the underlying transform's fields) into fields as a
+// configuration row's: scalars of maps as strings (a consumer config's
+// max.poll.records: 500 is "500"), YAML's null as null.
+func yamlConfigReader(config string) (*reader, error) {
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(config), &m); err != nil {
+		return nil, err
+	}
+	r := &reader{f: fields{}, names: map[string]string{}}
+	for k, v := range m {
+		n := normalize(k)
+		r.names[n] = k
+		switch v := v.(type) {
+		case int:
+			r.f[n] = int64(v)
+		case map[string]any:
+			out := make(map[string]string, len(v))
+			for mk, mv := range v {
+				out[mk] = fmt.Sprint(mv)
+			}
+			r.f[n] = out
+		default:
+			r.f[n] = v
+		}
+	}
+	return r, nil
+}
+
+// unsupported fails on the fields of formats ksrunner does not run (a
+// schema registry, a protobuf descriptor, a schema) and error handling,
+// naming the field and its value.
+func (r *reader) unsupported(names ...string) {
+	for _, n := range names {
+		switch v := r.take(n).(type) {
+		case nil:
+		case string:
+			if v != "" {
+				r.fail(n, "%q: ksrunner runs the formats RAW and STRING only, which take no %s", v, r.name(n))
+			}
+		default:
+			r.fail(n, "%v: ksrunner does not run a Kafka schema transform's error handling yet: a record it cannot handle fails the job", v)
+		}
+	}
+}
+
+// schemaRead maps a kafka_read schema transform's configuration to a
+// payload row read, as Java's KafkaReadSchemaTransformProvider reads:
+// auto.offset.reset is auto_offset_reset_config, else latest (Java's
+// default), and the consumer config updates override it.
+func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
+	var warn []string
+	spec := &translate.KafkaRead{PayloadRow: true, KeyFormat: translate.KafkaByteArray, TimestampPolicy: translate.TimestampProcessingTime}
+	spec.BootstrapServers = r.string("bootstrap_servers")
+	if t := r.string("topic"); t != "" {
+		spec.Topics = []string{t}
+	} else {
+		r.fail("topic", "missing: a Kafka read needs its topic")
+	}
+	switch f := r.string("format"); f {
+	case formatRaw:
+		spec.ValueFormat = translate.KafkaByteArray
+	case formatString:
+		spec.ValueFormat = translate.KafkaString
+	default:
+		// Java reads AVRO when no format is given.
+		r.fail("format", "%q: ksrunner reads the formats %s and %s only (not AVRO, the default, JSON or PROTO)", f, formatRaw, formatString)
+	}
+	r.unsupported("schema", "confluent_schema_registry_url", "confluent_schema_registry_subject", "file_descriptor_path", "message_name", "error_handling")
+	reset := r.string("auto_offset_reset_config")
+	cfg := r.stringMap("consumer_config_updates")
+	if secs := r.int("max_read_time_seconds"); secs != nil {
+		ms := *secs * 1000
+		spec.MaxReadTimeMs = &ms
+	}
+	r.rest()
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	spec.ConsumerConfig = map[string]string{"auto.offset.reset": "latest"}
+	if reset != "" {
+		spec.ConsumerConfig["auto.offset.reset"] = reset
+	}
+	for k, v := range cfg {
+		switch k {
+		case "bootstrap.servers":
+			spec.BootstrapServers = v
+		case "group.id":
+			warn = append(warn, fmt.Sprintf("%s: group.id %q ignored: ksrunner reads under the application's consumer group (application_id) and commits offsets in its transactions", r.name("consumer_config_updates"), v))
+		default:
+			spec.ConsumerConfig[k] = v
+		}
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return spec, warn, nil
+}
+
+// schemaWrite maps a kafka_write schema transform's configuration to a
+// payload row write (format RAW).
+func schemaWrite(r *reader) (*translate.KafkaWrite, error) {
+	spec := &translate.KafkaWrite{PayloadRow: true, KeyFormat: translate.KafkaByteArray, ValueFormat: translate.KafkaByteArray}
+	spec.BootstrapServers = r.string("bootstrap_servers")
+	spec.Topic = r.string("topic")
+	if spec.Topic == "" {
+		r.fail("topic", "missing: a Kafka write needs its topic")
+	}
+	if f := r.string("format"); f != formatRaw {
+		r.fail("format", "%q: ksrunner writes the format %s only (rows of one BYTES field; not AVRO, JSON or PROTO)", f, formatRaw)
+	}
+	r.unsupported("schema", "file_descriptor_path", "message_name", "error_handling")
+	cfg := r.stringMap("producer_config_updates")
+	r.rest()
+	if r.err != nil {
+		return nil, r.err
+	}
+	for k, v := range cfg {
+		if k == "bootstrap.servers" {
+			spec.BootstrapServers = v
+			continue
+		}
+		if spec.ProducerConfig == nil {
+			spec.ProducerConfig = map[string]string{}
+		}
+		spec.ProducerConfig[k] = v
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	return spec, nil
+}

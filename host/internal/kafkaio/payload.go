@@ -1,0 +1,110 @@
+package kafkaio
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// Payload rows (translate.KafkaPayloadSchema): the elements of the Kafka
+// schema transforms' RAW and STRING formats. A payload row is one
+// non-null field: the varint field count 1, an empty null bitmap (0),
+// then the value's varint length and bytes (BYTES and STRING encode
+// alike).
+
+// PayloadEncoder appends the payload row of a record's value to dst. A
+// record without a value (a tombstone) has no payload row (its field is
+// not nullable, as in Java's RAW and STRING rows): an error.
+type PayloadEncoder func(dst []byte, r *kgo.Record) ([]byte, error)
+
+// NewPayloadEncoder returns the encoder of records' values in coder cid of
+// coders: the payload row of valueFormat, possibly length-prefixed.
+func NewPayloadEncoder(coders map[string]*pipepb.Coder, cid, valueFormat string) (PayloadEncoder, error) {
+	s, err := translate.RowCoderSchema(coders, cid)
+	if err != nil {
+		return nil, err
+	}
+	if err := translate.SameRowLayout(s, translate.KafkaPayloadSchema(valueFormat)); err != nil {
+		return nil, fmt.Errorf("coder %q is not the Kafka payload row: %w", cid, err)
+	}
+	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
+	return func(dst []byte, r *kgo.Record) ([]byte, error) {
+		if r.Value == nil {
+			return nil, fmt.Errorf("topic %s partition %d offset %d: the record has no value (a tombstone), and a payload row's payload is not nullable", r.Topic, r.Partition, r.Offset)
+		}
+		if prefixed {
+			// The row's length: field count, null bitmap, the value's
+			// varint length and the value.
+			n := 2 + uvarintLen(uint64(len(r.Value))) + len(r.Value)
+			dst = binary.AppendUvarint(dst, uint64(n))
+		}
+		return AppendPayloadRow(dst, r.Value), nil
+	}, nil
+}
+
+// AppendPayloadRow appends the payload row of value to dst.
+func AppendPayloadRow(dst, value []byte) []byte {
+	dst = append(dst, 1, 0) // one field, no nulls
+	return appendBytes(dst, value)
+}
+
+// PayloadDecoder returns the value of a payload write's input row (its
+// whole encoding): the record's value.
+type PayloadDecoder func(b []byte) ([]byte, error)
+
+// NewPayloadDecoder returns the decoder of payload write rows in coder cid
+// of coders: a row of one BYTES field (translate.CheckKafkaPayloadWriteSchema),
+// possibly length-prefixed. A null field is an error: a RAW row's value
+// is the record's, and Java's RAW write has none for null.
+func NewPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDecoder, error) {
+	s, err := translate.RowCoderSchema(coders, cid)
+	if err != nil {
+		return nil, err
+	}
+	if err := translate.CheckKafkaPayloadWriteSchema(s); err != nil {
+		return nil, err
+	}
+	name := s.GetFields()[0].GetName()
+	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
+	return func(b []byte) ([]byte, error) {
+		if prefixed {
+			l, n := binary.Uvarint(b)
+			if n <= 0 || uint64(len(b)-n) != l {
+				return nil, fmt.Errorf("row: bad length prefix")
+			}
+			b = b[n:]
+		}
+		fields, b, err := readVarint(b)
+		if err != nil {
+			return nil, fmt.Errorf("row: field count: %w", err)
+		}
+		nulls, b, err := readBytes(b)
+		if err != nil {
+			return nil, fmt.Errorf("row: null bitmap: %w", err)
+		}
+		if fields != 1 || (len(nulls) > 0 && nulls[0]&1 != 0) {
+			return nil, fmt.Errorf("row: field %q is null (or missing: %d fields encoded): a RAW write needs a value", name, fields)
+		}
+		v, b, err := readBytes(b)
+		if err != nil {
+			return nil, fmt.Errorf("row: field %q: %w", name, err)
+		}
+		if len(b) != 0 {
+			return nil, fmt.Errorf("row: %d bytes after it", len(b))
+		}
+		return nonNil(v), nil
+	}, nil
+}
+
+// uvarintLen is the size of v as a varint.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}

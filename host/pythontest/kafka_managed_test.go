@@ -1,0 +1,205 @@
+package pythontest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// TestKafkaManagedPython: a Python pipeline of managed.Read(KAFKA) of
+// format RAW (bytes payloads) or STRING (str payloads) of a 3-partition
+// topic → a Map to rows of one bytes field →
+// managed.Write(KAFKA, RAW) to a 2-partition topic, expanded by ksrunner's
+// expansion service, runs on ksrunner: the output topic (read_committed)
+// holds, once each, "m:" + each input value upper-cased, with null keys,
+// and nothing else (an empty value included).
+func TestKafkaManagedPython(t *testing.T) {
+	for _, format := range []string{"RAW", "STRING"} {
+		t.Run(format, func(t *testing.T) { testKafkaManaged(t, format) })
+	}
+}
+
+func testKafkaManaged(t *testing.T, format string) {
+	py := beamPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	endpoint := startJobServer(t, host.DefaultOptions())
+	expansion := startExpansionServer(t)
+	in, out := kafkatest.UniqueName(t, "pymin"), kafkatest.UniqueName(t, "pymout")
+	kafkatest.CreateTopic(t, bootstrap, in, 3)
+	kafkatest.CreateTopic(t, bootstrap, out, 2)
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	want := map[string]bool{}
+	for i := range 30 {
+		v := []byte(fmt.Sprintf("v%02d-\xff", i)) // bytes, not UTF-8
+		if format == "STRING" {
+			v = []byte(fmt.Sprintf("v%02d-✓", i)) // UTF-8, no case
+		}
+		if i == 7 {
+			v = []byte{}
+		}
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: int32(i % 3), Key: []byte("k"), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		want["m:"+asciiUpper(v)] = true
+	}
+
+	jobIDFile := filepath.Join(t.TempDir(), "jobid")
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_managed.py"), jobIDFile, in, out, bootstrap, expansion, format,
+		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
+		"--application_id="+kafkatest.UniqueName(t, "pymanaged"), "--bootstrap_servers="+bootstrap)
+	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
+	cmd.WaitDelay = 10 * time.Second
+	var log syncBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if t.Failed() {
+			t.Logf("kafka_managed.py output:\n%s", log.String())
+		}
+	}()
+	var jobID string
+	for jobID == "" {
+		select {
+		case err := <-exited:
+			t.Fatalf("kafka_managed.py exited before submitting the job: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("kafka_managed.py: no job submitted by the deadline")
+		case <-time.After(200 * time.Millisecond):
+		}
+		if b, err := os.ReadFile(jobIDFile); err == nil {
+			jobID = strings.TrimSpace(string(b))
+		}
+	}
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	jobs := jobpb.NewJobServiceClient(conn)
+	defer jobs.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: jobID})
+
+	got := map[string]*kgo.Record{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, out, func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("kafka_managed.py ended (%v) with %d of %d records in %s", err, len(got), len(want), out)
+		default:
+		}
+		return len(got) >= len(want)
+	}, func(r *kgo.Record) {
+		if _, dup := got[string(r.Value)]; dup {
+			t.Errorf("value %q written twice", r.Value)
+		}
+		got[string(r.Value)] = r
+	})
+	if _, err := jobs.Cancel(ctx, &jobpb.CancelJobRequest{JobId: jobID}); err != nil {
+		t.Fatalf("cancel %s: %v", jobID, err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("kafka_managed.py: %v (want the job CANCELLED)", err)
+		}
+	case <-ctx.Done():
+		t.Errorf("kafka_managed.py did not end after Cancel")
+	}
+	// Nothing more once cancelled: the whole topic is what was awaited.
+	all := map[string]*kgo.Record{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, out, nil, func(r *kgo.Record) {
+		if _, dup := all[string(r.Value)]; dup {
+			t.Errorf("value %q written twice", r.Value)
+		}
+		all[string(r.Value)] = r
+	})
+	for v, r := range all {
+		if !want[v] {
+			t.Errorf("unexpected value %q in %s", v, out)
+		}
+		if r.Key != nil {
+			t.Errorf("value %q: key %q, want null", v, r.Key)
+		}
+	}
+	for v := range want {
+		if all[v] == nil {
+			t.Errorf("value %q missing from %s", v, out)
+		}
+	}
+}
+
+// asciiUpper is Python's bytes.upper: ASCII letters only, other bytes
+// (\xff) as they are.
+func asciiUpper(b []byte) string {
+	out := bytes.Clone(b)
+	for i, c := range out {
+		if 'a' <= c && c <= 'z' {
+			out[i] = c - 'a' + 'A'
+		}
+	}
+	return string(out)
+}
+
+// TestKafkaManagedPythonBounded: managed.Read(KAFKA, RAW) with
+// max_read_time_seconds is a bounded read: the job ends DONE by itself,
+// and the output (read_committed) holds each value of the 2-partition
+// input, prefixed "b:", exactly once.
+func TestKafkaManagedPythonBounded(t *testing.T) {
+	py := beamPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	endpoint := startJobServer(t, host.DefaultOptions())
+	expansion := startExpansionServer(t)
+	in, out := kafkatest.UniqueName(t, "pymbin"), kafkatest.UniqueName(t, "pymbout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	want := map[string]bool{}
+	for i := range 20 {
+		v := fmt.Sprintf("v%02d", i)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: int32(i % 2), Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		want["b:"+v] = true
+	}
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_managed_bounded.py"), in, out, bootstrap, expansion, "8",
+		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
+		"--application_id="+kafkatest.UniqueName(t, "pymbounded"), "--bootstrap_servers="+bootstrap)
+	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kafka_managed_bounded.py: %v\n%s", err, b)
+	}
+	got := map[string]int{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, out, nil, func(r *kgo.Record) { got[string(r.Value)]++ })
+	for v, n := range got {
+		if !want[v] || n != 1 {
+			t.Errorf("value %q written %d times (want once, if an input value)", v, n)
+		}
+	}
+	for v := range want {
+		if got[v] == 0 {
+			t.Errorf("value %q missing from %s", v, out)
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package translate
+
+import (
+	"fmt"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+)
+
+// Payload rows: the elements of the Kafka schema transforms
+// (beam:schematransform:org.apache.beam:kafka_read:v1 / kafka_write:v1,
+// which managed.Read/Write(KAFKA) and Beam YAML's ReadFromKafka and
+// WriteToKafka expand to) in their RAW and STRING formats, as Java's
+// KafkaReadSchemaTransformProvider gives them:
+//
+//   - a read with KafkaRead.PayloadRow outputs, per record, a row of one
+//     non-null field "payload": the record's value as BYTES (ValueFormat
+//     ByteArray, format RAW) or as a STRING (ValueFormat String, format
+//     STRING). The key and the record's metadata are not in the row.
+//   - a write with KafkaWrite.PayloadRow takes rows of exactly one field,
+//     of type BYTES (nullable or not), and produces its value as the
+//     record's value, with a null key (format RAW).
+
+// KafkaPayloadSchemaID is the schema id of KafkaPayloadSchema(KafkaByteArray);
+// the STRING row's id has "-string" appended (the SDKs cache row types by
+// id, so the two rows need their own).
+const KafkaPayloadSchemaID = "ksrunner-kafka-payload-v1"
+
+// KafkaPayloadSchema is the row of a payload read of a value format
+// (KafkaByteArray or KafkaString).
+func KafkaPayloadSchema(valueFormat string) *pipepb.Schema {
+	t, id := pipepb.AtomicType_BYTES, KafkaPayloadSchemaID
+	if valueFormat == KafkaString {
+		t, id = pipepb.AtomicType_STRING, KafkaPayloadSchemaID+"-string"
+	}
+	return &pipepb.Schema{Id: id, Fields: []*pipepb.Field{{
+		Name: "payload",
+		Type: &pipepb.FieldType{TypeInfo: &pipepb.FieldType_AtomicType{AtomicType: t}},
+	}}}
+}
+
+// CheckKafkaPayloadWriteSchema checks the input row of a payload write:
+// exactly one field, of type BYTES, as Java's RAW format requires.
+func CheckKafkaPayloadWriteSchema(s *pipepb.Schema) error {
+	if len(s.GetFields()) != 1 {
+		return fmt.Errorf("a Kafka write of format RAW writes rows of exactly one BYTES field (the record's value), got %d fields (%s)", len(s.GetFields()), fieldNames(s))
+	}
+	f := s.GetFields()[0]
+	if f.GetType().GetAtomicType() != pipepb.AtomicType_BYTES {
+		return fmt.Errorf("a Kafka write of format RAW writes rows of exactly one BYTES field (the record's value), field %q is %s", f.GetName(), FieldTypeString(f.GetType()))
+	}
+	return nil
+}
+
+// validatePayload checks the payload-row parts of a read's spec.
+func (r *KafkaRead) validatePayload() error {
+	switch {
+	case !r.PayloadRow:
+		return nil
+	case r.WithMetadata:
+		return fmt.Errorf("kafka read: a payload row read has no metadata")
+	case r.ValueFormat != KafkaByteArray && r.ValueFormat != KafkaString:
+		return fmt.Errorf("kafka read: a payload row read reads ByteArray (RAW) or String (STRING) values, not %s", r.ValueFormat)
+	}
+	return nil
+}
+
+// validatePayload checks the payload-row parts of a write's spec.
+func (w *KafkaWrite) validatePayload() error {
+	switch {
+	case !w.PayloadRow:
+		return nil
+	case w.WithHeaders:
+		return fmt.Errorf("kafka write: a payload row write has no headers")
+	case w.ValueFormat != KafkaByteArray:
+		return fmt.Errorf("kafka write: a payload row write writes ByteArray (RAW) values, not %s", w.ValueFormat)
+	}
+	return nil
+}
+
+// checkKafkaPayloadRead checks a payload read's output coder: the
+// KafkaPayloadSchema row of its value format.
+func (t *translator) checkKafkaPayloadRead(name, pc string, r *KafkaRead) error {
+	s, err := t.kafkaRow(name, "output", pc)
+	if err != nil {
+		return err
+	}
+	if err := SameRowLayout(s, KafkaPayloadSchema(r.ValueFormat)); err != nil {
+		return fmt.Errorf("transform %q: output %q: the row is not the payload row of a Kafka schema transform read: %w", name, pc, err)
+	}
+	return nil
+}
+
+// checkKafkaPayloadWrite checks a payload write's input coder.
+func (t *translator) checkKafkaPayloadWrite(name, pc string) error {
+	s, err := t.kafkaRow(name, "input", pc)
+	if err != nil {
+		return err
+	}
+	if err := CheckKafkaPayloadWriteSchema(s); err != nil {
+		return fmt.Errorf("transform %q: input %q: %w", name, pc, err)
+	}
+	return nil
+}
