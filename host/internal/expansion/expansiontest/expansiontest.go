@@ -112,7 +112,7 @@ func BeamPython(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-"+beamVersion+"-2")
+	dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-"+beamVersion+"-3")
 	py := filepath.Join(dir, "bin", "python")
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		t.Fatal(err)
@@ -137,7 +137,8 @@ func BeamPython(t *testing.T) string {
 		{sys, "-m", "venv", dir},
 		// host/pythontest's packages, so that either package's install
 		// serves both.
-		{py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "apache-beam==" + beamVersion,
+		// The yaml extra: Beam YAML's expansion (jinja2, pandas, ...).
+		{py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "apache-beam[yaml]==" + beamVersion,
 			"pytest==9.2.0", "PyHamcrest==2.1.0", "parameterized==0.9.0", "mock==5.2.0"},
 	} {
 		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
