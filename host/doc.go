@@ -27,7 +27,7 @@
 //   - host/internal/task: a task (one sub-topology, one input partition)
 //     and its roots, one type per root kind behind one interface (impulse,
 //     passthrough, group-by-key fast path, windowed group-by-key, TestStream,
-//     Kafka source), the Kafka sink,
+//     Kafka source, with its bounds and bad-record policy), the Kafka sink,
 //     the side-input gate and time-sorted input, event time, user timers,
 //     and the changelog producer. A task reaches the rest of the instance
 //     only through task.Env.
@@ -43,7 +43,9 @@
 //     the SDKs' KafkaIO transforms into translate's Kafka primitives;
 //     host/kafkaio (public) serves it and registers it in-process for Go.
 //   - host/internal/kafkaio: the conversion between user records and
-//     elements: the Kafka formats in the SDKs' coders.
+//     elements: the Kafka formats in the SDKs' coders, the with-metadata
+//     record row, the write-with-headers row and the schema transforms'
+//     payload rows.
 //   - host/internal/metrics: attempted and committed metrics.
 //
 // A record's path from poll to commit: runtime/instance.go (run, process)
