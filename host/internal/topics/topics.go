@@ -277,11 +277,14 @@ func (t *Set) Create(ctx context.Context, adm *kadm.Client) error {
 			err = resp.Err
 		}
 		if errors.Is(err, kerr.TopicAlreadyExists) {
-			details, derr := adm.ListTopics(ctx, full)
+			// Another instance may be creating it right now: until its
+			// partitions have leaders, the metadata shows none (two job
+			// servers starting one application at once).
+			d, derr := waitReady(ctx, adm, full)
 			if derr != nil {
 				return fmt.Errorf("topic %s: %w", full, derr)
 			}
-			if got := len(details[full].Partitions); got != int(partitions) {
+			if got := len(d.Partitions); got != int(partitions) {
 				return fmt.Errorf("topic %s exists with %d partitions, the plan needs %d (internal_parallelism changed? use a new application_id)", full, got, partitions)
 			}
 			return nil
@@ -329,29 +332,38 @@ func (t *Set) createDeadLetterTopic(ctx context.Context, adm *kadm.Client) error
 	// A real cluster answers UNKNOWN_TOPIC_OR_PARTITION for a while after
 	// CreateTopics, and the producer gives up on a record after a few such
 	// answers: wait until every partition has a leader.
+	d, err := waitReady(ctx, adm, t.DeadLetter)
+	if err != nil {
+		return fmt.Errorf("dead-letter topic %s: %w", t.DeadLetter, err)
+	}
+	t.DeadLetterPartitions = int32(len(d.Partitions))
+	return t.discoverMaxMessageBytes(ctx, adm, t.DeadLetter)
+}
+
+// waitReady waits until topic, created, has partitions that all have a
+// leader, for at most topicReadyTimeout.
+func waitReady(ctx context.Context, adm *kadm.Client, topic string) (kadm.TopicDetail, error) {
 	wait := time.NewTicker(50 * time.Millisecond)
 	defer wait.Stop()
 	deadline := time.Now().Add(topicReadyTimeout)
 	for {
-		details, err := adm.ListTopics(ctx, t.DeadLetter)
-		d := details[t.DeadLetter]
+		details, err := adm.ListTopics(ctx, topic)
+		d := details[topic]
 		if err == nil && d.Err == nil && len(d.Partitions) > 0 && leadersKnown(d) {
-			t.DeadLetterPartitions = int32(len(d.Partitions))
-			break
+			return d, nil
 		}
 		if err == nil {
 			err = d.Err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("dead-letter topic %s: its partitions have no leader %v after creating it (%v)", t.DeadLetter, topicReadyTimeout, err)
+			return d, fmt.Errorf("its partitions have no leader %v after it was created (%v)", topicReadyTimeout, err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return d, ctx.Err()
 		case <-wait.C:
 		}
 	}
-	return t.discoverMaxMessageBytes(ctx, adm, t.DeadLetter)
 }
 
 // topicReadyTimeout bounds waiting for a created topic's leaders.
