@@ -319,7 +319,7 @@ func checkStreaming(plan *translate.Plan, opts *structpb.Struct) error {
 	for _, st := range plan.SubTopologies {
 		if st.Root.Kind == translate.RootKafkaSource {
 			name := plan.Pipeline.GetComponents().GetTransforms()[st.Root.TransformID].GetUniqueName()
-			return fmt.Errorf("pipeline option streaming is false, but transform %q reads Kafka (unbounded): pass --streaming (without it the Python SDK optimizes the pipeline for batch and drops WriteToKafka)", name)
+			return fmt.Errorf("pipeline option streaming is false, but transform %q reads Kafka: pass --streaming, also for a bounded read (without it the Python SDK optimizes the pipeline for batch and drops WriteToKafka)", name)
 		}
 	}
 	return nil
