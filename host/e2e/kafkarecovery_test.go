@@ -208,7 +208,7 @@ func openTransaction(ctx context.Context, t *testing.T, adm *kadm.Client, topics
 // deadline; one that joined as a new member would wait for the dead
 // member's session (45 s), past the recovery bound below.
 func TestKafkaKillInTransactionAndRestart(t *testing.T) {
-	ctx := testContext(t, 4*time.Minute)
+	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
 	const partitions, n = 4, 400
