@@ -270,16 +270,20 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 			t.Logf("job server log:\n%s", b)
 		}
 	})
-	pipe := kafkaGatedCountPipeline(t, loopback.EnvironmentConfig, in, out)
-	// The resubmission's workers start in a pool of their own: the new job
-	// server names its workers as the dead one did, and the dead job's
-	// worker is still in the shared pool, held by the gate.
-	pool2, err := extworker.StartLoopback(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
+	// Each job's workers start in a LOOPBACK pool of its own, not the
+	// tests' shared one: the dead job's worker stays in its pool, held by
+	// the gate, under the worker id that the new job server (and the tests'
+	// own job server) gives its first worker too.
+	pool := func() func(context.Context) string {
+		p, err := extworker.StartLoopback(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop(context.Background()) })
+		return p.EnvironmentConfig
 	}
-	t.Cleanup(func() { pool2.Stop(context.Background()) })
-	pipe2 := kafkaGatedCountPipeline(t, pool2.EnvironmentConfig, in, out)
+	pipe := kafkaGatedCountPipeline(t, pool(), in, out)
+	pipe2 := kafkaGatedCountPipeline(t, pool(), in, out)
 	opts := map[string]string{
 		"application_id": appID, "bootstrap_servers": bootstrap, "state_dir": stateDir,
 		"internal_parallelism": "2", "source_idle_timeout_ms": "3600000",
