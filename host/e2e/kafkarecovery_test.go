@@ -380,3 +380,29 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaTransactionTimeoutAboveBrokerMax: a transaction_timeout_ms the
+// broker's transaction.max.timeout.ms (15 minutes by default) does not
+// allow fails the job as it starts, naming the option and its value.
+func TestKafkaTransactionTimeoutAboveBrokerMax(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	kafkatest.CreateTopic(t, bootstrap, in, 1)
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), map[string]string{
+		"application_id": kafkatest.UniqueName(t, "txtimeout"), "bootstrap_servers": bootstrap,
+		"transaction_timeout_ms": "3600000",
+	})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	r, err := wait(ctx, ksrunner, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "option transaction_timeout_ms: 3600000: the broker refuses it"
+	if r.State != jobpb.JobState_FAILED || !strings.Contains(strings.Join(r.Errors, "\n"), want) {
+		t.Fatalf("job ended %v with errors %q, want FAILED with %q", r.State, r.Errors, want)
+	}
+}
