@@ -192,6 +192,7 @@ func (j *job) execute(ctx context.Context) error {
 		StateDir:              opts.StateDir,
 		ExactlyOnce:           opts.exactlyOnce(),
 		CommitInterval:        opts.commitInterval(),
+		TransactionTimeout:    time.Duration(opts.TransactionTimeoutMs) * time.Millisecond,
 		SourceIdleTimeout:     time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
 		MaxBundleSize:         opts.MaxBundleSize,
 		BadRecords:            task.ErrorPolicy(opts.DeserializationErrorPolicy),
@@ -204,6 +205,7 @@ func (j *job) execute(ctx context.Context) error {
 		Metrics:               j.metrics,
 		Hooks:                 j.server.hooks,
 		OnRunning:             func() { j.events.setState(jobpb.JobState_RUNNING) },
+		Progress:              func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg) },
 	})
 }
 

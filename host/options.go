@@ -12,6 +12,7 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ksrunner/ksrunner/host/internal/runtime"
 	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/shuffle"
@@ -84,6 +85,12 @@ type Options struct {
 	// ReadMaxPollTimeMs is how long a poll waits for records before the
 	// cycle goes on to commit what it has; 0 means commit_interval_ms.
 	ReadMaxPollTimeMs int `koanf:"read_max_poll_time_ms"`
+	// TransactionTimeoutMs is the producer's transaction timeout under
+	// exactly_once: the longest one commit cycle may take, and how long a
+	// process killed inside a cycle holds read_committed readers when no
+	// restart on its state_dir fences it. It must exceed commit_interval_ms
+	// and be allowed by the broker's transaction.max.timeout.ms.
+	TransactionTimeoutMs int `koanf:"transaction_timeout_ms"`
 }
 
 // DefaultOptions are the built-in defaults.
@@ -100,6 +107,7 @@ func DefaultOptions() Options {
 
 		DeserializationErrorPolicy: string(task.PolicyFail),
 		ReadMaxElementsPerPoll:     100000,
+		TransactionTimeoutMs:       int(runtime.DefaultTransactionTimeout / time.Millisecond),
 	}
 }
 
@@ -138,6 +146,9 @@ func (o Options) Validate() error {
 	if err := o.validateBadRecords("option"); err != nil {
 		return err
 	}
+	if err := o.validateTransactionTimeout("option"); err != nil {
+		return err
+	}
 	if o.ApplicationID != "" && sanitizeID(o.ApplicationID) != o.ApplicationID {
 		return fmt.Errorf("option application_id: %q has characters Kafka topic names do not allow (use [a-zA-Z0-9._-])", o.ApplicationID)
 	}
@@ -161,6 +172,24 @@ func (o Options) validateBadRecords(src string) error {
 		return fmt.Errorf("%s read_max_elements_per_poll: %d, must be at least 1", src, o.ReadMaxElementsPerPoll)
 	case o.ReadMaxPollTimeMs < 0:
 		return fmt.Errorf("%s read_max_poll_time_ms: %d, must not be negative (0: commit_interval_ms)", src, o.ReadMaxPollTimeMs)
+	}
+	return nil
+}
+
+// minTransactionTimeoutMs is the least transaction_timeout_ms: the
+// broker's own floor for a transaction timeout is 1 ms, but a cycle that
+// short would abort under any load.
+const minTransactionTimeoutMs = 1000
+
+// validateTransactionTimeout checks transaction_timeout_ms; src says where
+// the values came from (see validateBadRecords). The broker's upper limit,
+// transaction.max.timeout.ms, is checked when the producer starts.
+func (o Options) validateTransactionTimeout(src string) error {
+	switch {
+	case o.TransactionTimeoutMs < minTransactionTimeoutMs:
+		return fmt.Errorf("%s transaction_timeout_ms: %d, must be at least %d", src, o.TransactionTimeoutMs, minTransactionTimeoutMs)
+	case o.TransactionTimeoutMs <= o.CommitIntervalMs:
+		return fmt.Errorf("%s transaction_timeout_ms: %d, must be more than commit_interval_ms (%d): a commit cycle must fit in one transaction", src, o.TransactionTimeoutMs, o.CommitIntervalMs)
 	}
 	return nil
 }
@@ -324,6 +353,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"source_idle_timeout_ms":     &o.SourceIdleTimeoutMs,
 		"read_max_elements_per_poll": &o.ReadMaxElementsPerPoll,
 		"read_max_poll_time_ms":      &o.ReadMaxPollTimeMs,
+		"transaction_timeout_ms":     &o.TransactionTimeoutMs,
 	} {
 		if err := num(name, dst); err != nil {
 			return o, err
@@ -354,6 +384,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	if err := o.validateBadRecords("pipeline option"); err != nil {
 		return o, err
 	}
+	if err := o.validateTransactionTimeout("pipeline option"); err != nil {
+		return o, err
+	}
 	return o, o.Validate()
 }
 
@@ -380,6 +413,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("dead_letter_topic", DeadLetterTopicHelp, jobpb.PipelineOptionType_STRING, ""),
 		d("read_max_elements_per_poll", ReadMaxElementsPerPollHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxElementsPerPoll)),
 		d("read_max_poll_time_ms", ReadMaxPollTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxPollTimeMs)),
+		d("transaction_timeout_ms", TransactionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TransactionTimeoutMs)),
 	}
 }
 
@@ -390,6 +424,7 @@ const (
 	DeadLetterTopicHelp            = "dead-letter topic of deserialization_error_policy=dead_letter (default: __beam_<application_id>_dead-letter, created by ksrunner; a topic named here must exist)"
 	ReadMaxElementsPerPollHelp     = "most records one poll (commit cycle) takes"
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
+	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 
 // wasmCacheDir is where compiled modules are cached: under state_dir, or a

@@ -132,3 +132,38 @@ func TestBadRecordAndPollOptions(t *testing.T) {
 		t.Errorf("Validate: %v, want an error naming deserialization_error_policy and \"Skip\"", err)
 	}
 }
+
+// TestTransactionTimeoutOption: transaction_timeout_ms defaults well under
+// the old five minutes, above commit_interval_ms; a job's pipeline option
+// sets it; bad values are refused naming the option and where it came from.
+func TestTransactionTimeoutOption(t *testing.T) {
+	d := DefaultOptions()
+	if d.TransactionTimeoutMs != 60000 || d.Validate() != nil {
+		t.Errorf("default transaction_timeout_ms %d (valid: %v), want 60000", d.TransactionTimeoutMs, d.Validate())
+	}
+	var s structpb.Struct
+	if err := protojson.Unmarshal([]byte(`{"beam:option:transaction_timeout_ms:v1": "300000"}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := d.WithPipelineOptions(&s); err != nil || o.TransactionTimeoutMs != 300000 {
+		t.Errorf("pipeline option transaction_timeout_ms=300000: %d, %v", o.TransactionTimeoutMs, err)
+	}
+	for _, tc := range []struct{ js, want string }{
+		{`{"beam:option:transaction_timeout_ms:v1": 10}`, `pipeline option transaction_timeout_ms: 10, must be at least 1000`},
+		{`{"beam:option:transaction_timeout_ms:v1": 2000, "beam:option:commit_interval_ms:v1": 2000}`, `pipeline option transaction_timeout_ms: 2000, must be more than commit_interval_ms (2000)`},
+		{`{"beam:option:transaction_timeout_ms:v1": "1m"}`, `pipeline option transaction_timeout_ms: "1m" is not an integer`},
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.want)
+		}
+	}
+	bad := DefaultOptions()
+	bad.CommitIntervalMs = 90000
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "option transaction_timeout_ms: 60000, must be more than commit_interval_ms (90000)") {
+		t.Errorf("Validate: %v, want an error naming transaction_timeout_ms", err)
+	}
+}

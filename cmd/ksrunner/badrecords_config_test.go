@@ -44,3 +44,32 @@ func TestBadRecordOptionsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestTransactionTimeoutConfig: transaction_timeout_ms comes from a flag,
+// the environment or the configuration file, and a bad value is an error
+// of the job server's configuration naming it.
+func TestTransactionTimeoutConfig(t *testing.T) {
+	cfg, err := loadServerConfig([]string{"--transaction_timeout_ms=20000"})
+	if err != nil || cfg.TransactionTimeoutMs != 20000 {
+		t.Fatalf("flag: %d, %v", cfg.TransactionTimeoutMs, err)
+	}
+	t.Setenv("KSRUNNER_TRANSACTION_TIMEOUT_MS", "30000")
+	if cfg, err := loadServerConfig(nil); err != nil || cfg.TransactionTimeoutMs != 30000 {
+		t.Fatalf("env: %d, %v", cfg.TransactionTimeoutMs, err)
+	}
+	os.Unsetenv("KSRUNNER_TRANSACTION_TIMEOUT_MS")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("transaction_timeout_ms: 50\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", file}, "option transaction_timeout_ms: 50, must be at least 1000"},
+		{[]string{"--transaction_timeout_ms=5000", "--commit_interval_ms=6000"}, "option transaction_timeout_ms: 5000, must be more than commit_interval_ms (6000)"},
+	} {
+		_, err := loadServerConfig(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "job server configuration") {
+			t.Errorf("%q: %v, want an error of the job server configuration with %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -60,6 +60,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.String("dead_letter_topic", def.DeadLetterTopic, host.DeadLetterTopicHelp)
 	fs.Int("read_max_elements_per_poll", def.ReadMaxElementsPerPoll, host.ReadMaxElementsPerPollHelp)
 	fs.Int("read_max_poll_time_ms", def.ReadMaxPollTimeMs, host.ReadMaxPollTimeMsHelp)
+	fs.Int("transaction_timeout_ms", def.TransactionTimeoutMs, host.TransactionTimeoutMsHelp)
 	if err := fs.Parse(args); err != nil {
 		return serverConfig{}, err
 	}
@@ -117,7 +118,8 @@ func knownKey(key string) bool {
 	case "config", "job_host", "job_port", "expansion_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
 		"topic_replication_factor", "max_bundle_size", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
-		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms":
+		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms",
+		"transaction_timeout_ms":
 		return true
 	}
 	return false

@@ -112,10 +112,8 @@ var (
 	buildErr  error
 )
 
-// brokerProcess builds cmd/ksrunner once per test run, starts `ksrunner
-// broker --port 0` and returns its address; the process is killed by
-// t.Cleanup.
-func brokerProcess(t *testing.T) string {
+// ksrunnerBinary builds cmd/ksrunner once per test run and returns its path.
+func ksrunnerBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "e2e-bin-")
@@ -132,7 +130,15 @@ func brokerProcess(t *testing.T) string {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
-	cmd := exec.Command(binPath, "broker", "--port", "0")
+	return binPath
+}
+
+// brokerProcess builds cmd/ksrunner once per test run, starts `ksrunner
+// broker --port 0` and returns its address; the process is killed by
+// t.Cleanup.
+func brokerProcess(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(ksrunnerBinary(t), "broker", "--port", "0")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -50,16 +50,26 @@ func changelogPosition(db *pebble.DB, prefix []byte) (int64, error) {
 }
 
 // restoreTimeout bounds waiting for a changelog's open transaction to end
-// (a crashed owner's ends at the transaction timeout) and replaying it.
-const restoreTimeout = transactionTimeout + time.Minute
+// (a crashed owner's ends when its successor fences it, or else at the
+// transaction timeout) and replaying it.
+func (i *instance) restoreTimeout() time.Duration { return i.cfg.transactionTimeout() + time.Minute }
 
-// transactionTimeout is the longest a commit cycle may take under
-// exactly_once (the broker aborts a transaction open longer; its
-// transaction.max.timeout.ms, default 15 minutes, must allow it). A cycle
-// processes one poll, up to 100,000 records: slow stages (user state
-// through the Fn API runs at a few thousand elements per second) need the
-// margin.
-const transactionTimeout = 5 * time.Minute
+// DefaultTransactionTimeout is Config.TransactionTimeout when unset: the
+// longest a commit cycle may take under exactly_once (the broker aborts a
+// transaction open longer; its transaction.max.timeout.ms, default 15
+// minutes, must allow it). A cycle processes one poll, up to
+// read_max_elements_per_poll records: slow stages (user state through the
+// Fn API runs at a few thousand elements per second) need the margin. It
+// is also how long a process killed inside a cycle holds read_committed
+// readers when no successor with its identity fences it.
+const DefaultTransactionTimeout = time.Minute
+
+func (c Config) transactionTimeout() time.Duration {
+	if c.TransactionTimeout > 0 {
+		return c.TransactionTimeout
+	}
+	return DefaultTransactionTimeout
+}
 
 // restoreTasks brings the local store of each (sub-topology, partition) up
 // to its changelog's committed end before the tasks are created.
@@ -67,7 +77,7 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, restoreTimeout)
+	ctx, cancel := context.WithTimeout(ctx, i.restoreTimeout())
 	defer cancel()
 	ts := i.topics
 	names := map[string]bool{}

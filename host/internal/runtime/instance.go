@@ -14,6 +14,7 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle"
@@ -54,6 +55,10 @@ type instance struct {
 
 	produceErr atomic.Pointer[error]
 	failed     atomic.Bool // run returned an error: revocation must not commit
+
+	ident    identity
+	joinedAt time.Time   // when the client was created, joining the group
+	assigned atomic.Bool // the group has assigned partitions once
 }
 
 type taskID struct {
@@ -61,7 +66,11 @@ type taskID struct {
 	partition int32
 }
 
-func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error) {
+// newInstance opens the store in stateDir and the Kafka client. stable says
+// that stateDir outlives the process (an explicit state_dir), so it keeps
+// the instance's identity; under exactly_once the new producer fences the
+// transactions of any predecessor with that identity before it returns.
+func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir string, stable bool) (*instance, error) {
 	i := &instance{
 		cfg:        cfg,
 		topics:     ts,
@@ -88,6 +97,18 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		return nil, fmt.Errorf("state store %s: %w", stateDir, err)
 	}
 	i.db = db
+	// After Open: Pebble's lock on stateDir keeps a second process from
+	// taking the same identity.
+	if stable {
+		i.ident, err = loadIdentity(stateDir)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+	} else {
+		i.ident = randomIdentity()
+	}
+	i.reportIdentity()
 	if i.side, err = newSideInputReader(i); err != nil {
 		db.Close()
 		return nil, err
@@ -161,12 +182,20 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 	}
 	opts = append(opts, cc.opts...)
 	i.env.MaxRecordBytes = cc.batchMaxBytes // before any task exists
+	if gid := i.ident.groupInstanceID(cfg.ApplicationID); gid != nil {
+		// Static membership: a restart rejoins as the same member and gets
+		// its assignment back at once; a dynamic member killed holds its
+		// partitions until its session expires.
+		opts = append(opts, kgo.InstanceID(*gid))
+	}
+	i.joinedAt = time.Now()
 	if cfg.ExactlyOnce {
-		// One transactional producer per instance, fenced by the group's
-		// generation (KIP-447), so the id only has to be unique.
+		// One transactional producer per instance. Zombies are fenced by
+		// the group's generation (KIP-447) and, across a restart on the
+		// same state_dir, by the stable transactional id.
 		opts = append(opts,
-			kgo.TransactionalID(cfg.ApplicationID+"-"+randomSuffix()),
-			kgo.TransactionTimeout(transactionTimeout),
+			kgo.TransactionalID(i.ident.transactionalID(cfg.ApplicationID)),
+			kgo.TransactionTimeout(cfg.transactionTimeout()),
 		)
 		i.sess, err = kgo.NewGroupTransactSession(opts...)
 		if err == nil {
@@ -180,7 +209,68 @@ func newInstance(cfg Config, ts *topics.Set, stateDir string) (*instance, error)
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
+	i.progress(fmt.Sprintf("joining consumer group %s; waiting for its partitions", cfg.ApplicationID))
+	if cfg.ExactlyOnce {
+		if err := i.fence(ctx); err != nil {
+			i.close()
+			return nil, err
+		}
+	}
 	return i, nil
+}
+
+// fence initializes the transactional producer now rather than at the first
+// cycle's first record. With a stable identity this is what fences the
+// predecessor: the broker aborts the transaction it left open (and fails
+// its producer, were it still alive) before it answers, so the tasks'
+// changelog restores and every read_committed reader of the outputs go on
+// at once. It also checks the transaction timeout against the broker's
+// transaction.max.timeout.ms before any work is done.
+//
+// It runs concurrently with the group join (the client joins from its
+// creation): a restore that starts first waits for the abort like any
+// read_committed reader.
+func (i *instance) fence(ctx context.Context) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, i.restoreTimeout())
+	defer cancel()
+	txnID := i.ident.transactionalID(i.cfg.ApplicationID)
+	if _, _, err := i.cl.ProducerID(ctx); err != nil {
+		if errors.Is(err, kerr.InvalidTransactionTimeout) {
+			return fmt.Errorf("option transaction_timeout_ms: %d: the broker refuses it (above its transaction.max.timeout.ms): %w", i.cfg.transactionTimeout().Milliseconds(), err)
+		}
+		return fmt.Errorf("initializing the transactional producer %s: %w", txnID, err)
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	if i.ident.stable && !i.ident.created {
+		i.progress(fmt.Sprintf("transactional id %s: fenced the previous process of this state_dir (its open transaction, if any, is aborted) in %v", txnID, took))
+	} else {
+		i.progress(fmt.Sprintf("transactional id %s initialized in %v", txnID, took))
+	}
+	return nil
+}
+
+// reportIdentity says who the instance is, and what that means for a
+// restart.
+func (i *instance) reportIdentity() {
+	app := i.cfg.ApplicationID
+	switch {
+	case !i.ident.stable:
+		i.progress(fmt.Sprintf("instance identity %s (random: no state_dir, so the store is temporary): a restarted job server gets a new identity, so it cannot fence this process's open transaction (readers wait up to transaction_timeout_ms) and joins the group as a new member", i.ident.id))
+	case i.ident.created:
+		i.progress(fmt.Sprintf("instance identity %s created in %s: transactional id and group.instance.id %s-%s", i.ident.id, i.ident.file, app, i.ident.id))
+	default:
+		i.progress(fmt.Sprintf("instance identity %s read from %s (a restart): transactional id and group.instance.id %s-%s", i.ident.id, i.ident.file, app, i.ident.id))
+	}
+}
+
+// progress logs a step of the instance's start or recovery and tells the
+// job's client (Config.Progress).
+func (i *instance) progress(msg string) {
+	i.cfg.Logger.Info(msg)
+	if i.cfg.Progress != nil {
+		i.cfg.Progress(msg)
+	}
 }
 
 func (i *instance) close() {
@@ -211,9 +301,19 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 			ids = append(ids, taskID{topic, p})
 		}
 	}
+	if !i.assigned.Swap(true) {
+		i.progress(fmt.Sprintf("consumer group %s: %d partitions assigned after %v", i.cfg.ApplicationID, len(ids), time.Since(i.joinedAt).Round(time.Millisecond)))
+	}
+	start := time.Now()
+	if len(ids) > 0 {
+		i.progress(fmt.Sprintf("restoring the state of %d tasks from their changelogs", len(ids)))
+	}
 	if err := i.restoreTasks(ctx, ids); err != nil {
 		i.setProduceErr(err)
 		return
+	}
+	if len(ids) > 0 {
+		i.progress(fmt.Sprintf("state of %d tasks restored in %v", len(ids), time.Since(start).Round(time.Millisecond)))
 	}
 	for _, id := range ids {
 		t, err := task.New(i.env, i.subByTopic[id.topic], id.partition)

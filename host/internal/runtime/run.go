@@ -40,7 +40,13 @@ type Config struct {
 	StateDir       string
 	ExactlyOnce    bool
 	CommitInterval time.Duration
-	MaxBundleSize  int
+	// TransactionTimeout is the producer's transaction timeout under
+	// exactly_once: the longest one commit cycle may take, and how long a
+	// process killed inside a cycle holds read_committed readers when no
+	// successor with its identity fences it (identity.go); zero:
+	// DefaultTransactionTimeout.
+	TransactionTimeout time.Duration
+	MaxBundleSize      int
 	// Execs run the plan's stages, by stage id (executor.Start).
 	Execs   map[string]executor.Executor
 	Logger  *slog.Logger
@@ -48,6 +54,11 @@ type Config struct {
 	Hooks   *Hooks // nil: none
 	// OnRunning is called once the instance is open and starts consuming.
 	OnRunning func()
+	// Progress, if set, is told each step of the instance's start and
+	// recovery (its identity, fencing its predecessor, joining the group,
+	// restoring state), which are logged too: the job server shows them to
+	// the client as job messages, who would otherwise see only STARTING.
+	Progress func(msg string)
 	// SourceIdleTimeout: see task.Env.SourceIdleTimeout.
 	SourceIdleTimeout time.Duration
 	// BadRecords: see task.Env.BadRecords. DeadLetterTopic is the Kafka
@@ -138,6 +149,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 
+	// Only an explicit state_dir outlives the process: it alone can keep
+	// the instance's identity for its restart (identity.go).
+	stable := cfg.StateDir != ""
 	stateDir := cfg.StateDir
 	if stateDir == "" {
 		dir, err := os.MkdirTemp("", "ksrunner-state-")
@@ -149,7 +163,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	stateDir = filepath.Join(stateDir, cfg.ApplicationID)
 
-	inst, err := newInstance(cfg, ts, stateDir)
+	inst, err := newInstance(ctx, cfg, ts, stateDir, stable)
 	if err != nil {
 		return err
 	}
