@@ -392,7 +392,7 @@ func TestKafkaTransactionTimeoutAboveBrokerMax(t *testing.T) {
 	kafkatest.CreateTopic(t, bootstrap, out, 1)
 	id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), map[string]string{
 		"application_id": kafkatest.UniqueName(t, "txtimeout"), "bootstrap_servers": bootstrap,
-		"transaction_timeout_ms": "3600000",
+		"transaction_timeout_ms": "3600000", "state_dir": t.TempDir(), // a stable identity: fenced, so checked, at start
 	})
 	if err != nil {
 		t.Fatalf("submit: %v", err)

@@ -210,7 +210,11 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	i.progress(fmt.Sprintf("joining consumer group %s; waiting for its partitions", cfg.ApplicationID))
-	if cfg.ExactlyOnce {
+	// Only a stable identity has a predecessor to fence; a random one
+	// initializes its producer lazily, at its first transaction, as before
+	// (an early init racing the group join is suspected of a rare
+	// INVALID_TXN_STATE on kfake).
+	if cfg.ExactlyOnce && i.ident.stable {
 		if err := i.fence(ctx); err != nil {
 			i.close()
 			return nil, err
