@@ -7,15 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -61,43 +57,9 @@ func testKafkaManaged(t *testing.T, format string) {
 	}
 
 	jobIDFile := filepath.Join(t.TempDir(), "jobid")
-	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "kafka_managed.py"), jobIDFile, in, out, bootstrap, expansion, format,
+	jobID, jobs, exited := startPythonJob(ctx, t, endpoint, jobIDFile, py, filepath.Join("testdata", "kafka_managed.py"), jobIDFile, in, out, bootstrap, expansion, format,
 		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
 		"--application_id="+kafkatest.UniqueName(t, "pymanaged"), "--bootstrap_servers="+bootstrap)
-	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
-	cmd.WaitDelay = 10 * time.Second
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if t.Failed() {
-			t.Logf("kafka_managed.py output:\n%s", log.String())
-		}
-	}()
-	var jobID string
-	for jobID == "" {
-		select {
-		case err := <-exited:
-			t.Fatalf("kafka_managed.py exited before submitting the job: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("kafka_managed.py: no job submitted by the deadline")
-		case <-time.After(200 * time.Millisecond):
-		}
-		if b, err := os.ReadFile(jobIDFile); err == nil {
-			jobID = strings.TrimSpace(string(b))
-		}
-	}
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	jobs := jobpb.NewJobServiceClient(conn)
 	defer jobs.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: jobID})
 
 	got := map[string]*kgo.Record{}

@@ -8,20 +8,16 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -61,44 +57,10 @@ func TestStreamingExamplePython(t *testing.T) {
 
 	start := time.Now()
 	jobIDFile := filepath.Join(t.TempDir(), "jobid")
-	cmd := exec.CommandContext(ctx, py, streamingScript,
+	jobID, jobs, exited := startPythonJob(ctx, t, endpoint, jobIDFile, py, streamingScript,
 		"--job_endpoint="+endpoint, "--expansion_service="+expansion, "--bootstrap_servers="+bootstrap,
 		"--input_topic="+in, "--output_topic="+out, "--job_id_file="+jobIDFile,
 		"--application_id="+kafkatest.UniqueName(t, "pystreaming"))
-	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
-	cmd.WaitDelay = 10 * time.Second
-	var log syncBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if t.Failed() {
-			t.Logf("streaming.py output:\n%s", log.String())
-		}
-	}()
-	var jobID string
-	for jobID == "" {
-		select {
-		case err := <-exited:
-			t.Fatalf("streaming.py exited before submitting the job: %v", err)
-		case <-ctx.Done():
-			t.Fatalf("streaming.py: no job submitted by the deadline")
-		case <-time.After(200 * time.Millisecond):
-		}
-		if b, err := os.ReadFile(jobIDFile); err == nil {
-			jobID = strings.TrimSpace(string(b))
-		}
-	}
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	jobs := jobpb.NewJobServiceClient(conn)
 	cancelled := false
 	defer func() {
 		if !cancelled {
