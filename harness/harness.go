@@ -2,6 +2,8 @@ package harness
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -84,6 +86,10 @@ type Harness struct {
 	wg     sync.WaitGroup // every goroutine the harness starts
 
 	nextID atomic.Uint64 // instruction, descriptor and worker ids
+	// tag is random per harness and part of its worker ids: several
+	// processes (a job server and `ksrunner worker`s) may start workers in
+	// one SDK worker pool, which keys its workers by id.
+	tag string
 
 	mu      sync.Mutex
 	closed  bool
@@ -127,6 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		cancel:   func() { cancel(ErrClosed) },
 		envs:     make(map[string]*environment),
 		workers:  make(map[string]*worker),
+		tag:      randomTag(),
 	}
 	h.server = grpc.NewServer(
 		// SDKs send and accept messages far above gRPC's 4MB default (the Go
@@ -221,6 +228,13 @@ func (h *Harness) Close() error {
 		h.closeErr = errors.Join(errs...)
 	})
 	return h.closeErr
+}
+
+// randomTag returns 8 random hex digits.
+func randomTag() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // newID returns a harness-unique id with a readable prefix.

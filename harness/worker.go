@@ -54,7 +54,7 @@ type worker struct {
 }
 
 func (h *Harness) newWorker(envID string, env *pipepb.Environment) *worker {
-	id := h.newID("worker-" + sanitizeID(envID))
+	id := h.newID("worker-" + sanitizeID(envID) + "-" + h.tag)
 	return &worker{
 		h:            h,
 		id:           id,

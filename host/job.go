@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/application"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/runtime"
 	"github.com/ksrunner/ksrunner/host/internal/task"
@@ -27,14 +29,38 @@ import (
 	"github.com/ksrunner/ksrunner/wasmabi"
 )
 
-// jobSpec is a job as submitted.
+// jobSpec is a job as submitted, or as read from its application's
+// pipeline topic.
 type jobSpec struct {
 	ID, Name   string
 	Pipeline   *pipepb.Pipeline
 	RawOptions *structpb.Struct
 	// Options are resolved: BootstrapServers is a broker list, never "embedded".
 	Options Options
+	// Origin is how this process got the job.
+	Origin jobOrigin
+	// Modules are the WASM modules read from the pipeline topic (origins
+	// other than submitted), by their stage_wasm reference.
+	Modules map[string][]byte
 }
+
+// jobOrigin is how a process got a job, which decides what it publishes and
+// what it must be able to run.
+type jobOrigin int
+
+const (
+	// originSubmitted: through this job server's Job API, with the SDK at
+	// hand. The job server publishes it to the pipeline topic and runs
+	// every stage.
+	originSubmitted jobOrigin = iota
+	// originResumed: read from the pipeline topic by a restarted job
+	// server. It runs the stages whose environments it can start.
+	originResumed
+	// originWorker: read from the pipeline topic by `ksrunner worker`,
+	// with the environments it was given. It runs the stages whose
+	// environments it can start.
+	originWorker
+)
 
 // job is one submitted pipeline, from STOPPED to a terminal state.
 type job struct {
@@ -46,12 +72,24 @@ type job struct {
 	metrics *metrics.Job
 	wasm    *executor.WASM // nil without WASM stages
 
+	// fingerprint identifies the job's pipeline on its pipeline topic.
+	fingerprint string
+
 	cancelOnce sync.Once
 	cancel     context.CancelCauseFunc
 	done       chan struct{}
+	err        error // why it ended; set before done closes
 }
 
-var errCancelled = errors.New("job cancelled")
+var (
+	// errCancelled: the job was cancelled on purpose (the Job API's
+	// Cancel): the whole application stops, and nothing resumes it.
+	errCancelled = errors.New("job cancelled")
+	// errStopped: this process stops running the job (its job server
+	// stops, a worker stops, a resubmission replaces a resumed job); the
+	// application goes on in its other processes and resumes at restart.
+	errStopped = errors.New("job stopped in this process")
+)
 
 // startJob validates and translates the pipeline (every unsupported construct
 // fails here, before anything runs), compiles and checks the WASM modules of
@@ -86,7 +124,11 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		metrics: metrics.NewJob(),
 		done:    make(chan struct{}),
 	}
+	if j.fingerprint, err = (&application.Spec{Pipeline: spec.Pipeline, Topology: spec.Options.topology()}).Fingerprint(); err != nil {
+		return nil, err
+	}
 	if j.wasm, err = executor.PrepareWASM(ctx, plan, executor.WASMConfig{
+		Modules:        spec.Modules,
 		Patterns:       stageWASM,
 		CacheDir:       spec.Options.wasmCacheDir(),
 		Interruptible:  spec.Options.WASMInterruptible,
@@ -106,10 +148,86 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		j.logger.Debug("plan: " + line)
 		j.events.message(jobpb.JobMessage_JOB_MESSAGE_DETAILED, line)
 	}
+	if spec.Origin == originSubmitted {
+		if err := j.publish(ctx, stageWASM); err != nil {
+			j.wasm.Close()
+			return nil, err
+		}
+	}
 	runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	j.cancel = cancel
 	go j.run(runCtx)
 	return j, nil
+}
+
+// publish writes the job to its application's pipeline topic, so that
+// workers and a restarted job server can run it, or joins the application
+// if it already runs this pipeline; another pipeline under a live
+// application id is refused.
+func (j *job) publish(ctx context.Context, stageWASM map[string]string) error {
+	opts := j.spec.Options
+	modules, err := executor.ModuleFiles(stageWASM)
+	if err != nil {
+		return err
+	}
+	artifacts, err := application.ReadArtifacts(j.spec.Pipeline, j.server.stageDir)
+	if err != nil {
+		return err
+	}
+	encoded, err := json.Marshal(opts)
+	if err != nil {
+		return fmt.Errorf("encoding the job's options: %w", err)
+	}
+	t, err := application.Open(ctx, opts.BootstrapServers, opts.ApplicationID, opts.TopicReplicationFactor, true)
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	out, replaced, err := t.Publish(ctx, &application.Spec{
+		JobID: j.spec.ID, JobName: j.spec.Name, Pipeline: j.spec.Pipeline, RawOptions: j.spec.RawOptions,
+		Options: encoded, Modules: modules, Artifacts: artifacts, Topology: opts.topology(),
+	})
+	if err != nil {
+		return err
+	}
+	var msg string
+	switch {
+	case out == application.Joined:
+		msg = fmt.Sprintf("application %s already runs this pipeline: this job joins it as one more instance (pipeline topic %s)", opts.ApplicationID, t.Name())
+	case replaced != nil:
+		msg = fmt.Sprintf("application %s: this pipeline replaces job %s (%s, %s), which no process runs any more (pipeline topic %s)", opts.ApplicationID, replaced.JobID, replaced.JobName, replaced.State, t.Name())
+	default:
+		msg = fmt.Sprintf("application %s: job written to the pipeline topic %s, for `ksrunner worker --application_id %s` and restarts", opts.ApplicationID, t.Name(), opts.ApplicationID)
+	}
+	j.logger.Info(msg)
+	j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
+	return nil
+}
+
+// recordEnd tells the application's other processes how the job ended on
+// purpose: cancelled (they stop, and nothing resumes it) or done with its
+// topics kept. A job that failed or stopped in this process only changes
+// nothing: the application goes on elsewhere and resumes at a restart.
+func (j *job) recordEnd(ctx context.Context, err error) {
+	var state application.State
+	switch {
+	case errors.Is(err, errCancelled):
+		state = application.Cancelled
+	case err == nil && j.plan.Bounded && j.spec.Options.KeepInternalTopics:
+		state = application.Done
+	default:
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	t, terr := application.Open(ctx, j.spec.Options.BootstrapServers, j.spec.Options.ApplicationID, 0, false)
+	if terr == nil {
+		terr = t.SetState(ctx, j.fingerprint, state)
+		t.Close()
+	}
+	if terr != nil {
+		j.logger.Warn("recording the application's end on its pipeline topic", "state", state, "error", terr)
+	}
 }
 
 // onWASMStuck is called by a WASM module's watchdog when a bundle of a
@@ -142,8 +260,14 @@ func (j *job) Name() string { return j.spec.Name }
 // State is the current state.
 func (j *job) State() jobpb.JobState_Enum { return j.events.current() }
 
-// Cancel stops the job; it ends CANCELLED unless it already ended.
+// Cancel cancels the job, in every process of its application; it ends
+// CANCELLED unless it already ended.
 func (j *job) Cancel() { j.cancel(errCancelled) }
+
+// Stop stops running the job in this process only; it ends CANCELLED here
+// unless it already ended, and goes on in the application's other
+// processes.
+func (j *job) Stop() { j.cancel(errStopped) }
 
 // Wait blocks until the job has stopped and released everything it started.
 func (j *job) Wait() { <-j.done }
@@ -153,12 +277,20 @@ func (j *job) run(ctx context.Context) {
 	defer j.wasm.Close()
 	j.events.setState(jobpb.JobState_STARTING)
 	err := j.execute(ctx)
+	if ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	j.err = err
+	j.recordEnd(ctx, err)
 	switch {
 	case err == nil:
 		j.logger.Info("job done")
 		j.events.setState(jobpb.JobState_DONE)
-	case errors.Is(context.Cause(ctx), errCancelled):
+	case errors.Is(err, errCancelled):
 		j.logger.Info("job cancelled")
+		j.events.setState(jobpb.JobState_CANCELLED)
+	case errors.Is(err, errStopped):
+		j.logger.Info("job stopped in this process; the application goes on in its other processes, and resumes when this one restarts")
 		j.events.setState(jobpb.JobState_CANCELLED)
 	default:
 		j.logger.Error("job failed", "error", err)
@@ -170,17 +302,29 @@ func (j *job) run(ctx context.Context) {
 // execute runs the job until it is done (bounded), cancelled or failed.
 func (j *job) execute(ctx context.Context) error {
 	opts := j.spec.Options
-	execs, closeExecs, err := executor.Start(ctx, j.plan, j.wasm, harness.Config{
+	hc := harness.Config{
 		JobID:           j.spec.ID,
 		JobName:         j.spec.Name,
 		PipelineOptions: j.spec.RawOptions,
 		Logger:          j.logger,
 		OnLog:           j.onSDKLog,
-	})
+	}
+	var (
+		execs      map[string]executor.Executor
+		unrunnable map[string]error
+		closeExecs func()
+		err        error
+	)
+	if j.spec.Origin == originSubmitted {
+		execs, closeExecs, err = executor.Start(ctx, j.plan, j.wasm, hc)
+	} else {
+		execs, unrunnable, closeExecs, err = executor.StartAvailable(ctx, j.plan, j.wasm, hc)
+	}
 	if err != nil {
 		return err
 	}
 	defer closeExecs()
+	skip := j.skipSubTopologies(unrunnable)
 	deadLetter, createDeadLetter := opts.deadLetterTopic()
 	return runtime.Run(ctx, runtime.Config{
 		Plan:                  j.plan,
@@ -201,12 +345,33 @@ func (j *job) execute(ctx context.Context) error {
 		MaxPollRecords:        opts.ReadMaxElementsPerPoll,
 		MaxPollTime:           opts.readMaxPollTime(),
 		Execs:                 execs,
+		Skip:                  skip,
 		Logger:                j.logger,
 		Metrics:               j.metrics,
 		Hooks:                 j.server.hooks,
 		OnRunning:             func() { j.events.setState(jobpb.JobState_RUNNING) },
 		Progress:              func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg) },
 	})
+}
+
+// skipSubTopologies says, a line per stage, which stages this process
+// cannot run, and returns their sub-topologies, whose tasks it leaves to
+// the application's other processes.
+func (j *job) skipSubTopologies(unrunnable map[string]error) map[int]bool {
+	skip := map[int]bool{}
+	for _, st := range j.plan.SubTopologies {
+		for _, s := range st.ExecutorStages() {
+			err := unrunnable[s.ID]
+			if err == nil {
+				continue
+			}
+			skip[st.ID] = true
+			msg := fmt.Sprintf("this process cannot run stage %s (environment %s: %v): it takes no tasks of sub-topology %d, which the application's other processes run (give it the environment with --sdk_worker_pool=%s=HOST:PORT)", s.ID, s.EnvironmentID, err, st.ID, s.EnvironmentID)
+			j.logger.Warn(msg)
+			j.events.message(jobpb.JobMessage_JOB_MESSAGE_WARNING, msg)
+		}
+	}
+	return skip
 }
 
 func (j *job) onSDKLog(e *fnpb.LogEntry) {

@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ksrunner/ksrunner/host/internal/application"
 )
 
 // JobServer serves the Beam Job API and artifact staging on one port.
@@ -87,6 +89,7 @@ func NewJobServer(addr string, defaults Options, logger *slog.Logger, options ..
 	for _, o := range options {
 		o(&s.cfg)
 	}
+	s.cfg.stageDir = dir
 	jobpb.RegisterJobServiceServer(s.srv, s)
 	jobpb.RegisterArtifactStagingServiceServer(s.srv, s)
 	return s, nil
@@ -116,8 +119,10 @@ func (s *JobServer) Stop() {
 		jobs = append(jobs, j)
 	}
 	s.mu.Unlock()
+	// Stopped, not cancelled: the applications go on in their other
+	// processes, and this one resumes them when it restarts.
 	for _, j := range jobs {
-		j.Cancel()
+		j.Stop()
 	}
 	for _, j := range jobs {
 		j.Wait()
@@ -248,18 +253,76 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 			return nil, status.Errorf(codes.Unavailable, "job %s: %v", prep.id, err)
 		}
 	}
-	job, err := startJob(context.Background(), jobSpec{
-		ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
-	}, s.logger, &s.cfg)
+	spec := jobSpec{ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts}
+	if running, err := s.runningHere(spec); err != nil || running != nil {
+		if err != nil {
+			s.logger.Error("job rejected at submission", "job", prep.id, "error", err)
+			return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
+		}
+		running.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, fmt.Sprintf("resubmitted as %s: the same pipeline under application_id %s, which this job runs; the client follows this job", prep.id, opts.ApplicationID))
+		return &jobpb.RunJobResponse{JobId: running.ID()}, nil
+	}
+	job, err := startJob(context.Background(), spec, s.logger, &s.cfg)
 	if err != nil {
 		s.logger.Error("job rejected at submission", "job", prep.id, "error", err)
 		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
 	}
-	s.mu.Lock()
-	s.jobs[job.ID()] = job
-	s.order = append(s.order, job.ID())
-	s.mu.Unlock()
+	s.register(job)
 	return &jobpb.RunJobResponse{JobId: job.ID()}, nil
+}
+
+func (s *JobServer) register(j *job) {
+	s.mu.Lock()
+	s.jobs[j.ID()] = j
+	s.order = append(s.order, j.ID())
+	s.mu.Unlock()
+}
+
+// runningHere looks for a job of spec's application that this server runs
+// already. The same pipeline submitted by its SDK joins it (the client
+// follows the running job); one resumed from the pipeline topic is stopped
+// here and replaced by the submission, which brings the SDK's environments
+// (a resumed job may have none it can reach). Another pipeline is refused.
+func (s *JobServer) runningHere(spec jobSpec) (*job, error) {
+	app := spec.Options.ApplicationID
+	if app == "" {
+		return nil, nil
+	}
+	s.mu.Lock()
+	var running *job
+	for _, j := range s.jobs {
+		if j.spec.Options.ApplicationID == app && !isClosed(j.done) {
+			running = j
+		}
+	}
+	s.mu.Unlock()
+	if running == nil {
+		return nil, nil
+	}
+	fp, err := (&application.Spec{Pipeline: spec.Pipeline, Topology: spec.Options.topology()}).Fingerprint()
+	if err != nil {
+		return nil, err
+	}
+	if fp != running.fingerprint {
+		return nil, fmt.Errorf("application_id %q is running another pipeline in this job server (job %s, %q; fingerprint %s, this one %s): cancel that job first, or submit this pipeline under another application_id",
+			app, running.ID(), running.Name(), running.fingerprint, fp)
+	}
+	if running.spec.Origin == originSubmitted {
+		return running, nil
+	}
+	running.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, fmt.Sprintf("stopped here: %s resubmitted the pipeline with its SDK and runs it in this job server instead", spec.ID))
+	running.Stop()
+	running.Wait()
+	return nil, nil
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // embeddedBootstrap starts the process's embedded broker on first use.

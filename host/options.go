@@ -427,6 +427,13 @@ const (
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 
+// topology is what in the options decides the job's topics and stages,
+// for the pipeline's fingerprint (application.Spec.Topology): a
+// resubmission that changes it is another pipeline.
+func (o Options) topology() string {
+	return fmt.Sprintf("internal_parallelism=%d stage_wasm=%q", o.InternalParallelism, o.StageWASM)
+}
+
 // wasmCacheDir is where compiled modules are cached: under state_dir, or a
 // directory shared by the processes of this machine (wazero keys entries by
 // the module's hash and its own version, so sharing is safe).

@@ -8,6 +8,9 @@ type ServerOption func(*serverConfig)
 type serverConfig struct {
 	onStuckBundle func(msg string)
 	hooks         *runtime.Hooks
+	// stageDir holds the artifacts staged for the jobs (a worker's: those
+	// read from pipeline topics).
+	stageDir string
 }
 
 // WithStuckBundlePolicy sets what happens when a bundle of a

@@ -77,3 +77,7 @@ func TopicName(appID, name string) string { return "__beam_" + appID + "_" + nam
 
 // StatusTopic is the name (within the application) of the status topic.
 const StatusTopic = "status"
+
+// PipelineTopic is the name (within the application) of the pipeline topic:
+// the translated job, for every process of the application.
+const PipelineTopic = "pipeline"

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/kafkaio"
@@ -36,6 +37,13 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve() }()
 	go func() { errc <- exp.Serve() }()
+	// The applications this server ran with its state_dir resume without a
+	// resubmission (after the endpoint is up: GetJobs lists them).
+	if ids, err := srv.Resume(ctx); err != nil {
+		logger.Error("resuming applications", "error", err)
+	} else if len(ids) > 0 {
+		fmt.Fprintf(stdout, "resumed jobs: %s\n", strings.Join(ids, ", "))
+	}
 	// Either server ending (or the signal) stops both.
 	pending := 2
 	select {

@@ -1,6 +1,8 @@
 // Command ksrunner is the Kafka Streams Runner for Apache Beam.
 //
 //	ksrunner jobserver [flags]   serve the Beam Job API and the KafkaIO expansion service (the default)
+//	ksrunner worker --application_id X --bootstrap_servers B
+//	                             join a running application: one more process of it
 //	ksrunner broker --port N     run an in-memory development broker
 //	ksrunner bench gbk           compare a GroupByKey pipeline with Prism
 //	ksrunner bench wasm          compare the WASM executor with the harness and plain Go
@@ -27,15 +29,17 @@ func main() {
 	switch cmd {
 	case "jobserver":
 		err = runJobServer(ctx, args, os.Stdout)
+	case "worker":
+		err = runWorker(ctx, args, os.Stdout)
 	case "broker":
 		err = runBroker(ctx, args, os.Stdout)
 	case "bench":
 		err = runBench(ctx, args, os.Stdout)
 	case "help", "-h", "--help":
-		fmt.Println("usage: ksrunner [jobserver|broker|bench] [flags]; ksrunner <command> --help for flags")
+		fmt.Println("usage: ksrunner [jobserver|worker|broker|bench] [flags]; ksrunner <command> --help for flags")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want jobserver, broker or bench)", cmd)
+		err = fmt.Errorf("unknown command %q (want jobserver, worker, broker or bench)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ksrunner:", err)

@@ -86,6 +86,10 @@ type WASMConfig struct {
 	// in-process) is the caller's policy.
 	OnStuck func(wasmabi.StuckBundle)
 	Logger  *slog.Logger
+	// Modules, if set, hold modules by their file path or URL reference,
+	// read by the process that received the job (a worker or a restarted
+	// job server has them from the pipeline topic, not from its own disk).
+	Modules map[string][]byte
 }
 
 // PrepareWASM compiles and checks the modules of the plan's WASM stages.
@@ -205,8 +209,10 @@ func (w *WASM) prepareStage(ctx context.Context, plan *translate.Plan, s *transl
 	}
 	m := w.modules[location]
 	if m == nil {
-		wasm, name, err := loadWASM(location, comps)
-		if err != nil {
+		wasm, name, err := cfg.Modules[location], "", error(nil)
+		if wasm != nil {
+			name = moduleName(location)
+		} else if wasm, name, err = loadWASM(location, comps); err != nil {
 			return err
 		}
 		mcfg := wasmabi.Config{
@@ -265,6 +271,34 @@ func wasmTransform(id string, t *pipepb.PTransform, ref wasmRef) (wasmabi.Transf
 		dofn = name[strings.LastIndex(name, "/")+1:]
 	}
 	return wasmabi.Transform{ID: id, DoFn: dofn, Input: input, Outputs: t.GetOutputs()}, nil
+}
+
+// ModuleFiles reads the modules that patterns (option stage_wasm) name by a
+// file path or URL, by that reference, for the processes that get the job
+// from the pipeline topic (modules staged as artifacts travel with the
+// artifacts).
+func ModuleFiles(patterns map[string]string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, ref := range patterns {
+		loc := parseWASMRef(ref).location
+		if strings.HasPrefix(loc, "artifact:") || out[loc] != nil {
+			continue
+		}
+		b, _, err := loadWASM(loc, nil)
+		if err != nil {
+			return nil, fmt.Errorf("option stage_wasm: %w", err)
+		}
+		out[loc] = b
+	}
+	return out, nil
+}
+
+// moduleName is the name a module at location (a path or file: URL) goes by.
+func moduleName(location string) string {
+	if u, err := url.Parse(location); err == nil && u.Scheme == "file" {
+		location = u.Path
+	}
+	return filepath.Base(location)
 }
 
 // loadWASM reads a module: a file path, a file: URL, or artifact:NAME, a

@@ -115,3 +115,11 @@ func writeSynced(name string, data []byte) error {
 	}
 	return f.Close()
 }
+
+// HasIdentity reports whether dir, an instance's store directory, holds a
+// stable identity: a process ran an application there with an explicit
+// state_dir.
+func HasIdentity(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, identityFile))
+	return err == nil
+}

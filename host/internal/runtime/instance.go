@@ -88,9 +88,15 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	}
 	var topics []string
 	for _, st := range cfg.Plan.SubTopologies {
+		if cfg.Skip[st.ID] {
+			continue
+		}
 		full := ts.Full(st.Input)
 		i.subByTopic[full] = st
 		topics = append(topics, full)
+	}
+	if len(topics) == 0 {
+		return nil, fmt.Errorf("this instance can run none of the job's %d sub-topologies (see the stages it cannot run above)", len(cfg.Plan.SubTopologies))
 	}
 	db, err := pebble.Open(stateDir, &pebble.Options{Logger: pebbleLogger{cfg.Logger}})
 	if err != nil {

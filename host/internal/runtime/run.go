@@ -48,7 +48,12 @@ type Config struct {
 	TransactionTimeout time.Duration
 	MaxBundleSize      int
 	// Execs run the plan's stages, by stage id (executor.Start).
-	Execs   map[string]executor.Executor
+	Execs map[string]executor.Executor
+	// Skip are the sub-topologies (by id) this instance takes no tasks of:
+	// their stages cannot run here (executor.StartAvailable). It does not
+	// subscribe to their input topics, so the group gives their partitions
+	// to the instances that do.
+	Skip    map[int]bool
 	Logger  *slog.Logger
 	Metrics *metrics.Job
 	Hooks   *Hooks // nil: none

@@ -389,9 +389,10 @@ func (t *Set) changelogPartitions(sub int) int32 {
 	return 1
 }
 
-// Delete deletes every internal topic.
+// Delete deletes every internal topic, the pipeline topic among them; one
+// already deleted (by another instance of the application) is no error.
 func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
-	names := []string{t.Full(shuffle.StatusTopic)}
+	names := []string{t.Full(shuffle.StatusTopic), t.Full(shuffle.PipelineTopic)}
 	for name := range t.Partitions {
 		if t.ByName[name].Kind != translate.TopicKafka {
 			names = append(names, t.Full(name))
@@ -404,7 +405,12 @@ func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
 	if err != nil {
 		return err
 	}
-	return resps.Error()
+	for _, r := range resps {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			return fmt.Errorf("deleting topic %s: %w", r.Topic, r.Err)
+		}
+	}
+	return nil
 }
 
 // WriteImpulses writes the impulse record of every impulse topic that is

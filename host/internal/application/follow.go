@@ -1,0 +1,141 @@
+package application
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// FollowConfig is how Follow runs an application's job.
+type FollowConfig struct {
+	// Poll is how often the manifest is read; zero: one second.
+	Poll time.Duration
+	// Retry is how long after a failed run the same pipeline is run again;
+	// zero: ten seconds.
+	Retry time.Duration
+	// Run runs the job until it is done (nil), ctx ends, or it fails.
+	Run    func(ctx context.Context, m *Manifest, s *Spec) error
+	Logger *slog.Logger
+}
+
+// run is one run of the application's job by Follow.
+type run struct {
+	fp     string
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// Follow runs the application's job in this process as long as ctx lasts:
+// it starts the job when the manifest says the application runs, stops it
+// when the manifest says it was cancelled or done, or names another
+// pipeline (and then runs that one), and runs a failed job again after
+// Retry. A job that is done is not run again until the manifest changes.
+// It returns when ctx ends, after the job it runs has stopped.
+func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Second
+	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = 10 * time.Second
+	}
+	log := cfg.Logger.With("application_id", t.appID, "topic", t.name)
+	var (
+		cur       *run
+		finished  string    // the fingerprint of a run that ended done
+		failedAt  time.Time // when the last run failed
+		lastState string    // the last state logged, to log changes once
+		readErr   bool      // a manifest read failed; logged once until one succeeds
+	)
+	stop := func(why string) {
+		if cur == nil {
+			return
+		}
+		log.Info("stopping the job: "+why, "fingerprint", cur.fp)
+		cur.cancel()
+		<-cur.done
+		cur = nil
+	}
+	defer stop("the process stops")
+	tick := time.NewTicker(cfg.Poll)
+	defer tick.Stop()
+	for {
+		if cur != nil {
+			select {
+			case <-cur.done:
+				if cur.err != nil {
+					log.Error("the job failed; running it again", "error", cur.err, "after", cfg.Retry)
+					failedAt = time.Now()
+				} else {
+					log.Info("the job is done; waiting for the next pipeline", "fingerprint", cur.fp)
+					finished = cur.fp
+				}
+				cur = nil
+			default:
+			}
+		}
+		m, err := t.Manifest(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			if !readErr {
+				log.Warn("reading the pipeline topic (retrying)", "error", err)
+			}
+			readErr = true
+		default:
+			readErr = false
+			state := "no pipeline yet"
+			if m != nil {
+				state = fmt.Sprintf("job %s (%s) %s, fingerprint %s", m.JobID, m.JobName, m.State, m.Fingerprint)
+			}
+			if state != lastState {
+				log.Info("pipeline topic: " + state)
+				lastState = state
+			}
+			switch {
+			case m == nil || m.State != Running:
+				stop("the application is not running")
+				finished = ""
+			case cur != nil && cur.fp != m.Fingerprint:
+				stop("another pipeline replaced it")
+			}
+			if cur == nil && m != nil && m.State == Running && m.Fingerprint != finished && time.Since(failedAt) >= cfg.Retry {
+				cur, err = start(ctx, t, m.Fingerprint, cfg, log)
+				if err != nil {
+					log.Error("loading the job from the pipeline topic (retrying)", "error", err)
+					failedAt = time.Now()
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// start loads the job of fingerprint fp and runs it in a goroutine owned by
+// the returned run.
+func start(ctx context.Context, t *Topic, fp string, cfg FollowConfig, log *slog.Logger) (*run, error) {
+	m, s, err := t.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if m == nil || m.Fingerprint != fp || m.State != Running {
+		return nil, nil // changed meanwhile: the next poll sees it
+	}
+	log.Info("running the job", "job", m.JobID, "name", m.JobName, "fingerprint", fp)
+	rctx, cancel := context.WithCancel(ctx)
+	r := &run{fp: fp, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.err = cfg.Run(rctx, m, s)
+		if rctx.Err() != nil {
+			r.err = nil // stopped, not failed
+		}
+	}()
+	return r, nil
+}

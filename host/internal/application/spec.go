@@ -1,0 +1,160 @@
+package application
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Spec is a job as every process of its application runs it.
+type Spec struct {
+	// JobID and JobName are those the job server gave the submission.
+	JobID, JobName string
+	// Pipeline is the pipeline as submitted (environment dependencies point
+	// at the submitting job server's staged files; Artifacts holds them).
+	Pipeline *pipepb.Pipeline
+	// RawOptions are the job's pipeline options, served to SDK workers.
+	RawOptions *structpb.Struct
+	// Options are the job's resolved options, in the host's encoding (this
+	// package does not read them).
+	Options []byte
+	// Modules are the WASM modules the job's stage_wasm option names by a
+	// file path or URL, by that reference (modules staged as artifacts
+	// travel in Artifacts).
+	Modules map[string][]byte
+	// Artifacts are the environments' staged files, by their path in
+	// Pipeline.
+	Artifacts map[string][]byte
+	// Topology is what, besides the pipeline, decides the job's topics and
+	// stages (the host's job options that shape them), in a stable form; it
+	// is part of the fingerprint.
+	Topology string
+}
+
+// Fingerprint identifies the job's pipeline and topology (see the package
+// invariants): equal for the same program submitted from anywhere.
+func (s *Spec) Fingerprint() (string, error) {
+	p := proto.Clone(s.Pipeline).(*pipepb.Pipeline)
+	// Where the SDK runs is not what the pipeline computes: the LOOPBACK
+	// pool's address and the staged files' paths differ per submission.
+	for _, env := range p.GetComponents().GetEnvironments() {
+		env.Payload = nil
+		env.Dependencies = nil
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("pipeline fingerprint: %w", err)
+	}
+	h := sha256.New()
+	h.Write(b)
+	h.Write([]byte{0})
+	h.Write([]byte(s.Topology))
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// specHeader is the start of an encoded Spec; the sections follow it in
+// its order.
+type specHeader struct {
+	Format   int       `json:"format"`
+	JobID    string    `json:"job_id"`
+	JobName  string    `json:"job_name"`
+	Options  []byte    `json:"options"`
+	Topology string    `json:"topology"`
+	Sections []section `json:"sections"`
+}
+
+type section struct {
+	Kind string `json:"kind"` // pipeline, raw_options, module, artifact
+	Name string `json:"name,omitempty"`
+	Size int    `json:"size"`
+}
+
+const specFormat = 1
+
+// encode is uvarint(len(header)) | header (JSON) | sections.
+func (s *Spec) encode() ([]byte, error) {
+	pipe, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.Pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the pipeline: %w", err)
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(s.RawOptions)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the pipeline options: %w", err)
+	}
+	h := specHeader{Format: specFormat, JobID: s.JobID, JobName: s.JobName, Options: s.Options, Topology: s.Topology}
+	bodies := [][]byte{pipe, raw}
+	h.Sections = append(h.Sections, section{Kind: "pipeline", Size: len(pipe)}, section{Kind: "raw_options", Size: len(raw)})
+	for _, name := range slices.Sorted(maps.Keys(s.Modules)) {
+		h.Sections = append(h.Sections, section{Kind: "module", Name: name, Size: len(s.Modules[name])})
+		bodies = append(bodies, s.Modules[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Artifacts)) {
+		h.Sections = append(h.Sections, section{Kind: "artifact", Name: name, Size: len(s.Artifacts[name])})
+		bodies = append(bodies, s.Artifacts[name])
+	}
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.Write(binary.AppendUvarint(nil, uint64(len(hb))))
+	buf.Write(hb)
+	for _, b := range bodies {
+		buf.Write(b)
+	}
+	return buf.Bytes(), nil
+}
+
+func decodeSpec(b []byte) (*Spec, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return nil, errors.New("spec: bad header length")
+	}
+	var h specHeader
+	if err := json.Unmarshal(b[k:k+int(n)], &h); err != nil {
+		return nil, fmt.Errorf("spec header: %w", err)
+	}
+	if h.Format != specFormat {
+		return nil, fmt.Errorf("spec format %d, this ksrunner reads format %d (a newer ksrunner wrote it?)", h.Format, specFormat)
+	}
+	s := &Spec{JobID: h.JobID, JobName: h.JobName, Options: h.Options, Topology: h.Topology,
+		Pipeline: &pipepb.Pipeline{}, RawOptions: &structpb.Struct{}, Modules: map[string][]byte{}, Artifacts: map[string][]byte{}}
+	rest := b[k+int(n):]
+	for _, sec := range h.Sections {
+		if sec.Size < 0 || sec.Size > len(rest) {
+			return nil, fmt.Errorf("spec section %s %q: %d bytes, %d left", sec.Kind, sec.Name, sec.Size, len(rest))
+		}
+		body := rest[:sec.Size:sec.Size]
+		rest = rest[sec.Size:]
+		switch sec.Kind {
+		case "pipeline":
+			if err := proto.Unmarshal(body, s.Pipeline); err != nil {
+				return nil, fmt.Errorf("spec pipeline: %w", err)
+			}
+		case "raw_options":
+			if err := proto.Unmarshal(body, s.RawOptions); err != nil {
+				return nil, fmt.Errorf("spec pipeline options: %w", err)
+			}
+		case "module":
+			s.Modules[sec.Name] = body
+		case "artifact":
+			s.Artifacts[sec.Name] = body
+		default:
+			return nil, fmt.Errorf("spec: unknown section kind %q", sec.Kind)
+		}
+	}
+	if len(rest) != 0 {
+		return nil, fmt.Errorf("spec: %d bytes after the last section", len(rest))
+	}
+	return s, nil
+}

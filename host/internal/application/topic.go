@@ -1,0 +1,368 @@
+package application
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle"
+)
+
+
+// State is an application's state as its Manifest records it.
+type State string
+
+const (
+	// Running: the job runs, or is to run, in every process of the
+	// application; a restarted one resumes it.
+	Running State = "running"
+	// Cancelled: cancelled on purpose; nothing resumes it, and the same
+	// or another pipeline may be submitted under the application id.
+	Cancelled State = "cancelled"
+	// Done: the job finished (a bounded job whose topics were kept).
+	Done State = "done"
+)
+
+// Manifest is the pipeline topic's latest word: which Spec (by its
+// fingerprint and pieces) and in what state.
+type Manifest struct {
+	Format      int       `json:"format"`
+	Fingerprint string    `json:"fingerprint"`
+	JobID       string    `json:"job_id"`
+	JobName     string    `json:"job_name"`
+	State       State     `json:"state"`
+	Pieces      int       `json:"pieces"`
+	Size        int       `json:"size"`
+	SHA256      string    `json:"sha256"`
+	Written     time.Time `json:"written"`
+	// By is the host and process that wrote it, for messages.
+	By string `json:"by"`
+}
+
+const (
+	manifestKey = "manifest"
+	// pieceBytes keeps a piece with its key and headers far below Kafka's
+	// default record limit (max.message.bytes, 1 MiB).
+	pieceBytes = 512 << 10
+	// readTimeout bounds reading the whole topic.
+	readTimeout = 60 * time.Second
+)
+
+func pieceKey(fingerprint string, n int) string {
+	return fmt.Sprintf("piece/%s/%06d", fingerprint, n)
+}
+
+// Topic is an application's pipeline topic on its cluster.
+type Topic struct {
+	appID   string
+	name    string // the Kafka name
+	brokers []string
+	adm     *kadm.Client
+}
+
+// Open opens the pipeline topic of application appID on brokers (a
+// comma-separated list). With create, a missing topic is created
+// (compacted, one partition, replication as given, -1: the broker's
+// default); an instance that loses a creation race waits for the winner's.
+func Open(ctx context.Context, brokers, appID string, replication int, create bool) (*Topic, error) {
+	seeds := strings.Split(brokers, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return nil, fmt.Errorf("kafka client for %s: %w", brokers, err)
+	}
+	t := &Topic{appID: appID, name: shuffle.TopicName(appID, shuffle.PipelineTopic), brokers: seeds, adm: kadm.NewClient(cl)}
+	if create {
+		if err := t.create(ctx, replication); err != nil {
+			t.Close()
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// Name is the topic's Kafka name.
+func (t *Topic) Name() string { return t.name }
+
+// Close releases the topic's clients.
+func (t *Topic) Close() { t.adm.Close() }
+
+func (t *Topic) create(ctx context.Context, replication int) error {
+	compact := "compact"
+	resp, err := t.adm.CreateTopic(ctx, 1, int16(replication), map[string]*string{"cleanup.policy": &compact}, t.name)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating the pipeline topic %s: %w", t.name, err)
+	}
+	// Created here or by another instance a moment ago: until the
+	// partition has a leader, producing to it fails.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		details, err := t.adm.ListTopics(ctx, t.name)
+		d := details[t.name]
+		if err == nil && d.Err == nil && len(d.Partitions) == 1 && d.Partitions[0].Leader >= 0 && d.Partitions[0].Err == nil {
+			return nil
+		}
+		if err == nil {
+			err = d.Err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pipeline topic %s: no leader 30s after creation: %v", t.name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pipeline topic %s: %w", t.name, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// readAll returns the latest value of every key on the topic (a nil value:
+// a tombstone), or nil for a missing or empty topic.
+func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	ends, err := t.adm.ListEndOffsets(ctx, t.name)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline topic %s: end offset: %w", t.name, err)
+	}
+	end, ok := ends.Lookup(t.name, 0)
+	if !ok || errors.Is(end.Err, kerr.UnknownTopicOrPartition) {
+		return nil, nil
+	}
+	if end.Err != nil {
+		return nil, fmt.Errorf("pipeline topic %s: end offset: %w", t.name, end.Err)
+	}
+	if end.Offset == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(t.brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.name: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxBytes(16<<20),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline topic %s: %w", t.name, err)
+	}
+	defer cl.Close()
+	latest := map[string][]byte{}
+	next := int64(0)
+	for next < end.Offset {
+		fetches := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("pipeline topic %s: reading up to offset %d (at %d): %w", t.name, end.Offset, next, context.Cause(ctx))
+		}
+		if err := fetches.Err0(); err != nil {
+			return nil, fmt.Errorf("pipeline topic %s: %w", t.name, err)
+		}
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			for _, r := range p.Records {
+				latest[string(r.Key)] = r.Value
+				next = r.Offset + 1
+			}
+			// Compaction may have removed the records before the end.
+			if len(p.Records) == 0 && p.HighWatermark >= end.Offset && p.LastStableOffset >= end.Offset {
+				next = end.Offset
+			}
+		})
+	}
+	return latest, nil
+}
+
+// Manifest returns the topic's manifest, or nil when there is none (no
+// application, or its topics were deleted).
+func (t *Topic) Manifest(ctx context.Context) (*Manifest, error) {
+	all, err := t.readAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return manifestOf(t.name, all)
+}
+
+func manifestOf(topic string, all map[string][]byte) (*Manifest, error) {
+	b := all[manifestKey]
+	if b == nil {
+		return nil, nil
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("pipeline topic %s: manifest: %w", topic, err)
+	}
+	return &m, nil
+}
+
+// Load reads the manifest and the Spec it names; both nil when there is no
+// manifest.
+func (t *Topic) Load(ctx context.Context) (*Manifest, *Spec, error) {
+	all, err := t.readAll(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := manifestOf(t.name, all)
+	if m == nil || err != nil {
+		return nil, nil, err
+	}
+	blob := make([]byte, 0, m.Size)
+	for n := range m.Pieces {
+		p, ok := all[pieceKey(m.Fingerprint, n)]
+		if !ok || p == nil {
+			return nil, nil, fmt.Errorf("pipeline topic %s: piece %d of %d of pipeline %s (job %s) is missing", t.name, n, m.Pieces, m.Fingerprint, m.JobID)
+		}
+		blob = append(blob, p...)
+	}
+	if sum := sha256.Sum256(blob); hex.EncodeToString(sum[:]) != m.SHA256 || len(blob) != m.Size {
+		return nil, nil, fmt.Errorf("pipeline topic %s: the pieces of pipeline %s (job %s) do not match its checksum (%d bytes, want %d)", t.name, m.Fingerprint, m.JobID, len(blob), m.Size)
+	}
+	s, err := decodeSpec(blob)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipeline topic %s: %w", t.name, err)
+	}
+	return m, s, nil
+}
+
+// Outcome is what Publish did.
+type Outcome int
+
+const (
+	// Published: the Spec is now the application's (a new application, or
+	// one that was cancelled, done, or left by all its processes).
+	Published Outcome = iota
+	// Joined: the application already runs this pipeline.
+	Joined
+)
+
+// Publish makes spec the application's job, unless the application is live
+// with another pipeline: that is refused, naming the application id and the
+// job that runs it. live reports whether the application's consumer group
+// has members (GroupLive). replaced, when Publish replaced another
+// pipeline, is that pipeline's manifest.
+func (t *Topic) Publish(ctx context.Context, spec *Spec) (out Outcome, replaced *Manifest, err error) {
+	fp, err := spec.Fingerprint()
+	if err != nil {
+		return 0, nil, err
+	}
+	m, err := t.Manifest(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if m != nil && m.State == Running {
+		if m.Fingerprint == fp {
+			return Joined, nil, nil
+		}
+		live, err := GroupLive(ctx, t.adm, t.appID)
+		if err != nil {
+			return 0, nil, err
+		}
+		if live {
+			return 0, nil, fmt.Errorf("application_id %q is running another pipeline (job %s, %q, submitted %s by %s; fingerprint %s, this one %s): cancel that job first, or submit this pipeline under another application_id",
+				t.appID, m.JobID, m.JobName, m.Written.Format(time.RFC3339), m.By, m.Fingerprint, fp)
+		}
+	}
+	if err := t.write(ctx, spec, fp, m); err != nil {
+		return 0, nil, err
+	}
+	if m != nil && m.Fingerprint != fp {
+		replaced = m
+	}
+	return Published, replaced, nil
+}
+
+// write produces spec's pieces, then its manifest (state Running), then
+// tombstones for the pieces of old, if it was another pipeline.
+func (t *Topic) write(ctx context.Context, spec *Spec, fp string, old *Manifest) error {
+	blob, err := spec.encode()
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(blob)
+	m := Manifest{Format: specFormat, Fingerprint: fp, JobID: spec.JobID, JobName: spec.JobName, State: Running,
+		Size: len(blob), SHA256: hex.EncodeToString(sum[:]), Written: time.Now().UTC(), By: processName()}
+	var recs []*kgo.Record
+	for off := 0; off < len(blob) || off == 0; off += pieceBytes {
+		piece := blob[off:min(off+pieceBytes, len(blob))]
+		recs = append(recs, &kgo.Record{Topic: t.name, Key: []byte(pieceKey(fp, m.Pieces)), Value: piece})
+		m.Pieces++
+		if len(blob) == 0 {
+			break
+		}
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	recs = append(recs, &kgo.Record{Topic: t.name, Key: []byte(manifestKey), Value: mb})
+	if old != nil && old.Fingerprint != fp {
+		for n := range old.Pieces {
+			recs = append(recs, &kgo.Record{Topic: t.name, Key: []byte(pieceKey(old.Fingerprint, n))})
+		}
+	}
+	return t.produce(ctx, recs...)
+}
+
+// produce writes recs in order and waits for all of them. One producer
+// with one partition keeps them in order (idempotence keeps retries from
+// reordering them).
+func (t *Topic) produce(ctx context.Context, recs ...*kgo.Record) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(t.brokers...), kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(0))
+	if err != nil {
+		return fmt.Errorf("pipeline topic %s: %w", t.name, err)
+	}
+	defer cl.Close()
+	for _, r := range recs {
+		r.Partition = 0
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("writing the pipeline topic %s: %w", t.name, err)
+	}
+	return nil
+}
+
+// SetState records state for the pipeline of fingerprint fp, if it is still
+// the application's (a job that ends does not overwrite its replacement's
+// manifest).
+func (t *Topic) SetState(ctx context.Context, fp string, state State) error {
+	m, err := t.Manifest(ctx)
+	if err != nil || m == nil || m.Fingerprint != fp || m.State == state {
+		return err
+	}
+	m.State, m.Written, m.By = state, time.Now().UTC(), processName()
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return t.produce(ctx, &kgo.Record{Topic: t.name, Key: []byte(manifestKey), Value: mb})
+}
+
+// GroupLive reports whether consumer group group has members: a group that
+// does not exist, is empty or dead has none.
+func GroupLive(ctx context.Context, adm *kadm.Client, group string) (bool, error) {
+	listed, err := adm.ListGroups(ctx)
+	if err != nil {
+		return false, fmt.Errorf("consumer group %s: listing groups: %w", group, err)
+	}
+	g, ok := listed[group]
+	if !ok {
+		return false, nil
+	}
+	switch g.State {
+	case "Empty", "Dead":
+		return false, nil
+	}
+	return true, nil
+}
+
+func processName() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s pid %d", h, os.Getpid())
+}
