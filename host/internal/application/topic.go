@@ -18,7 +18,6 @@ import (
 	"github.com/ksrunner/ksrunner/shuffle"
 )
 
-
 // State is an application's state as its Manifest records it.
 type State string
 

@@ -1,0 +1,215 @@
+package application
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"strings"
+	"testing"
+	"time"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+func testPipeline(transform string, endpoint string) *pipepb.Pipeline {
+	ext, _ := proto.Marshal(&pipepb.ExternalPayload{Endpoint: &pipepb.ApiServiceDescriptor{Url: endpoint}})
+	file, _ := proto.Marshal(&pipepb.ArtifactFilePayload{Path: "/staged/" + endpoint})
+	return &pipepb.Pipeline{
+		Components: &pipepb.Components{
+			Transforms: map[string]*pipepb.PTransform{"t1": {UniqueName: transform, EnvironmentId: "go"}},
+			Environments: map[string]*pipepb.Environment{"go": {
+				Urn: "beam:env:external:v1", Payload: ext,
+				Dependencies: []*pipepb.ArtifactInformation{{TypeUrn: urnArtifactFile, TypePayload: file}},
+			}},
+		},
+		RootTransformIds: []string{"t1"},
+	}
+}
+
+func fingerprint(t *testing.T, s *Spec) string {
+	t.Helper()
+	fp, err := s.Fingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
+}
+
+// The fingerprint is the pipeline's computation, not where its SDK runs.
+func TestFingerprint(t *testing.T) {
+	base := fingerprint(t, &Spec{Pipeline: testPipeline("Count", "localhost:1111"), Topology: "p=4"})
+	for _, tc := range []struct {
+		name string
+		spec *Spec
+		same bool
+	}{
+		{"another LOOPBACK pool and staging path", &Spec{Pipeline: testPipeline("Count", "localhost:2222"), Topology: "p=4"}, true},
+		{"another transform", &Spec{Pipeline: testPipeline("Sum", "localhost:1111"), Topology: "p=4"}, false},
+		{"another topology", &Spec{Pipeline: testPipeline("Count", "localhost:1111"), Topology: "p=8"}, false},
+	} {
+		if got := fingerprint(t, tc.spec); (got == base) != tc.same {
+			t.Errorf("%s: fingerprint %s vs %s, want same=%v", tc.name, got, base, tc.same)
+		}
+	}
+}
+
+func TestSpecRoundTrip(t *testing.T) {
+	big := make([]byte, 3*pieceBytes+17)
+	rand.Read(big)
+	opts, _ := structpb.NewStruct(map[string]any{"beam:option:application_id:v1": "app"})
+	in := &Spec{JobID: "job-1", JobName: "job", Pipeline: testPipeline("Count", "x:1"), RawOptions: opts,
+		Options: []byte(`{"InternalParallelism":4}`), Topology: "p=4",
+		Modules:   map[string][]byte{"/m/a.wasm": []byte("wasm-a"), "file:///m/b.wasm": {}},
+		Artifacts: map[string][]byte{"/staged/x:1": big}}
+	b, err := in.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := decodeSpec(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.JobID != in.JobID || out.JobName != in.JobName || string(out.Options) != string(in.Options) || out.Topology != in.Topology ||
+		!proto.Equal(out.Pipeline, in.Pipeline) || !proto.Equal(out.RawOptions, in.RawOptions) ||
+		len(out.Modules) != 2 || string(out.Modules["/m/a.wasm"]) != "wasm-a" || !bytes.Equal(out.Artifacts["/staged/x:1"], big) {
+		t.Errorf("round trip changed the spec")
+	}
+	for _, cut := range []int{0, 1, len(b) / 2, len(b) - 1} {
+		if _, err := decodeSpec(b[:cut]); err == nil {
+			t.Errorf("decoding %d of %d bytes: no error", cut, len(b))
+		}
+	}
+}
+
+func openTopic(ctx context.Context, t *testing.T, bootstrap, app string) *Topic {
+	t.Helper()
+	tp, err := Open(ctx, bootstrap, app, -1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tp.Close)
+	return tp
+}
+
+// joinGroup makes the application's consumer group live: one member,
+// stopped by the returned func.
+func joinGroup(ctx context.Context, t *testing.T, bootstrap, group, topic string) func() {
+	t.Helper()
+	cl := kafkatest.Client(t, bootstrap, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic))
+	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		cl.PollRecords(pctx, 1) // joins
+		cancel()
+		if live, err := GroupLive(ctx, adm, group); err == nil && live {
+			return cl.Close
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the group has no member 30s after a client joined it")
+		}
+	}
+}
+
+// Publish: a new application is written; the same pipeline joins; another
+// one is refused while the group is live, naming the application and its
+// job, and replaces it once nothing runs it; Load reads back what the
+// latest Publish wrote, in pieces; SetState ends it.
+func TestPublish(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "app")
+	tp := openTopic(ctx, t, bootstrap, app)
+
+	big := make([]byte, 2*pieceBytes+5) // three pieces
+	rand.Read(big)
+	first := &Spec{JobID: "count-1", JobName: "count", Pipeline: testPipeline("Count", "localhost:1"), RawOptions: &structpb.Struct{},
+		Topology: "p=2", Artifacts: map[string][]byte{"/staged/localhost:1": big}}
+	if out, replaced, err := tp.Publish(ctx, first); err != nil || out != Published || replaced != nil {
+		t.Fatalf("first Publish: %v %v %v", out, replaced, err)
+	}
+	again := &Spec{JobID: "count-2", JobName: "count", Pipeline: testPipeline("Count", "localhost:2"), RawOptions: &structpb.Struct{}, Topology: "p=2"}
+	if out, _, err := tp.Publish(ctx, again); err != nil || out != Joined {
+		t.Fatalf("the same pipeline again: %v %v, want Joined", out, err)
+	}
+	m, s, err := tp.Load(ctx)
+	if err != nil || m == nil || m.Pieces != 3 || m.JobID != "count-1" || m.State != Running || !bytes.Equal(s.Artifacts["/staged/localhost:1"], big) {
+		t.Fatalf("Load after the join: %+v, %v (want count-1's spec in 3 pieces)", m, err)
+	}
+
+	other := &Spec{JobID: "sum-3", JobName: "sum", Pipeline: testPipeline("Sum", "localhost:3"), RawOptions: &structpb.Struct{}, Topology: "p=2"}
+	stop := joinGroup(ctx, t, bootstrap, app, tp.Name())
+	_, _, err = tp.Publish(ctx, other)
+	if err == nil || !strings.Contains(err.Error(), `application_id "`+app+`" is running another pipeline (job count-1`) {
+		t.Fatalf("another pipeline under a live application: %v, want a refusal naming the application and job count-1", err)
+	}
+	stop()
+	// Nothing runs the application any more (its group left): replaced.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, replaced, err := tp.Publish(ctx, other)
+		if err == nil {
+			if out != Published || replaced == nil || replaced.JobID != "count-1" {
+				t.Fatalf("replacing: %v, replaced %+v", out, replaced)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused 60s after the group's last member left: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	m, s, err = tp.Load(ctx)
+	if err != nil || m.JobID != "sum-3" || s.Pipeline.GetComponents().GetTransforms()["t1"].GetUniqueName() != "Sum" {
+		t.Fatalf("Load after the replacement: %+v, %v", m, err)
+	}
+	all, err := tp.readAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range 3 {
+		if v, ok := all[pieceKey(fingerprint(t, first), n)]; !ok || v != nil {
+			t.Errorf("piece %d of the replaced pipeline: not tombstoned (%d bytes, present %v)", n, len(v), ok)
+		}
+	}
+
+	// A job that ends does not overwrite its replacement's manifest.
+	if err := tp.SetState(ctx, fingerprint(t, first), Cancelled); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := tp.Manifest(ctx); m.State != Running || m.JobID != "sum-3" {
+		t.Fatalf("SetState of the replaced pipeline changed the manifest: %+v", m)
+	}
+	if err := tp.SetState(ctx, fingerprint(t, other), Cancelled); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := tp.Manifest(ctx); m.State != Cancelled {
+		t.Fatalf("after SetState(Cancelled): %+v", m)
+	}
+	// Cancelled: another pipeline may take the application id, live group or not.
+	if out, _, err := tp.Publish(ctx, first); err != nil || out != Published {
+		t.Fatalf("publishing after a cancel: %v %v", out, err)
+	}
+}
+
+// A missing topic has no manifest; it is not created by a reader.
+func TestMissingTopic(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	tp, err := Open(ctx, bootstrap, kafkatest.UniqueName(t, "none"), -1, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if m, s, err := tp.Load(ctx); m != nil || s != nil || err != nil {
+		t.Fatalf("Load of a missing topic: %v %v %v", m, s, err)
+	}
+}
