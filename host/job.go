@@ -149,7 +149,9 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		j.events.message(jobpb.JobMessage_JOB_MESSAGE_DETAILED, line)
 	}
 	if spec.Origin == originSubmitted {
-		if err := j.publish(ctx, stageWASM); err != nil {
+		// The pipeline as submitted, not as annotated for GetPipeline: the
+		// other processes annotate it themselves.
+		if err := j.publish(ctx, spec.Pipeline, stageWASM); err != nil {
 			j.wasm.Close()
 			return nil, err
 		}
@@ -164,13 +166,13 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 // workers and a restarted job server can run it, or joins the application
 // if it already runs this pipeline; another pipeline under a live
 // application id is refused.
-func (j *job) publish(ctx context.Context, stageWASM map[string]string) error {
+func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM map[string]string) error {
 	opts := j.spec.Options
 	modules, err := executor.ModuleFiles(stageWASM)
 	if err != nil {
 		return err
 	}
-	artifacts, err := application.ReadArtifacts(j.spec.Pipeline, j.server.stageDir)
+	artifacts, err := application.ReadArtifacts(submitted, j.server.stageDir)
 	if err != nil {
 		return err
 	}
@@ -184,7 +186,7 @@ func (j *job) publish(ctx context.Context, stageWASM map[string]string) error {
 	}
 	defer t.Close()
 	out, replaced, err := t.Publish(ctx, &application.Spec{
-		JobID: j.spec.ID, JobName: j.spec.Name, Pipeline: j.spec.Pipeline, RawOptions: j.spec.RawOptions,
+		JobID: j.spec.ID, JobName: j.spec.Name, Pipeline: submitted, RawOptions: j.spec.RawOptions,
 		Options: encoded, Modules: modules, Artifacts: artifacts, Topology: opts.topology(),
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -55,6 +56,20 @@ type Worker struct {
 	cfg    WorkerConfig
 	server serverConfig
 	logger *slog.Logger
+
+	mu  sync.Mutex
+	job *job // the latest job run; nil before the first
+}
+
+// Job is the id and state of the job the worker runs or ran last ("" and
+// UNSPECIFIED before the first).
+func (w *Worker) Job() (id string, state jobpb.JobState_Enum) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.job == nil {
+		return "", jobpb.JobState_UNSPECIFIED
+	}
+	return w.job.ID(), w.job.State()
 }
 
 // NewWorker checks cfg. Run starts the work.
@@ -116,12 +131,22 @@ func (w *Worker) runJob(ctx context.Context, m *application.Manifest, s *applica
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
+	w.job = j
+	w.mu.Unlock()
 	select {
 	case <-ctx.Done():
-		j.Stop()
+		if errors.Is(context.Cause(ctx), application.ErrEnded) {
+			j.Cancel() // as the job server's Cancel did: leave the group too
+		} else {
+			j.Stop()
+		}
 	case <-j.done:
 	}
 	j.Wait()
+	if errors.Is(j.err, errCancelled) && errors.Is(context.Cause(ctx), application.ErrEnded) {
+		return nil
+	}
 	if errors.Is(j.err, errStopped) {
 		return nil
 	}

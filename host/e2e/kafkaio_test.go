@@ -22,6 +22,7 @@ import (
 	_ "github.com/ksrunner/ksrunner/host/kafkaio"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/translate"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
@@ -49,12 +50,19 @@ func keyByWindow(w beam.Window, k string, n int64) (string, int64) {
 // KV<"key@window start", sum> (String, Long) to topic out.
 func kafkaCountPipeline(t *testing.T, in, out string) *pipepb.Pipeline {
 	t.Helper()
+	return kafkaCountPipelineIn(t, loopback.EnvironmentConfig, in, out)
+}
+
+// kafkaCountPipelineIn is kafkaCountPipeline with its workers in the
+// LOOPBACK pool whose environment config pool gives.
+func kafkaCountPipelineIn(t *testing.T, pool func(context.Context) string, in, out string) *pipepb.Pipeline {
+	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
 	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
 	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), recs))
 	keyed := beam.ParDo(s, keyByWindow, sums)
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	pipe := marshal(t, p)
+	pipe := jobtest.MarshalLoopback(t, p, pool, workerBin)
 	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
 		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},

@@ -22,7 +22,6 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -214,52 +213,8 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 	const partitions, n = 4, 400
 	kafkatest.CreateTopic(t, bootstrap, in, partitions)
 	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-	base := time.Now().Add(-2 * time.Hour).Truncate(time.Minute).UnixMilli()
-	type rec struct {
-		key       string
-		ts, value int64
-		partition int32
-	}
-	recs := make([]rec, n)
-	for i := range recs {
-		recs[i] = rec{key: fmt.Sprintf("k%d", i%10), ts: base + int64(i)*7000, value: int64(1 + i%3), partition: int32(i % partitions)}
-	}
-	produce := func(rs []rec) {
-		cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-		for _, r := range rs {
-			cl.Produce(ctx, &kgo.Record{Topic: in, Partition: r.partition, Key: []byte(r.key), Value: be8(r.value), Timestamp: time.UnixMilli(r.ts)}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					t.Errorf("producing: %v", err)
-				}
-			})
-		}
-		if err := cl.Flush(ctx); err != nil || t.Failed() {
-			t.Fatalf("producing the input: %v", err)
-		}
-	}
-	// fired: see TestKafkaCancelAndResume (the same data and windows).
-	fired := func(rs []rec) map[string]int64 {
-		maxTs := map[int32]int64{}
-		for _, r := range rs {
-			maxTs[r.partition] = max(maxTs[r.partition], r.ts)
-		}
-		wm := int64(1<<63 - 1)
-		for p := range int32(partitions) {
-			wm = min(wm, maxTs[p]-1000)
-		}
-		want := map[string]int64{}
-		for _, r := range recs {
-			if start := r.ts - r.ts%60000; start+60000 <= wm {
-				want[fmt.Sprintf("%s@%d", r.key, start)] += r.value
-			}
-		}
-		return want
-	}
-	first := recs[:n/2]
-	want1, want2 := fired(first), fired(recs)
-	if len(want1) == 0 || len(want2) <= len(want1) {
-		t.Fatalf("test data: %d windows fire in the first job, %d in both", len(want1), len(want2))
-	}
+	data := newCountData(n, partitions)
+	want1, want2 := data.halves(t)
 
 	appID := kafkatest.UniqueName(t, "recover")
 	stateDir := t.TempDir()
@@ -292,7 +247,7 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 
 	// The first job server runs the job through the first half of the input.
 	srv1 := startJobServer(t, bootstrap, log)
-	produce(first)
+	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
 	if _, err := submit(ctx, t, srv1.client, pipe, opts); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
@@ -301,7 +256,7 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 	// The second half goes in with the gate armed: a cycle blocks with its
 	// transaction open, and the server is killed in it.
 	blocked := armGate(t, partitions)
-	produce(recs[n/2:])
+	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
 	select {
 	case <-blocked:
 	case <-ctx.Done():

@@ -11,7 +11,6 @@ import (
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
@@ -35,63 +34,16 @@ func TestKafkaCancelAndResume(t *testing.T) {
 	const partitions, n = 4, 400
 	kafkatest.CreateTopic(t, bootstrap, in, partitions)
 	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-	base := time.Now().Add(-2 * time.Hour).Truncate(time.Minute).UnixMilli()
-	type rec struct {
-		key       string
-		ts, value int64
-		partition int32
-	}
-	recs := make([]rec, n)
-	for i := range recs {
-		recs[i] = rec{key: fmt.Sprintf("k%d", i%10), ts: base + int64(i)*7000, value: int64(1 + i%3), partition: int32(i % partitions)}
-	}
-	produce := func(rs []rec) {
-		cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-		for _, r := range rs {
-			cl.Produce(ctx, &kgo.Record{Topic: in, Partition: r.partition, Key: []byte(r.key), Value: be8(r.value), Timestamp: time.UnixMilli(r.ts)}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					t.Errorf("producing: %v", err)
-				}
-			})
-		}
-		if err := cl.Flush(ctx); err != nil || t.Failed() {
-			t.Fatalf("producing the input: %v", err)
-		}
-	}
-	// fired is what the output holds once the job has read rs: the sums of
-	// the one-minute windows that end at or before the GroupByKey's input
-	// watermark, the least over partitions of its largest timestamp less
-	// the source's out-of-orderness bound (one second).
-	fired := func(rs []rec) map[string]int64 {
-		maxTs := map[int32]int64{}
-		for _, r := range rs {
-			maxTs[r.partition] = max(maxTs[r.partition], r.ts)
-		}
-		wm := int64(1<<63 - 1)
-		for p := range int32(partitions) {
-			wm = min(wm, maxTs[p]-1000)
-		}
-		want := map[string]int64{}
-		for _, r := range recs { // every record: a window closed by wm holds all of its records
-			if start := r.ts - r.ts%60000; start+60000 <= wm {
-				want[fmt.Sprintf("%s@%d", r.key, start)] += r.value
-			}
-		}
-		return want
-	}
+	data := newCountData(n, partitions)
 	appID := kafkatest.UniqueName(t, "resume")
 	pipe := kafkaCountPipeline(t, in, out)
-	first, all := recs[:n/2], recs
-	want1, want2 := fired(first), fired(all)
-	if len(want1) == 0 || len(want2) <= len(want1) {
-		t.Fatalf("test data: %d windows fire in the first job, %d in both", len(want1), len(want2))
-	}
+	want1, want2 := data.halves(t)
 
-	produce(first)
+	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
 	got1 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want1))
 	checkCounts(t, "after the first job", got1, want1)
 
-	produce(all[n/2:])
+	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
 	got2 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want2))
 	checkCounts(t, "after the resubmitted job", got2, want2)
 }

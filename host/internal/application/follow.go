@@ -2,6 +2,7 @@ package application
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -19,10 +20,15 @@ type FollowConfig struct {
 	Logger *slog.Logger
 }
 
+// ErrEnded is the cause of the context of a job Follow runs when the
+// application was cancelled or is done: the job ends in every process
+// (unlike when this process stops, or another pipeline replaces it).
+var ErrEnded = errors.New("the application was cancelled or is done")
+
 // run is one run of the application's job by Follow.
 type run struct {
 	fp     string
-	cancel context.CancelFunc
+	cancel context.CancelCauseFunc
 	done   chan struct{}
 	err    error
 }
@@ -48,16 +54,16 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 		lastState string    // the last state logged, to log changes once
 		readErr   bool      // a manifest read failed; logged once until one succeeds
 	)
-	stop := func(why string) {
+	stop := func(why string, cause error) {
 		if cur == nil {
 			return
 		}
 		log.Info("stopping the job: "+why, "fingerprint", cur.fp)
-		cur.cancel()
+		cur.cancel(cause)
 		<-cur.done
 		cur = nil
 	}
-	defer stop("the process stops")
+	defer stop("the process stops", context.Canceled)
 	tick := time.NewTicker(cfg.Poll)
 	defer tick.Stop()
 	for {
@@ -96,10 +102,10 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 			}
 			switch {
 			case m == nil || m.State != Running:
-				stop("the application is not running")
+				stop("the application is not running", ErrEnded)
 				finished = ""
 			case cur != nil && cur.fp != m.Fingerprint:
-				stop("another pipeline replaced it")
+				stop("another pipeline replaced it", context.Canceled)
 			}
 			if cur == nil && m != nil && m.State == Running && m.Fingerprint != finished && time.Since(failedAt) >= cfg.Retry {
 				cur, err = start(ctx, t, m.Fingerprint, cfg, log)
@@ -128,7 +134,7 @@ func start(ctx context.Context, t *Topic, fp string, cfg FollowConfig, log *slog
 		return nil, nil // changed meanwhile: the next poll sees it
 	}
 	log.Info("running the job", "job", m.JobID, "name", m.JobName, "fingerprint", fp)
-	rctx, cancel := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancelCause(ctx)
 	r := &run{fp: fp, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)

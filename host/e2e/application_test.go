@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// testLogger logs to stderr under KSRUNNER_DEBUG, else nowhere.
+func testLogger() *slog.Logger {
+	var out io.Writer = io.Discard
+	if os.Getenv("KSRUNNER_DEBUG") != "" {
+		out = os.Stderr
+	}
+	return slog.New(slog.NewTextHandler(out, nil))
+}
+
+// memberTasks returns, per member of the application's consumer group
+// (by client id and member id), how many partitions of the application's
+// internal and input topics it is assigned.
+func memberTasks(ctx context.Context, t *testing.T, bootstrap, appID string) map[string]int {
+	t.Helper()
+	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+	described, err := adm.DescribeGroups(ctx, appID)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, m := range described[appID].Members {
+		n := 0
+		if a, ok := m.Assigned.AsConsumer(); ok {
+			for _, tp := range a.Topics {
+				n += len(tp.Partitions)
+			}
+		}
+		out[m.MemberID] = n
+	}
+	return out
+}
+
+// startServer starts an in-process job server with defaults opts; Stop it
+// (t.Cleanup does too).
+func startServer(t *testing.T, opts host.Options) (*host.JobServer, jobpb.JobServiceClient) {
+	t.Helper()
+	srv, err := host.NewJobServer("127.0.0.1:0", opts, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return srv, jobpb.NewJobServiceClient(cc)
+}
+
+// ownPool starts a LOOPBACK SDK worker pool that outlives the job servers
+// of a test (the pipeline's EXTERNAL environment for every process of the
+// application).
+func ownPool(ctx context.Context, t *testing.T) func(context.Context) string {
+	t.Helper()
+	p, err := extworker.StartLoopback(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Stop(context.Background()) })
+	return p.EnvironmentConfig
+}
+
+// TestWorkerJoinsApplication: `ksrunner worker` (host.Worker) on a second
+// state_dir joins an application a job server runs, with nothing but the
+// application id and the brokers: it reads the job from the pipeline topic,
+// reaches the pipeline's LOOPBACK pool (an EXTERNAL environment on this
+// machine) and takes its share of the tasks through the consumer group.
+// The output, read read_committed, holds every fired window's sum exactly
+// once though tasks moved with their state. Cancelling the job on the job
+// server stops it in the worker too.
+func TestWorkerJoinsApplication(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "win"), kafkatest.UniqueName(t, "wout")
+	const partitions, n = 4, 400
+	kafkatest.CreateTopic(t, bootstrap, in, partitions)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	data := newCountData(n, partitions)
+	want1, want2 := data.halves(t)
+	appID := kafkatest.UniqueName(t, "worker")
+	pipe := kafkaCountPipeline(t, in, out)
+
+	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
+	id, err := submit(ctx, t, ksrunner, pipe, map[string]string{
+		"application_id": appID, "bootstrap_servers": bootstrap, "state_dir": t.TempDir(),
+		"internal_parallelism": "2", "source_idle_timeout_ms": "3600000",
+	})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	ended := make(chan jobEnd, 1)
+	go func() { r, err := wait(ctx, ksrunner, id); ended <- jobEnd{r.State, r.Errors, err} }()
+	checkCounts(t, "before the worker", readCommitted(ctx, t, bootstrap, out, len(want1)), want1)
+
+	w, err := host.NewWorker(host.WorkerConfig{ApplicationID: appID, BootstrapServers: bootstrap, StateDir: t.TempDir(), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	workerDone := make(chan error, 1)
+	go func() { workerDone <- w.Run(wctx) }()
+	t.Cleanup(func() { stopWorker(); <-workerDone })
+
+	// Both processes hold tasks.
+	var members map[string]int
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		members = memberTasks(ctx, t, bootstrap, appID)
+		busy := 0
+		for _, n := range members {
+			if n > 0 {
+				busy++
+			}
+		}
+		if len(members) == 2 && busy == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			wid, wstate := w.Job()
+			t.Fatalf("the group of %s has members %v 90s after the worker started, want 2 with tasks each (worker job %q %v)", appID, members, wid, wstate)
+		}
+	}
+	if wid, wstate := w.Job(); wstate != jobpb.JobState_RUNNING {
+		t.Fatalf("the worker's job %q is %v, want RUNNING", wid, wstate)
+	}
+	t.Logf("members and their partitions: %v", members)
+
+	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
+	readCommitted(ctx, t, bootstrap, out, len(want2))
+
+	if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	if r := <-ended; r.err != nil || r.state != jobpb.JobState_CANCELLED {
+		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errs, r.err)
+	}
+	// The worker reads the cancel from the pipeline topic and ends its job.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, state := w.Job(); state == jobpb.JobState_CANCELLED {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, state := w.Job()
+			t.Fatalf("the worker's job is %v 30s after the cancel, want CANCELLED", state)
+		}
+	}
+	checkCounts(t, "after the worker joined", readCommitted(ctx, t, bootstrap, out, -1), want2)
+}
+
+// TestJobServerResumes: a job server with a state_dir that stops (as for a
+// restart) leaves its unbounded application running on Kafka; a new job
+// server on the same state_dir resumes it from its pipeline topic without a
+// resubmission, lists it in GetJobs, and processes what arrives meanwhile:
+// the output holds every fired window's sum exactly once. Once cancelled,
+// the application is not resumed again.
+func TestJobServerResumes(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "rin"), kafkatest.UniqueName(t, "rout")
+	const partitions, n = 4, 400
+	kafkatest.CreateTopic(t, bootstrap, in, partitions)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	data := newCountData(n, partitions)
+	want1, want2 := data.halves(t)
+	appID := kafkatest.UniqueName(t, "resumed")
+	pool := ownPool(ctx, t)
+
+	opts := host.DefaultOptions()
+	opts.BootstrapServers, opts.StateDir, opts.InternalParallelism, opts.SourceIdleTimeoutMs = bootstrap, t.TempDir(), 2, 3600000
+	srv1, client1 := startServer(t, opts)
+	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
+	if _, err := submit(ctx, t, client1, kafkaCountPipelineIn(t, pool, in, out), map[string]string{"application_id": appID}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	checkCounts(t, "before the restart", readCommitted(ctx, t, bootstrap, out, len(want1)), want1)
+	srv1.Stop()
+
+	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
+	srv2, client2 := startServer(t, opts)
+	ids, err := srv2.Resume(ctx)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("Resume: %v, %v; want one job", ids, err)
+	}
+	jobs, err := client2.GetJobs(ctx, &jobpb.GetJobsRequest{})
+	if err != nil || len(jobs.GetJobInfo()) != 1 || jobs.GetJobInfo()[0].GetJobId() != ids[0] {
+		t.Fatalf("GetJobs after the resume: %v, %v; want job %s", jobs, err, ids[0])
+	}
+	checkCounts(t, "after the resume", readCommitted(ctx, t, bootstrap, out, len(want2)), want2)
+	if _, err := client2.Cancel(ctx, &jobpb.CancelJobRequest{JobId: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := wait(ctx, client2, ids[0])
+	if err != nil || r.State != jobpb.JobState_CANCELLED {
+		t.Fatalf("the resumed job ended %v (%v, %q), want CANCELLED", r.State, err, r.Errors)
+	}
+	if !strings.Contains(strings.Join(r.Messages, "\n"), "resumed application "+appID) {
+		t.Errorf("the resumed job's messages do not say it was resumed:\n%s", strings.Join(r.Messages, "\n"))
+	}
+	srv2.Stop()
+	checkCounts(t, "after the cancel", readCommitted(ctx, t, bootstrap, out, -1), want2)
+
+	srv3, _ := startServer(t, opts)
+	if ids, err := srv3.Resume(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("Resume after the cancel: %v, %v; want nothing", ids, err)
+	}
+}
+
+// TestAnotherPipelineRefused: while an application runs, a different
+// pipeline under its application id is refused at submission, naming the
+// id, by the job server that runs it and by another one; the same
+// pipeline submitted to another job server joins it.
+func TestAnotherPipelineRefused(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "xin"), kafkatest.UniqueName(t, "xout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	appID := kafkatest.UniqueName(t, "refuse")
+	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"}
+	id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), opts)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	// RUNNING: a member of the group.
+	for deadline := time.Now().Add(60 * time.Second); len(memberTasks(ctx, t, bootstrap, appID)) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the job has not joined its group after 60s")
+		}
+	}
+	other := kafkaCountPipeline(t, in, out+"-other")
+	opts2 := host.DefaultOptions()
+	opts2.BootstrapServers = bootstrap
+	_, client2 := startServer(t, opts2)
+	for name, client := range map[string]jobpb.JobServiceClient{"the same job server": ksrunner, "another job server": client2} {
+		_, err := submit(ctx, t, client, other, opts)
+		if err == nil || !strings.Contains(err.Error(), `application_id "`+appID+`" is running another pipeline`) {
+			t.Errorf("%s: another pipeline under a running application: %v, want a refusal naming %s", name, err, appID)
+		}
+	}
+	same, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), opts)
+	if err != nil || same != id {
+		t.Errorf("the same pipeline resubmitted to its job server: job %q, %v; want it to follow job %s", same, err, id)
+	}
+}
