@@ -14,7 +14,7 @@ import (
 )
 
 // CommittedData counts, per internal data topic of application appID (not
-// changelogs, not the status topic) and partition, the data records a
+// changelogs, not the status and pipeline topics) and partition, the data records a
 // read_committed consumer sees (topic → partition → records; partitions
 // with only watermark reports or transaction markers count 0). Call it
 // when the job is over: no transaction may be open.
@@ -30,7 +30,8 @@ func CommittedData(t testing.TB, bootstrap, appID string) map[string]map[int32]i
 	prefix := shuffle.TopicName(appID, "")
 	var names []string
 	for _, name := range details.Names() {
-		if strings.HasPrefix(name, prefix) && !strings.HasSuffix(name, "-changelog") && name != shuffle.TopicName(appID, shuffle.StatusTopic) {
+		if strings.HasPrefix(name, prefix) && !strings.HasSuffix(name, "-changelog") &&
+			name != shuffle.TopicName(appID, shuffle.StatusTopic) && name != shuffle.TopicName(appID, shuffle.PipelineTopic) {
 			names = append(names, name)
 		}
 	}
