@@ -341,6 +341,7 @@ func (j *job) execute(ctx context.Context) error {
 		TransactionTimeout:    time.Duration(opts.TransactionTimeoutMs) * time.Millisecond,
 		SourceIdleTimeout:     time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
 		MaxBundleSize:         opts.MaxBundleSize,
+		MaxBundleTime:         opts.maxBundleTime(),
 		BadRecords:            task.ErrorPolicy(opts.DeserializationErrorPolicy),
 		DeadLetterTopic:       deadLetter,
 		CreateDeadLetterTopic: createDeadLetter,

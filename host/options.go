@@ -33,6 +33,13 @@ type Options struct {
 	TopicReplicationFactor int `koanf:"topic_replication_factor"`
 	// MaxBundleSize closes a bundle after this many input elements.
 	MaxBundleSize int `koanf:"max_bundle_size"`
+	// MaxBundleTimeMs closes a bundle that has been open this long, at the
+	// next batch of input handed to its stage (Beam's maxBundleTimeMills).
+	// A commit closes every bundle anyway; this cuts a long commit cycle
+	// (a slow stage, a poll of many records) into bundles, so that
+	// per-bundle work in user code (FinishBundle, batching DoFns) and the
+	// SDK's memory stay bounded.
+	MaxBundleTimeMs int `koanf:"max_bundle_time_ms"`
 	// CommitIntervalMs is how often a task commits (closing its bundles).
 	CommitIntervalMs int `koanf:"commit_interval_ms"`
 	// SourceIdleTimeoutMs is how long a Kafka read's partition that is
@@ -100,6 +107,7 @@ func DefaultOptions() Options {
 		InternalParallelism:    4,
 		TopicReplicationFactor: -1,
 		MaxBundleSize:          100000,
+		MaxBundleTimeMs:        1000,
 		CommitIntervalMs:       100,
 		SourceIdleTimeoutMs:    1000,
 		ProcessingGuarantee:    ExactlyOnce,
@@ -131,6 +139,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option topic_replication_factor: %d, must be -1 (broker default) or at least 1", o.TopicReplicationFactor)
 	case o.MaxBundleSize < 1:
 		return fmt.Errorf("option max_bundle_size: %d, must be at least 1", o.MaxBundleSize)
+	case o.MaxBundleTimeMs < 1:
+		return fmt.Errorf("option max_bundle_time_ms: %d, must be at least 1", o.MaxBundleTimeMs)
 	case o.CommitIntervalMs < 1:
 		return fmt.Errorf("option commit_interval_ms: %d, must be at least 1", o.CommitIntervalMs)
 	case o.SourceIdleTimeoutMs < 1:
@@ -153,6 +163,11 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option application_id: %q has characters Kafka topic names do not allow (use [a-zA-Z0-9._-])", o.ApplicationID)
 	}
 	return nil
+}
+
+// maxBundleTime is MaxBundleTimeMs as a duration.
+func (o Options) maxBundleTime() time.Duration {
+	return time.Duration(o.MaxBundleTimeMs) * time.Millisecond
 }
 
 func (o Options) commitInterval() time.Duration {
@@ -349,6 +364,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"internal_parallelism":       &o.InternalParallelism,
 		"topic_replication_factor":   &o.TopicReplicationFactor,
 		"max_bundle_size":            &o.MaxBundleSize,
+		"max_bundle_time_ms":         &o.MaxBundleTimeMs,
 		"commit_interval_ms":         &o.CommitIntervalMs,
 		"source_idle_timeout_ms":     &o.SourceIdleTimeoutMs,
 		"read_max_elements_per_poll": &o.ReadMaxElementsPerPoll,
@@ -401,6 +417,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("internal_parallelism", "partitions of repartition topics", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.InternalParallelism)),
 		d("topic_replication_factor", "replication factor of internal topics (-1: broker default)", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TopicReplicationFactor)),
 		d("max_bundle_size", "input elements per bundle at most", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleSize)),
+		d("max_bundle_time_ms", MaxBundleTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleTimeMs)),
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
 		d("source_idle_timeout_ms", "how long a caught-up Kafka read partition stays idle before its watermark follows wall time", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SourceIdleTimeoutMs)),
 		d("state_dir", "directory of the Pebble state stores", jobpb.PipelineOptionType_STRING, ""),
@@ -417,13 +434,14 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 	}
 }
 
-// The descriptions of the bad-record and poll options (the job server's
-// flags use them too).
+// The descriptions of the bad-record, poll, bundle-time and transaction
+// options (the job server's flags use them too).
 const (
 	DeserializationErrorPolicyHelp = "what a Kafka read does with a record it cannot deserialize, and a Kafka write with an element it cannot produce: fail (the job fails naming it; its offset stays uncommitted), dead_letter (the raw record goes to dead_letter_topic with KIP-1034 __streams.errors.* headers) or skip (dropped and counted in skipped_records)"
 	DeadLetterTopicHelp            = "dead-letter topic of deserialization_error_policy=dead_letter (default: __beam_<application_id>_dead-letter, created by ksrunner; a topic named here must exist)"
 	ReadMaxElementsPerPollHelp     = "most records one poll (commit cycle) takes"
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
+	MaxBundleTimeMsHelp            = "a bundle open this long closes at the next batch of input handed to its stage (every bundle closes before a commit anyway)"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 

@@ -3,6 +3,7 @@ package host
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -165,5 +166,44 @@ func TestTransactionTimeoutOption(t *testing.T) {
 	bad.CommitIntervalMs = 90000
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "option transaction_timeout_ms: 60000, must be more than commit_interval_ms (90000)") {
 		t.Errorf("Validate: %v, want an error naming transaction_timeout_ms", err)
+	}
+}
+
+// TestMaxBundleTimeOption: max_bundle_time_ms defaults to Beam's 1000 ms
+// and reaches the runtime as a duration; a job's pipeline option sets it;
+// a value under 1 is refused naming the option; the job server describes
+// it to SDKs.
+func TestMaxBundleTimeOption(t *testing.T) {
+	d := DefaultOptions()
+	if d.MaxBundleTimeMs != 1000 || d.maxBundleTime() != time.Second {
+		t.Errorf("default max_bundle_time_ms %d (%v), want 1000 (1s)", d.MaxBundleTimeMs, d.maxBundleTime())
+	}
+	var s structpb.Struct
+	if err := protojson.Unmarshal([]byte(`{"beam:option:go_options:v1": {"options": {"max_bundle_time_ms": "250"}}}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := d.WithPipelineOptions(&s); err != nil || o.maxBundleTime() != 250*time.Millisecond {
+		t.Errorf("pipeline option max_bundle_time_ms=250: %v, %v", o.maxBundleTime(), err)
+	}
+	for _, tc := range []struct{ js, want string }{
+		{`{"beam:option:max_bundle_time_ms:v1": 0}`, `option max_bundle_time_ms: 0, must be at least 1`},
+		{`{"beam:option:max_bundle_time_ms:v1": "1s"}`, `pipeline option max_bundle_time_ms: "1s" is not an integer`},
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.want)
+		}
+	}
+	found := false
+	for _, od := range optionDescriptors() {
+		if od.GetName() == "max_bundle_time_ms" {
+			found = od.GetDefaultValue() == "1000"
+		}
+	}
+	if !found {
+		t.Error("no descriptor of max_bundle_time_ms with default 1000")
 	}
 }

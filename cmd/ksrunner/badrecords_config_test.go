@@ -73,3 +73,22 @@ func TestTransactionTimeoutConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxBundleTimeConfig: max_bundle_time_ms comes from a flag or the
+// environment, and a bad value is an error of the job server's
+// configuration naming it.
+func TestMaxBundleTimeConfig(t *testing.T) {
+	cfg, err := loadServerConfig([]string{"--max_bundle_time_ms=250"})
+	if err != nil || cfg.MaxBundleTimeMs != 250 {
+		t.Fatalf("flag: %d, %v", cfg.MaxBundleTimeMs, err)
+	}
+	t.Setenv("KSRUNNER_MAX_BUNDLE_TIME_MS", "500")
+	if cfg, err := loadServerConfig(nil); err != nil || cfg.MaxBundleTimeMs != 500 {
+		t.Fatalf("env: %d, %v", cfg.MaxBundleTimeMs, err)
+	}
+	os.Unsetenv("KSRUNNER_MAX_BUNDLE_TIME_MS")
+	_, err = loadServerConfig([]string{"--max_bundle_time_ms=0"})
+	if err == nil || !strings.Contains(err.Error(), "option max_bundle_time_ms: 0, must be at least 1") || !strings.Contains(err.Error(), "job server configuration") {
+		t.Errorf("--max_bundle_time_ms=0: %v, want an error of the job server configuration naming the option", err)
+	}
+}

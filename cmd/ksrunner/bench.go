@@ -49,6 +49,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	runners := fs.String("runners", "ksrunner,prism", "comma-separated runners to measure: ksrunner, prism")
 	parallelism := fs.Int("internal_parallelism", def.InternalParallelism, "ksrunner: partitions of repartition topics")
 	bundle := fs.Int("max_bundle_size", def.MaxBundleSize, "ksrunner: input elements per bundle at most")
+	bundleTime := fs.Int("max_bundle_time_ms", def.MaxBundleTimeMs, "ksrunner: "+host.MaxBundleTimeMsHelp)
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "ksrunner: commit interval")
 	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
@@ -79,6 +80,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	opts.BootstrapServers = *bootstrap
 	opts.InternalParallelism = *parallelism
 	opts.MaxBundleSize = *bundle
+	opts.MaxBundleTimeMs = *bundleTime
 	opts.CommitIntervalMs = *commitMs
 	opts.ProcessingGuarantee = *guarantee
 	if err := opts.Validate(); err != nil {
@@ -97,8 +99,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if *combine {
 		variant = "CombinePerKey(sum), lifted"
 	}
-	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
-		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d max_bundle_time_ms=%d commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
+		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.MaxBundleTimeMs, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
 
 	prismEndpoint := ""
 	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}

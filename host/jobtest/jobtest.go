@@ -325,5 +325,11 @@ func (k *Hooks) ServerOption() host.ServerOption {
 			}
 			return 0
 		},
+		Now: func() time.Time {
+			if h := k.cur.Load(); h != nil && h.Now != nil {
+				return h.Now()
+			}
+			return time.Now()
+		},
 	})
 }

@@ -136,6 +136,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		Metrics:       cfg.Metrics,
 		Logger:        cfg.Logger,
 		MaxBundleSize: cfg.MaxBundleSize,
+		MaxBundleTime: cfg.MaxBundleTime,
 		Produce:       i.produce,
 		ProduceWith: func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 			i.cl.Produce(ctx, r, promise)
@@ -145,6 +146,9 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
 		ReadBounds:        cfg.readBounds,
 		BadRecords:        cfg.BadRecords,
+	}
+	if cfg.Hooks != nil {
+		i.env.Now = cfg.Hooks.Now
 	}
 	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
 	if i.admin, err = kgo.NewClient(seeds); err != nil {

@@ -46,7 +46,11 @@ type Config struct {
 	// successor with its identity fences it (identity.go); zero:
 	// DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
-	MaxBundleSize      int
+	// MaxBundleSize and MaxBundleTime close bundles by input elements and
+	// by age (task.Env.MaxBundleSize, MaxBundleTime); zero MaxBundleTime:
+	// no time bound.
+	MaxBundleSize int
+	MaxBundleTime time.Duration
 	// Execs run the plan's stages, by stage id (executor.Start).
 	Execs map[string]executor.Executor
 	// Skip are the sub-topologies (by id) this instance takes no tasks of:
@@ -103,6 +107,10 @@ type Hooks struct {
 	// records one commit cycle consumes (100,000), to spread small inputs
 	// over many cycles.
 	MaxPollRecords func() int
+	// Now, if set, replaces time.Now as the tasks' wall clock
+	// (task.Env.Now): the age of bundles, and Kafka sources' processing
+	// times, idleness and read deadlines.
+	Now func() time.Time
 }
 
 // ErrAbortCycle makes Hooks.BeforeCommit abort the commit cycle.

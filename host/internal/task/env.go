@@ -26,11 +26,17 @@ type Env struct {
 	// TimerCodecs parse the timers of each (transform, family).
 	TimerCodecs map[[2]string]*shuffle.TimerCodec
 	// Execs are the executors of the plan's stages, by stage id.
-	Execs         map[string]executor.Executor
-	DB            *pebble.DB
-	Metrics       *metrics.Job
-	Logger        *slog.Logger
+	Execs   map[string]executor.Executor
+	DB      *pebble.DB
+	Metrics *metrics.Job
+	Logger  *slog.Logger
+	// MaxBundleSize closes a bundle once it has this many input elements,
+	// and MaxBundleTime once it has been open this long (zero: no time
+	// bound), at the next batch of input the task hands the stage (see
+	// flushStages). Every bundle closes before the commit whatever its
+	// size or age, so bundles closed early only split a cycle's work.
 	MaxBundleSize int
+	MaxBundleTime time.Duration
 
 	// Produce sends a record in the current commit cycle; a failure is
 	// reported through Fail by the producer.
@@ -52,7 +58,9 @@ type Env struct {
 	// ReadBounds are the ends of bounded Kafka reads, by the sub-topology
 	// id of the read (kafkabound.go); a read without one is unbounded.
 	ReadBounds map[int]*ReadBound
-	// Now is the wall clock of Kafka sources; nil: time.Now.
+	// Now is the tasks' wall clock: the age of bundles (MaxBundleTime),
+	// and Kafka sources' processing times, idleness and read deadlines;
+	// nil: time.Now.
 	Now func() time.Time
 
 	// BadRecords is what Kafka reads do with records they cannot

@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -73,8 +74,10 @@ func groupLine(k string, vals []string, rest string) string {
 }
 
 // Input of more than about 1 MB goes to the stage while the task handles
-// records, in batches, and a bundle closes there once it has MaxBundleSize
-// elements; a gated stage's input is parked in pieces of bounded size.
+// records, in batches, and a bundle closes at the first batch boundary at
+// which it has MaxBundleSize elements; a gated stage's input is parked in
+// pieces of bounded size (maxStoredValue: three of these elements), which
+// are the batches it gets.
 func TestLargeInput(t *testing.T) {
 	te := newTestEnv(t, marshal(t, groupingPipeline(t)), 1)
 	te.env.MaxBundleSize = 5
@@ -95,8 +98,8 @@ func TestLargeInput(t *testing.T) {
 	f.mu.Lock()
 	started, finished := f.started, f.finished
 	f.mu.Unlock()
-	if started != 1 || finished != 1 {
-		t.Errorf("after Handle: %d bundles started, %d finished; want 1 and 1", started, finished)
+	if started != 2 || finished != 2 {
+		t.Errorf("after Handle: %d bundles started, %d finished; want 2 and 2 (of 6 elements each)", started, finished)
 	}
 	if err := tk.PrepareCommit(ctx); err != nil {
 		t.Fatal(err)
@@ -105,7 +108,11 @@ func TestLargeInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkChangelogSizes(t, te.takeChangelog(), size)
-	if n := len(te.exec(sub).inputs()); n != 12 {
-		t.Errorf("the stage got %d elements, want 12", n)
+	var sizes []int
+	for _, b := range f.takeBundles() {
+		sizes = append(sizes, len(b))
+	}
+	if !slices.Equal(sizes, []int{6, 6}) {
+		t.Errorf("bundles of %v elements, want 6 and 6", sizes)
 	}
 }

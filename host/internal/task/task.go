@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 
@@ -102,7 +103,8 @@ type stageRun struct {
 	// elements in chunks of about processBatchBytes, because an SDK decodes
 	// every data message on its own and a message must not split an element.
 	pending    []chunk
-	count      int // elements in the open bundle
+	count      int       // elements in the open bundle
+	openedAt   time.Time // when the open bundle started (Env.Now)
 	carry      map[string][]byte
 	idx        byte                             // position in the sub-topology, for store keys
 	gated      bool                             // waits for side inputs (see gate.go)
@@ -415,6 +417,16 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 // flushStages hands pending input to the stages in topological order; with
 // closing set it also finishes every bundle, and repeats until no stage has
 // input left (a finished bundle can feed a later stage or return residuals).
+//
+// Bundle boundaries: a stage's input goes to its executor in chunks of
+// whole elements (about processBatchBytes each), and the task regains
+// control only between them. After each chunk, and at the end of each call
+// for a bundle that got none, a bundle that is full (Env.MaxBundleSize
+// elements) or old (open Env.MaxBundleTime) is finished: the next chunk
+// opens a new one. So a long cycle (a slow stage, a poll of many records)
+// is cut into bundles by count and by time, none of which straddles the
+// commit: PrepareCommit finishes every bundle before the cycle's
+// transaction ends, and checks that none is left open.
 func (t *Task) flushStages(ctx context.Context, closing bool) error {
 	for {
 		idle := true
@@ -442,8 +454,13 @@ func (t *Task) flushStages(ctx context.Context, closing bool) error {
 				if err := t.process(ctx, sr, c); err != nil {
 					return err
 				}
+				if t.bundleDone(sr) {
+					if err := t.finish(sr); err != nil {
+						return err
+					}
+				}
 			}
-			if sr.bundle != nil && (closing || sr.count >= t.env.MaxBundleSize) {
+			if sr.bundle != nil && (closing || t.bundleDone(sr)) {
 				if err := t.finish(sr); err != nil {
 					return err
 				}
@@ -464,6 +481,21 @@ func (t *Task) flushStages(ctx context.Context, closing bool) error {
 	}
 }
 
+// bundleDone reports whether sr's open bundle must close at this chunk
+// boundary: it has MaxBundleSize input elements, or has been open
+// MaxBundleTime.
+func (t *Task) bundleDone(sr *stageRun) bool {
+	if sr.bundle == nil {
+		return false
+	}
+	if sr.count >= t.env.MaxBundleSize {
+		return true
+	}
+	return t.env.MaxBundleTime > 0 && t.now().Sub(sr.openedAt) >= t.env.MaxBundleTime
+}
+
+// process hands a chunk of input to sr's open bundle, opening one first if
+// none is; an empty chunk only opens it (timers follow).
 func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 	if sr.bundle == nil {
 		sr.carry = map[string][]byte{}
@@ -486,7 +518,7 @@ func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 		if err != nil {
 			return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 		}
-		sr.bundle, sr.count = b, 0
+		sr.bundle, sr.count, sr.openedAt = b, 0, t.now()
 	}
 	if len(in.data) == 0 {
 		return nil
@@ -577,6 +609,16 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	}
 	if err := t.fireTimers(ctx, in); err != nil {
 		return err
+	}
+	// No bundle straddles the commit (DESIGN.md §6): a bundle's input
+	// offsets commit with this cycle, so all its output, state and
+	// metrics must be in it too. One left open would put the rest in the
+	// next cycle, which may abort: that output would be lost, or repeated
+	// by a replay.
+	for _, sr := range t.stages {
+		if sr.bundle != nil {
+			return fmt.Errorf("task %s: stage %s: a bundle is still open at the commit", t.producer, sr.stage.ID)
+		}
 	}
 	out, err := t.outputWatermark(in)
 	if err != nil {
