@@ -62,7 +62,8 @@ func (a *changelogApp) task(p int32) taskID { return taskID{a.topics.Full("gbk-r
 // Hooks.Restored.
 func (a *changelogApp) instance(t testing.TB, dir string, restored func(sub int, p int32, records int)) *instance {
 	t.Helper()
-	db, err := pebble.Open(dir, &pebble.Options{})
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{logger}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func (a *changelogApp) instance(t testing.TB, dir string, restored func(sub int,
 			Plan:             a.plan,
 			BootstrapServers: a.bootstrap,
 			ApplicationID:    "app",
-			Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Logger:           logger,
 			Hooks:            &Hooks{Restored: restored},
 		},
 		topics:     a.topics,
@@ -222,9 +223,8 @@ func (f restoreFigure) String() string {
 		f.records, float64(f.bytes)/1e6, f.took.Round(time.Millisecond), float64(f.bytes)/1e6/s, float64(f.records)/s)
 }
 
-// restoreTimed restores task p into i's store and times it; records is what
-// Hooks.Restored reported.
-func restoreTimed(t testing.TB, i *instance, p int32, restored *int) time.Duration {
+// restoreTimed restores task p into i's store and times it.
+func restoreTimed(t testing.TB, i *instance, p int32) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -255,7 +255,7 @@ func TestRestoreThroughput(t *testing.T) {
 	var mu sync.Mutex
 	restored := 0
 	i := a.instance(t, t.TempDir(), func(_ int, _ int32, n int) { mu.Lock(); restored += n; mu.Unlock() })
-	took := restoreTimed(t, i, 0, &restored)
+	took := restoreTimed(t, i, 0)
 	mu.Lock()
 	fig := restoreFigure{records: restored, bytes: w.bytes, took: took}
 	mu.Unlock()
