@@ -96,6 +96,7 @@ type changelogWriter struct {
 	noise     []byte // random bytes that values are cut from
 	records   int    // committed records
 	bytes     int64  // committed key and value bytes
+	end       int64  // the partition's end offset after the last transaction
 }
 
 func newChangelogWriter(t testing.TB, a *changelogApp, p int32) *changelogWriter {
@@ -151,6 +152,15 @@ func (w *changelogWriter) txn(ctx context.Context, size, keys int, abort bool) e
 	if err := w.cl.EndTransaction(ctx, commit); err != nil {
 		return err
 	}
+	ends, err := kadm.NewClient(w.cl).ListEndOffsets(ctx, w.topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return err
+	}
+	end, _ := ends.Lookup(w.topic, w.partition)
+	w.end = end.Offset
 	if abort {
 		return nil
 	}

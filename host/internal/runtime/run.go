@@ -73,6 +73,9 @@ type Config struct {
 	// for records before the cycle commits; zero: CommitInterval.
 	MaxPollRecords int
 	MaxPollTime    time.Duration
+	// NumStandbyReplicas is how many other instances keep a warm copy of
+	// each stateful task's store (standby.go); zero: none.
+	NumStandbyReplicas int
 
 	// readBounds are the ends of the bounded Kafka reads, fixed by Run
 	// (readBounds in kafkaio.go).

@@ -1,0 +1,239 @@
+package runtime
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+func tasks(topic string, ps ...int32) []taskID {
+	var ids []taskID
+	for _, p := range ps {
+		ids = append(ids, taskID{topic, p})
+	}
+	return ids
+}
+
+// The standbys of a task are the replicas members after its owner on the
+// ring of members ordered by id, never the owner, at most every other
+// member; members that own nothing still stand by.
+func TestChooseStandbys(t *testing.T) {
+	abc := []groupMember{
+		{id: "c", member: "m3", tasks: tasks("t", 4, 5)},
+		{id: "a", member: "m1", tasks: tasks("t", 0, 1)},
+		{id: "b", member: "m2", tasks: tasks("t", 2, 3)},
+	}
+	for _, tc := range []struct {
+		name     string
+		members  []groupMember
+		self     string
+		replicas int
+		want     []taskID
+	}{
+		{"one replica: the next member's", abc, "m2", 1, tasks("t", 0, 1)},
+		{"one replica: the ring wraps", abc, "m1", 1, tasks("t", 4, 5)},
+		{"two replicas", abc, "m1", 2, tasks("t", 2, 3, 4, 5)},
+		{"more replicas than other members", abc, "m3", 5, tasks("t", 0, 1, 2, 3)},
+		{"alone: nothing to stand by for", abc[:1], "m3", 1, nil},
+		{"not in the group yet", abc, "m9", 1, nil},
+		{"an idle member stands by too", append(slices.Clone(abc), groupMember{id: "d", member: "m4"}), "m4", 1, tasks("t", 4, 5)},
+		{"a member after an idle one", append(slices.Clone(abc), groupMember{id: "bb", member: "m4"}), "m3", 1, nil},
+		{"instance ids order the ring, not member ids", []groupMember{
+			{id: "z", member: "m1", tasks: tasks("t", 0)},
+			{id: "y", member: "m2", tasks: tasks("t", 1)},
+		}, "m1", 1, tasks("t", 1)},
+		{"a task listed twice belongs to the first on the ring", []groupMember{
+			{id: "a", member: "m1", tasks: tasks("t", 0)},
+			{id: "b", member: "m2", tasks: tasks("t", 0, 1)},
+			{id: "c", member: "m3"},
+		}, "m2", 1, tasks("t", 0)},
+	} {
+		got := chooseStandbys(tc.members, tc.self, tc.replicas)
+		want := map[taskID]bool{}
+		for _, id := range tc.want {
+			want[id] = true
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: chose %v, want %v", tc.name, slices.Collect(maps.Keys(got)), tc.want)
+		}
+	}
+}
+
+// Only sub-topologies whose state grows with their input have standbys.
+func TestStatefulSubTopology(t *testing.T) {
+	for _, tc := range []struct {
+		st   translate.SubTopology
+		want bool
+	}{
+		{translate.SubTopology{Root: translate.Root{Kind: translate.RootGroupByKey}}, true},
+		{translate.SubTopology{Root: translate.Root{Kind: translate.RootPassthrough}, Stages: []*translate.Stage{{Stateful: true}}}, true},
+		{translate.SubTopology{Root: translate.Root{Kind: translate.RootPassthrough}, Stages: []*translate.Stage{{SideInputs: []translate.SideInput{{}}}}}, true},
+		{translate.SubTopology{Root: translate.Root{Kind: translate.RootPassthrough}, Stages: []*translate.Stage{{}}}, false},
+		{translate.SubTopology{Root: translate.Root{Kind: translate.RootImpulse}}, false},
+		{translate.SubTopology{Root: translate.Root{Kind: translate.RootKafkaSource}}, false},
+	} {
+		if got := statefulSubTopology(&tc.st); got != tc.want {
+			t.Errorf("root %v, stages %+v: stateful %v, want %v", tc.st.Root.Kind, tc.st.Stages, got, tc.want)
+		}
+	}
+}
+
+// positions follows the standby's applied positions, for tests to wait on.
+type positions struct {
+	mu      sync.Mutex
+	pos     map[taskID]int64
+	changed chan struct{} // buffered (1)
+}
+
+func watchPositions(s *standby) *positions {
+	w := &positions{pos: map[taskID]int64{}, changed: make(chan struct{}, 1)}
+	s.applied = func(next map[taskID]int64) {
+		w.mu.Lock()
+		maps.Copy(w.pos, next)
+		w.mu.Unlock()
+		select {
+		case w.changed <- struct{}{}:
+		default:
+		}
+	}
+	return w
+}
+
+// waitFor waits until the standby's position of id is at least pos.
+func (w *positions) waitFor(t testing.TB, id taskID, pos int64) {
+	t.Helper()
+	timeout := time.After(2 * time.Minute)
+	for {
+		w.mu.Lock()
+		got := w.pos[id]
+		w.mu.Unlock()
+		if got >= pos {
+			return
+		}
+		select {
+		case <-w.changed:
+		case <-timeout:
+			t.Fatalf("standby of task %s/%d at position %d after 2 minutes, want %d", id.topic, id.partition, got, pos)
+		}
+	}
+}
+
+// restoredCounts counts Hooks.Restored's records by partition.
+type restoredCounts struct {
+	mu sync.Mutex
+	n  map[int32]int
+}
+
+func (r *restoredCounts) hook(_ int, p int32, records int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[int32]int{}
+	}
+	r.n[p] += records
+}
+
+func (r *restoredCounts) get(p int32) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[p]
+}
+
+// standbyOf makes i stand by for the tasks of partitions ps, owned by
+// another member ("owner"), with a fixed description of the group.
+func (a *changelogApp) standbyOf(t testing.TB, i *instance, ps ...int32) *standby {
+	t.Helper()
+	i.cfg.NumStandbyReplicas = 1
+	s := newStandby(i)
+	if s == nil {
+		t.Fatal("no standby for a GroupByKey sub-topology")
+	}
+	owner := groupMember{id: "owner", member: "owner"}
+	for _, p := range ps {
+		owner.tasks = append(owner.tasks, a.task(p))
+	}
+	s.self = func() string { return "standby" }
+	s.describe = func(context.Context) ([]groupMember, bool, error) {
+		return []groupMember{owner, {id: "standby", member: "standby"}}, true, nil
+	}
+	i.standby = s
+	return s
+}
+
+// TestStandbyRestoresOnlyTheTail: a standby follows two tasks' changelogs
+// while their owner writes them (transactions of sets, overwrites and
+// deletes, some aborted) and holds their committed state. Then task 0
+// moves to the standby's instance: activate stops following it, its last
+// transaction (the standby's lag at the handover) is written, and its
+// restore replays only that transaction's records, leaving the state that
+// a full restore into an empty store gives. Revoked again, the task is
+// followed again from where its restore left it.
+func TestStandbyRestoresOnlyTheTail(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a := newChangelogApp(t, kafkatest.Broker(t), 2)
+	ws := []*changelogWriter{newChangelogWriter(t, a, 0), newChangelogWriter(t, a, 1)}
+	var restored restoredCounts
+	i := a.instance(t, t.TempDir(), restored.hook)
+	s := a.standbyOf(t, i, 0, 1)
+	pos := watchPositions(s)
+	stop := s.start(ctx, nil)
+	defer func() { stop() }()
+
+	for n := range 20 {
+		for _, w := range ws {
+			if err := w.txn(ctx, 64<<10, 200, n%5 == 4); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for p, w := range ws {
+		pos.waitFor(t, a.task(int32(p)), w.end)
+		if d := diffState(taskState(t, i.db, int32(p)), w.model); d != "" {
+			t.Fatalf("standby copy of task %d: %s", p, d)
+		}
+	}
+
+	// Task 0 moves here; the old owner's last transaction is the tail.
+	s.activate([]taskID{a.task(0)})
+	before := ws[0].records
+	if err := ws[0].txn(ctx, 64<<10, 200, false); err != nil {
+		t.Fatal(err)
+	}
+	tail := ws[0].records - before
+	restoreTimed(t, i, 0)
+	if got := restored.get(0); got != tail {
+		t.Errorf("restore after the standby replayed %d records, want the tail's %d", got, tail)
+	}
+	if d := diffState(taskState(t, i.db, 0), ws[0].model); d != "" {
+		t.Errorf("task 0 after the standby's restore: %s", d)
+	}
+	full := a.instance(t, t.TempDir(), nil)
+	restoreTimed(t, full, 0)
+	if d := diffState(taskState(t, i.db, 0), taskState(t, full.db, 0)); d != "" {
+		t.Errorf("task 0 after the standby's restore, against a full restore: %s", d)
+	}
+	p1, err1 := changelogPosition(i.db, state.TaskPrefix(0, 0))
+	p2, err2 := changelogPosition(full.db, state.TaskPrefix(0, 0))
+	if err1 != nil || err2 != nil || p1 != p2 || p1 != ws[0].end {
+		t.Errorf("changelog positions: after the standby %d (%v), after a full restore %d (%v), want the end %d", p1, err1, p2, err2, ws[0].end)
+	}
+
+	// Revoked, task 0 is followed again from its restored position.
+	s.deactivate(map[string][]int32{a.task(0).topic: {0}})
+	if err := ws[0].txn(ctx, 64<<10, 200, false); err != nil {
+		t.Fatal(err)
+	}
+	pos.waitFor(t, a.task(0), ws[0].end)
+	if d := diffState(taskState(t, i.db, 0), ws[0].model); d != "" {
+		t.Errorf("standby copy of task 0 after its revocation: %s", d)
+	}
+}
+
