@@ -236,4 +236,3 @@ func TestStandbyRestoresOnlyTheTail(t *testing.T) {
 		t.Errorf("standby copy of task 0 after its revocation: %s", d)
 	}
 }
-
