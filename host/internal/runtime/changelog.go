@@ -160,6 +160,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 	// P is the offset after our last record, that is its commit marker's
 	// (or, at_least_once, the end): nothing committed since.
 	if pos+1 >= end && !(pos == 0 && end > 0) {
+		i.restored(sub, partition, 0)
 		return nil
 	}
 	if pos == 0 {
@@ -228,10 +229,16 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 	took := time.Since(start)
 	i.cfg.Logger.Info("task state restored from the changelog", "topic", topic, "partition", partition, "from", pos, "to", end,
 		"records", n, "bytes", size, "took", took.Round(time.Millisecond), "MB/s", fmt.Sprintf("%.1f", float64(size)/1e6/max(took.Seconds(), 1e-9)))
-	if h := i.cfg.Hooks; h != nil && h.Restored != nil {
-		h.Restored(sub, partition, n)
-	}
+	i.restored(sub, partition, n)
 	return nil
+}
+
+// restored tells Hooks.Restored that a task's store is up to date after
+// replaying records changelog records.
+func (i *instance) restored(sub int, partition int32, records int) {
+	if h := i.cfg.Hooks; h != nil && h.Restored != nil {
+		h.Restored(sub, partition, records)
+	}
 }
 
 // restoreBatchBytes is the size at which a restore commits its Pebble

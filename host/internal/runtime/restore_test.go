@@ -27,6 +27,7 @@ import (
 // tests need of an instance, without a consumer group.
 type changelogApp struct {
 	bootstrap string
+	app       string // the application id
 	plan      *translate.Plan
 	topics    *topics.Set
 	admin     *kgo.Client
@@ -40,14 +41,15 @@ func newChangelogApp(t testing.TB, bootstrap string, partitions int) *changelogA
 			{ID: 0, Input: "gbk-repartition", Root: translate.Root{Kind: translate.RootGroupByKey, TransformID: "gbk"}},
 		},
 	}
-	ts := topics.New(plan, kafkatest.UniqueName(t, "app"), 1, partitions)
+	app := kafkatest.UniqueName(t, "app")
+	ts := topics.New(plan, app, 1, partitions)
 	admin := kafkatest.Client(t, bootstrap)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := ts.Create(ctx, kadm.NewClient(admin)); err != nil {
 		t.Fatal(err)
 	}
-	return &changelogApp{bootstrap: bootstrap, plan: plan, topics: ts, admin: admin}
+	return &changelogApp{bootstrap: bootstrap, app: app, plan: plan, topics: ts, admin: admin}
 }
 
 // changelog is the Kafka name of the sub-topology's changelog.
@@ -71,7 +73,7 @@ func (a *changelogApp) instance(t testing.TB, dir string, restored func(sub int,
 		cfg: Config{
 			Plan:             a.plan,
 			BootstrapServers: a.bootstrap,
-			ApplicationID:    "app",
+			ApplicationID:    a.app,
 			Logger:           logger,
 			Hooks:            &Hooks{Restored: restored},
 		},

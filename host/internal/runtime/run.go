@@ -95,7 +95,8 @@ type Hooks struct {
 	// transaction would; any other error fails the instance.
 	BeforeCommit func(records int) error
 	// Restored runs after a task's state was restored from its changelog,
-	// with the number of changelog records replayed.
+	// before the task is created, with the number of changelog records
+	// replayed (0 when the local store was up to date).
 	Restored func(subTopology int, partition int32, records int)
 	// MaxPollRecords, if it returns a positive number, replaces the most
 	// records one commit cycle consumes (100,000), to spread small inputs

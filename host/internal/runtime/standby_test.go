@@ -2,11 +2,16 @@ package runtime
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -125,25 +130,65 @@ func (w *positions) waitFor(t testing.TB, id taskID, pos int64) {
 	}
 }
 
-// restoredCounts counts Hooks.Restored's records by partition.
+// restoredCounts counts Hooks.Restored's records and calls by partition.
 type restoredCounts struct {
-	mu sync.Mutex
-	n  map[int32]int
+	mu      sync.Mutex
+	n       map[int32]int
+	calls   map[int32]int
+	changed chan struct{} // buffered (1)
+}
+
+func (r *restoredCounts) init() {
+	if r.n == nil {
+		r.n, r.calls, r.changed = map[int32]int{}, map[int32]int{}, make(chan struct{}, 1)
+	}
 }
 
 func (r *restoredCounts) hook(_ int, p int32, records int) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.n == nil {
-		r.n = map[int32]int{}
-	}
+	r.init()
 	r.n[p] += records
+	r.calls[p]++
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
 }
 
 func (r *restoredCounts) get(p int32) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.n[p]
+}
+
+func (r *restoredCounts) callsOf(p int32) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[p]
+}
+
+// waitCalls waits until partition p's task was restored calls times.
+func (r *restoredCounts) waitCalls(t testing.TB, p int32, calls int) {
+	t.Helper()
+	r.mu.Lock()
+	r.init()
+	changed := r.changed
+	r.mu.Unlock()
+	timeout := time.After(2 * time.Minute)
+	for {
+		r.mu.Lock()
+		got := r.calls[p]
+		r.mu.Unlock()
+		if got >= calls {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("task of partition %d restored %d times after 2 minutes, want %d", p, got, calls)
+		}
+	}
 }
 
 // standbyOf makes i stand by for the tasks of partitions ps, owned by
@@ -234,5 +279,129 @@ func TestStandbyRestoresOnlyTheTail(t *testing.T) {
 	pos.waitFor(t, a.task(0), ws[0].end)
 	if d := diffState(taskState(t, i.db, 0), ws[0].model); d != "" {
 		t.Errorf("standby copy of task 0 after its revocation: %s", d)
+	}
+}
+
+// groupMemberOf is one instance of a changelogApp in its consumer group.
+type groupMemberOf struct {
+	i        *instance
+	restored restoredCounts
+	pos      *positions // nil without standbys
+	stop     func()     // stops and closes the instance (once)
+}
+
+// join starts an instance of a in its consumer group, on a store of its
+// own, with replicas standby replicas.
+func (a *changelogApp) join(t *testing.T, ctx context.Context, replicas int) *groupMemberOf {
+	t.Helper()
+	m := &groupMemberOf{}
+	cfg := Config{
+		Plan:               a.plan,
+		BootstrapServers:   a.bootstrap,
+		ApplicationID:      a.app,
+		ExactlyOnce:        true,
+		CommitInterval:     50 * time.Millisecond,
+		NumStandbyReplicas: replicas,
+		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Hooks:              &Hooks{Restored: m.restored.hook},
+	}
+	i, err := newInstance(ctx, cfg, a.topics, t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.i = i
+	if i.standby != nil {
+		m.pos = watchPositions(i.standby)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- i.run(rctx) }()
+	m.stop = sync.OnceFunc(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("instance: %v", err)
+		}
+		i.close()
+	})
+	t.Cleanup(m.stop)
+	return m
+}
+
+// waitOwners waits until the group is stable with each member owning one
+// of a's two tasks, and returns the owner of each partition.
+func (a *changelogApp) waitOwners(t *testing.T, ctx context.Context, ms ...*groupMemberOf) map[int32]*groupMemberOf {
+	t.Helper()
+	adm := kadm.NewClient(a.admin)
+	subs := map[string]standbySub{a.task(0).topic: {id: 0, input: a.task(0).topic, changelog: a.changelog()}}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(2 * time.Minute)
+	for {
+		members, stable, err := describeGroup(ctx, adm, a.app, subs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		owners := map[int32]*groupMemberOf{}
+		for _, gm := range members {
+			for _, m := range ms {
+				if id, _ := m.i.cl.GroupMetadata(); id == gm.member && len(gm.tasks) == 1 {
+					owners[gm.tasks[0].partition] = m
+				}
+			}
+		}
+		if stable && len(members) == len(ms) && len(owners) == 2 {
+			return owners
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("group %s: no stable assignment of one task to each of %d members after 2 minutes (last: %d members, stable %v)", a.app, len(ms), len(members), stable)
+		}
+	}
+}
+
+// TestStandbyFailover runs two instances of an application in its
+// consumer group, each owning one of two GroupByKey tasks, whose
+// changelogs are written; then one instance leaves and the survivor takes
+// its task. With num_standby_replicas=1 the survivor has followed that
+// task's changelog and restores nothing; with 0 it replays all of it.
+// Either way its state is what a full restore gives.
+func TestStandbyFailover(t *testing.T) {
+	for _, replicas := range []int{1, 0} {
+		t.Run(fmt.Sprintf("num_standby_replicas=%d", replicas), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			a := newChangelogApp(t, kafkatest.Broker(t), 2)
+			ms := []*groupMemberOf{a.join(t, ctx, replicas), a.join(t, ctx, replicas)}
+			owners := a.waitOwners(t, ctx, ms...)
+			gone, survivor := owners[0], owners[1]
+
+			// Task 0's changelog, as its owner writes it.
+			w := newChangelogWriter(t, a, 0)
+			for n := range 10 {
+				if err := w.txn(ctx, 256<<10, 1000, n%5 == 4); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if replicas > 0 {
+				survivor.pos.waitFor(t, a.task(0), w.end)
+			}
+			before := survivor.restored.callsOf(0)
+			gone.stop()
+			survivor.restored.waitCalls(t, 0, before+1)
+			got, want := survivor.restored.get(0), w.records
+			if replicas > 0 {
+				want = 0
+			}
+			t.Logf("the survivor replayed %d changelog records of the moved task (of %d)", got, w.records)
+			if got != want {
+				t.Errorf("the survivor replayed %d changelog records of the moved task, want %d", got, want)
+			}
+			full := a.instance(t, t.TempDir(), nil)
+			restoreTimed(t, full, 0)
+			if d := diffState(taskState(t, survivor.i.db, 0), taskState(t, full.db, 0)); d != "" {
+				t.Errorf("the moved task's state, against a full restore: %s", d)
+			}
+		})
 	}
 }
