@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/translate"
@@ -148,9 +149,8 @@ func newStandby(i *instance) *standby {
 	if len(s.subs) == 0 {
 		return nil
 	}
-	adm := kadm.NewClient(i.admin)
 	s.describe = func(ctx context.Context) ([]groupMember, bool, error) {
-		return describeGroup(ctx, adm, s.group, s.subs)
+		return describeGroup(ctx, i.admin, s.group, s.subs)
 	}
 	return s
 }
@@ -204,20 +204,10 @@ func chooseStandbys(members []groupMember, self string, replicas int) map[taskID
 // describeGroup reads the group's members and their assigned tasks of the
 // sub-topologies subs (by input topic): a classic group through
 // DescribeGroups, a KIP-848 one through ConsumerGroupDescribe. stable is
-// false while the group rebalances (its assignment is not final).
-func describeGroup(ctx context.Context, adm *kadm.Client, group string, subs map[string]standbySub) (members []groupMember, stable bool, err error) {
-	tasksOf := func(assigned map[string][]int32) []taskID {
-		var ids []taskID
-		for topic, ps := range assigned {
-			if _, ok := subs[topic]; !ok {
-				continue
-			}
-			for _, p := range ps {
-				ids = append(ids, taskID{topic, p})
-			}
-		}
-		return ids
-	}
+// false while the group rebalances (its assignment is not final) or has
+// no member yet.
+func describeGroup(ctx context.Context, cl *kgo.Client, group string, subs map[string]standbySub) (members []groupMember, stable bool, err error) {
+	adm := kadm.NewClient(cl)
 	described, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
 		return nil, false, fmt.Errorf("describing consumer group %s: %w", group, err)
@@ -233,45 +223,82 @@ func describeGroup(ctx context.Context, adm *kadm.Client, group string, subs map
 				gm.id = *m.InstanceID
 			}
 			if a, ok := m.Assigned.AsConsumer(); ok {
-				assigned := map[string][]int32{}
 				for _, t := range a.Topics {
-					assigned[t.Topic] = t.Partitions
+					gm.tasks = appendTasks(gm.tasks, subs, t.Topic, t.Partitions)
 				}
-				gm.tasks = tasksOf(assigned)
 			}
 			members = append(members, gm)
 		}
 		return members, true, nil
 	}
 	// Not a classic group: a KIP-848 consumer group (group_protocol
-	// consumer) is described by ConsumerGroupDescribe.
-	cgs, cerr := adm.DescribeConsumerGroups(ctx, group)
-	if cerr != nil {
-		return nil, false, fmt.Errorf("describing consumer group %s: %w", group, errors.Join(g.Err, cerr))
+	// consumer). kadm's DescribeConsumerGroups keys assignments by topic
+	// name, which a broker may leave out (kfake sends only topic ids).
+	req := kmsg.NewPtrConsumerGroupDescribeRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, false, fmt.Errorf("describing consumer group %s: %w", group, err)
 	}
-	cg := cgs[group]
-	if cg.Err != nil {
-		if errors.Is(cg.Err, kerr.GroupIDNotFound) {
-			return nil, false, nil // not joined yet
+	if len(resp.Groups) != 1 {
+		return nil, false, fmt.Errorf("describing consumer group %s: %d groups in the response", group, len(resp.Groups))
+	}
+	rg := resp.Groups[0]
+	if err := kerr.ErrorForCode(rg.ErrorCode); err != nil {
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return nil, false, nil // no member yet
 		}
-		return nil, false, fmt.Errorf("describing consumer group %s: %w", group, cg.Err)
+		return nil, false, fmt.Errorf("describing consumer group %s: %w", group, err)
 	}
-	if cg.State != "Stable" {
+	if rg.State != "Stable" {
 		return nil, false, nil
 	}
-	for _, m := range cg.Members {
+	var names map[[16]byte]string // topic id → name, read when needed
+	for _, m := range rg.Members {
 		gm := groupMember{id: m.MemberID, member: m.MemberID}
 		if m.InstanceID != nil {
 			gm.id = *m.InstanceID
 		}
-		assigned := map[string][]int32{}
-		for topic, ps := range m.Assignment {
-			assigned[topic] = slices.Sorted(maps.Keys(ps))
+		for _, tp := range m.Assignment.TopicPartitions {
+			topic := tp.Topic
+			if topic == "" {
+				if names == nil {
+					if names, err = topicNames(ctx, adm, subs); err != nil {
+						return nil, false, fmt.Errorf("describing consumer group %s: %w", group, err)
+					}
+				}
+				topic = names[tp.TopicID]
+			}
+			gm.tasks = appendTasks(gm.tasks, subs, topic, tp.Partitions)
 		}
-		gm.tasks = tasksOf(assigned)
 		members = append(members, gm)
 	}
 	return members, true, nil
+}
+
+// appendTasks appends the tasks of topic's partitions ps, if topic is the
+// input of one of subs.
+func appendTasks(ids []taskID, subs map[string]standbySub, topic string, ps []int32) []taskID {
+	if _, ok := subs[topic]; !ok {
+		return ids
+	}
+	for _, p := range ps {
+		ids = append(ids, taskID{topic, p})
+	}
+	return ids
+}
+
+// topicNames maps the topic ids of subs' input topics to their names.
+func topicNames(ctx context.Context, adm *kadm.Client, subs map[string]standbySub) (map[[16]byte]string, error) {
+	tds, err := adm.ListTopics(ctx, slices.Collect(maps.Keys(subs))...)
+	if err != nil {
+		return nil, fmt.Errorf("topic ids: %w", err)
+	}
+	names := map[[16]byte]string{}
+	for name, td := range tds {
+		names[td.ID] = name
+	}
+	return names, nil
 }
 
 // start runs the standby until ctx ends: a follower that applies the

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -331,13 +331,12 @@ func (a *changelogApp) join(t *testing.T, ctx context.Context, replicas int) *gr
 // of a's two tasks, and returns the owner of each partition.
 func (a *changelogApp) waitOwners(t *testing.T, ctx context.Context, ms ...*groupMemberOf) map[int32]*groupMemberOf {
 	t.Helper()
-	adm := kadm.NewClient(a.admin)
 	subs := map[string]standbySub{a.task(0).topic: {id: 0, input: a.task(0).topic, changelog: a.changelog()}}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(2 * time.Minute)
 	for {
-		members, stable, err := describeGroup(ctx, adm, a.app, subs)
+		members, stable, err := describeGroup(ctx, a.admin, a.app, subs)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -401,6 +400,68 @@ func TestStandbyFailover(t *testing.T) {
 			restoreTimed(t, full, 0)
 			if d := diffState(taskState(t, survivor.i.db, 0), taskState(t, full.db, 0)); d != "" {
 				t.Errorf("the moved task's state, against a full restore: %s", d)
+			}
+		})
+	}
+}
+
+// describeGroup reads members, identities and assignments of a classic
+// group and of a KIP-848 one (group_protocol consumer), only once the
+// assignment is stable.
+func TestDescribeGroup(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt
+	}{
+		{"classic", nil},
+		{"consumer", []kgo.Opt{kgo.ServerSideBalancer(), kgo.Balancers(kgo.CooperativeStickyBalancer())}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			a := newChangelogApp(t, kafkatest.Broker(t), 2)
+			var cls []*kgo.Client
+			for n := range 2 {
+				opts := append([]kgo.Opt{kgo.ConsumerGroup(a.app), kgo.ConsumeTopics(a.task(0).topic)}, tc.opts...)
+				if n == 1 {
+					opts = append(opts, kgo.InstanceID("static-1"))
+				}
+				cls = append(cls, kafkatest.Client(t, a.bootstrap, opts...))
+			}
+			subs := map[string]standbySub{a.task(0).topic: {id: 0, input: a.task(0).topic, changelog: a.changelog()}}
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				members, stable, err := describeGroup(ctx, a.admin, a.app, subs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				assigned := map[taskID]bool{}
+				for _, m := range members {
+					for _, id := range m.tasks {
+						assigned[id] = true
+					}
+					for n, cl := range cls {
+						if id, _ := cl.GroupMetadata(); id == m.member && len(m.tasks) == 1 {
+							got = append(got, fmt.Sprintf("%d:%v", n, m.id == m.member))
+						}
+					}
+				}
+				slices.Sort(got)
+				if stable && len(assigned) == 2 && slices.Equal(got, []string{"0:true", "1:false"}) {
+					for _, m := range members {
+						if m.member != m.id && m.id != "static-1" {
+							t.Errorf("member %s has ring id %q, want its group.instance.id static-1", m.member, m.id)
+						}
+					}
+					return
+				}
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+					t.Fatalf("no stable assignment of one task to each client (last: members %+v, stable %v)", members, stable)
+				}
 			}
 		})
 	}
