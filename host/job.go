@@ -200,6 +200,7 @@ func (j *job) execute(ctx context.Context) error {
 		CreateDeadLetterTopic: createDeadLetter,
 		MaxPollRecords:        opts.ReadMaxElementsPerPoll,
 		MaxPollTime:           opts.readMaxPollTime(),
+		NumStandbyReplicas:    opts.NumStandbyReplicas,
 		Execs:                 execs,
 		Logger:                j.logger,
 		Metrics:               j.metrics,
