@@ -253,9 +253,14 @@ func restoreTimed(t testing.TB, i *instance, p int32) time.Duration {
 // changelog as it is written; when the task moves to it, with a last
 // transaction of 1 MB it had not seen, its restore replays only that
 // transaction, in under a second (issue 12: "with a standby replica the
-// restore part of [a failover] is under 1 s for a 100 MB store").
+// restore part of [a failover] is under 1 s for a 100 MB store"). Under
+// -race, which slows restores about tenfold, the changelog is 20 MB and
+// the times are only printed.
 func TestRestoreThroughput(t *testing.T) {
-	const total = 100 << 20
+	total := int64(100 << 20)
+	if raceDetector {
+		total = 20 << 20
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	a := newChangelogApp(t, kafkatest.Broker(t), 1)
@@ -306,14 +311,18 @@ func TestRestoreThroughput(t *testing.T) {
 	if d := diffState(taskState(t, warm.db, 0), w.model); d != "" {
 		t.Errorf("state restored with a standby: %s", d)
 	}
-	if tail.took >= time.Second {
+	if tail.took >= time.Second && !raceDetector {
 		t.Errorf("restore with a warm standby took %v, want under 1 s", tail.took)
 	}
 }
 
 func brokerKind() string {
+	kind := "kfake"
 	if kafkatest.IsReal() {
-		return "real broker"
+		kind = "real broker"
 	}
-	return "kfake"
+	if raceDetector {
+		kind += ", -race: not representative"
+	}
+	return kind
 }

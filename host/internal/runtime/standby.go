@@ -382,13 +382,7 @@ func (s *standby) refreshLoop(ctx context.Context) {
 			}
 			s.choose(chooseStandbys(members, self, s.replicas))
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(next)
+		timer.Reset(next) // Go 1.23 timers: no stale tick survives a Reset
 	}
 }
 
