@@ -114,18 +114,27 @@ func watchPositions(s *standby) *positions {
 // waitFor waits until the standby's position of id is at least pos.
 func (w *positions) waitFor(t testing.TB, id taskID, pos int64) {
 	t.Helper()
+	waitUntil(t, w.changed, func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.pos[id] >= pos, fmt.Sprintf("standby of task %s/%d at position %d, want %d", id.topic, id.partition, w.pos[id], pos)
+	})
+}
+
+// waitUntil waits until cond holds, testing it again at each signal on
+// changed; after 2 minutes it fails the test with cond's description.
+func waitUntil(t testing.TB, changed <-chan struct{}, cond func() (ok bool, desc string)) {
+	t.Helper()
 	timeout := time.After(2 * time.Minute)
 	for {
-		w.mu.Lock()
-		got := w.pos[id]
-		w.mu.Unlock()
-		if got >= pos {
+		ok, desc := cond()
+		if ok {
 			return
 		}
 		select {
-		case <-w.changed:
+		case <-changed:
 		case <-timeout:
-			t.Fatalf("standby of task %s/%d at position %d after 2 minutes, want %d", id.topic, id.partition, got, pos)
+			t.Fatalf("after 2 minutes: %s", desc)
 		}
 	}
 }
@@ -175,20 +184,10 @@ func (r *restoredCounts) waitCalls(t testing.TB, p int32, calls int) {
 	r.init()
 	changed := r.changed
 	r.mu.Unlock()
-	timeout := time.After(2 * time.Minute)
-	for {
-		r.mu.Lock()
-		got := r.calls[p]
-		r.mu.Unlock()
-		if got >= calls {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("task of partition %d restored %d times after 2 minutes, want %d", p, got, calls)
-		}
-	}
+	waitUntil(t, changed, func() (bool, string) {
+		got := r.callsOf(p)
+		return got >= calls, fmt.Sprintf("task of partition %d restored %d times, want %d", p, got, calls)
+	})
 }
 
 // standbyOf makes i stand by for the tasks of partitions ps, owned by
