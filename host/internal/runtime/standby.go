@@ -85,7 +85,7 @@ type standby struct {
 	active    map[taskID]bool    // tasks owned here (onAssigned, dropTasks)
 	chosen    map[taskID]bool    // tasks this instance stands by for, per the last description
 	following map[taskID]*follow // chosen and not active: what cl consumes
-	cl        *kgo.Client        // the follower's client, while run runs
+	cl        *kgo.Client        // the follower's client, between start and its stop
 }
 
 // standbySub is a stateful sub-topology, by its Kafka topic names.
