@@ -260,7 +260,7 @@ const maxParallelRestores = 4
 //     ends its range and can move its position past it.
 //   - A partition's fetch takes up to 32 MiB: a restore is bound by round
 //     trips, one per fetch (TestRestoreThroughput, on a loaded 2-core
-//     machine: 16-43 MB/s at franz-go's default of 1 MiB; 55-134 MB/s at
+//     machine: 16-43 MB/s at franz-go's default of 1 MiB; 40-134 MB/s at
 //     32 MiB with batches committed beside the fetching).
 func changelogReaderOpts(bootstrap string) []kgo.Opt {
 	return []kgo.Opt{
