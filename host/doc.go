@@ -22,8 +22,9 @@
 // # Packages
 //
 //   - host/internal/runtime: the instance (one consumer-group member), the
-//     commit loop, changelog restore, the side-input reader, the purge of
-//     shuffle topics, the start offsets of Kafka reads, and Run.
+//     commit loop, changelog restore, standby replicas, the side-input
+//     reader, the purge of shuffle topics, the start offsets of Kafka
+//     reads, and Run.
 //   - host/internal/task: a task (one sub-topology, one input partition)
 //     and its roots, one type per root kind behind one interface (impulse,
 //     passthrough, group-by-key fast path, windowed group-by-key, TestStream,
@@ -61,7 +62,9 @@
 //     commitTransaction in runtime/instance.go; the at_least_once order in
 //     commitAtLeastOnce.
 //   - The changelog (one writer per partition, the stored position, replay):
-//     task/changelog.go; restore in runtime/changelog.go.
+//     task/changelog.go; restore in runtime/changelog.go; standby copies
+//     (one writer per task key range: the task or the standby) in
+//     runtime/standby.go.
 //   - A task's concurrency (who calls what, what mu guards) and output
 //     before its watermark report: Task in task/task.go.
 //   - Store keys never collide: state/keys.go, checked by its tests.

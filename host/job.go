@@ -347,6 +347,7 @@ func (j *job) execute(ctx context.Context) error {
 		CreateDeadLetterTopic: createDeadLetter,
 		MaxPollRecords:        opts.ReadMaxElementsPerPoll,
 		MaxPollTime:           opts.readMaxPollTime(),
+		NumStandbyReplicas:    opts.NumStandbyReplicas,
 		Execs:                 execs,
 		Skip:                  skip,
 		Logger:                j.logger,

@@ -98,6 +98,12 @@ type Options struct {
 	// restart on its state_dir fences it. It must exceed commit_interval_ms
 	// and be allowed by the broker's transaction.max.timeout.ms.
 	TransactionTimeoutMs int `koanf:"transaction_timeout_ms"`
+	// NumStandbyReplicas is how many other instances of the application
+	// keep a warm copy of each stateful task's store by following its
+	// changelog, so that a task moving to one of them restores only the
+	// changelog's tail. Zero: none (a moved task restores from its last
+	// local position, or all of its changelog).
+	NumStandbyReplicas int `koanf:"num_standby_replicas"`
 }
 
 // DefaultOptions are the built-in defaults.
@@ -149,6 +155,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option processing_guarantee: %q, must be %s or %s", o.ProcessingGuarantee, ExactlyOnce, AtLeastOnce)
 	case o.WASMBundleDeadline < 0:
 		return fmt.Errorf("option wasm_bundle_deadline: %v, must not be negative", o.WASMBundleDeadline)
+	case o.NumStandbyReplicas < 0:
+		return fmt.Errorf("option num_standby_replicas: %d, must not be negative", o.NumStandbyReplicas)
 	}
 	if _, err := o.stageWASM(); err != nil {
 		return err
@@ -370,6 +378,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"read_max_elements_per_poll": &o.ReadMaxElementsPerPoll,
 		"read_max_poll_time_ms":      &o.ReadMaxPollTimeMs,
 		"transaction_timeout_ms":     &o.TransactionTimeoutMs,
+		"num_standby_replicas":       &o.NumStandbyReplicas,
 	} {
 		if err := num(name, dst); err != nil {
 			return o, err
@@ -431,6 +440,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("read_max_elements_per_poll", ReadMaxElementsPerPollHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxElementsPerPoll)),
 		d("read_max_poll_time_ms", ReadMaxPollTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxPollTimeMs)),
 		d("transaction_timeout_ms", TransactionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TransactionTimeoutMs)),
+		d("num_standby_replicas", NumStandbyReplicasHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.NumStandbyReplicas)),
 	}
 }
 
@@ -442,6 +452,7 @@ const (
 	ReadMaxElementsPerPollHelp     = "most records one poll (commit cycle) takes"
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
 	MaxBundleTimeMsHelp            = "a bundle open this long closes at the next batch of input handed to its stage (every bundle closes before a commit anyway)"
+	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 

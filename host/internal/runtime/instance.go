@@ -46,6 +46,7 @@ type instance struct {
 	subByTopic map[string]*translate.SubTopology // by full topic name
 	side       *sideInputReader
 	purge      *purger
+	standby    *standby // nil: num_standby_replicas 0
 	// timerCodecs parse the timers of each (transform, family).
 	timerCodecs map[[2]string]*shuffle.TimerCodec
 
@@ -165,6 +166,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		}
 	}
 	i.purge = newPurger(i.admin, purged, cfg.Logger)
+	i.standby = newStandby(i) // before the client: its callbacks use it
 	opts := []kgo.Opt{
 		seeds,
 		kgo.ConsumerGroup(cfg.ApplicationID),
@@ -315,6 +317,7 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 			ids = append(ids, taskID{topic, p})
 		}
 	}
+	i.standby.activate(ids) // before their restore: stop following them
 	if !i.assigned.Swap(true) {
 		i.progress(fmt.Sprintf("consumer group %s: %d partitions assigned after %v", i.cfg.ApplicationID, len(ids), time.Since(i.joinedAt).Round(time.Millisecond)))
 	}
@@ -364,6 +367,7 @@ func (i *instance) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 func (i *instance) dropTasks(parts map[string][]int32) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
+	defer i.standby.deactivate(parts) // after they stopped writing
 	for topic, ps := range parts {
 		for _, p := range ps {
 			id := taskID{topic, p}
@@ -439,6 +443,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		i.purge.run(ctx)
 	}()
 	defer func() { cancel(); <-sideDone; <-purgeDone }()
+	defer i.standby.start(ctx, i.cl)()
 	// A poll takes at most MaxPollRecords records, waiting at most
 	// MaxPollTime for them; then the cycle commits what it has.
 	pollTime := i.cfg.MaxPollTime

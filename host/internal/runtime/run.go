@@ -82,6 +82,9 @@ type Config struct {
 	// for records before the cycle commits; zero: CommitInterval.
 	MaxPollRecords int
 	MaxPollTime    time.Duration
+	// NumStandbyReplicas is how many other instances keep a warm copy of
+	// each stateful task's store (standby.go); zero: none.
+	NumStandbyReplicas int
 
 	// readBounds are the ends of the bounded Kafka reads, fixed by Run
 	// (readBounds in kafkaio.go).
@@ -101,7 +104,8 @@ type Hooks struct {
 	// transaction would; any other error fails the instance.
 	BeforeCommit func(records int) error
 	// Restored runs after a task's state was restored from its changelog,
-	// with the number of changelog records replayed.
+	// before the task is created, with the number of changelog records
+	// replayed (0 when the local store was up to date).
 	Restored func(subTopology int, partition int32, records int)
 	// MaxPollRecords, if it returns a positive number, replaces the most
 	// records one commit cycle consumes (100,000), to spread small inputs

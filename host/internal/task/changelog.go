@@ -35,11 +35,16 @@ import (
 //     range is cleared first, so stale local state (a store written
 //     without a changelog) cannot survive.
 //
-// Differences from a full design: standby replicas do not exist; a store
-// that resumes from P > 0 relies on the changelog still holding the
-// tombstones written after P (Kafka drops tombstones of compacted topics
-// after delete.retention.ms, default one day), so a local store that is
-// stale by more than that may keep keys deleted meanwhile.
+// Standby replicas (runtime/standby.go) keep the same invariants on other
+// instances: they apply the committed records in order with P in the same
+// batch, so a task moving to one restores from its P like any surviving
+// store.
+//
+// Differences from a full design: a store that resumes from P > 0 relies
+// on the changelog still holding the tombstones written after P (Kafka
+// drops tombstones of compacted topics after delete.retention.ms, default
+// one day), so a local store that is stale by more than that may keep keys
+// deleted meanwhile.
 
 // maxStoredValue bounds the values the host writes in one piece where a
 // value grows with the input (GroupByKey runs, input parked for side
