@@ -160,9 +160,23 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 	if err != nil {
 		return err
 	}
+	// A store ahead of its changelog followed another topic of that name:
+	// the application's topics were deleted (a bounded job done) and made
+	// again. Its state is not this changelog's: restore from the start.
+	// (A recreated changelog already longer than the position is not
+	// told apart by offsets.)
+	if pos > end {
+		i.cfg.Logger.Warn("the local store is ahead of its changelog (recreated since?): restoring the task from the start", "topic", topic, "partition", partition, "position", pos, "end", end)
+		pos = 0
+	}
 	// P is the offset after our last record, that is its commit marker's
 	// (or, at_least_once, the end): nothing committed since.
 	if pos+1 >= end && !(pos == 0 && end > 0) {
+		if pos == 0 && end == 0 {
+			if err := i.db.DeleteRange(prefix, state.PrefixEnd(prefix), pebble.NoSync); err != nil {
+				return err
+			}
+		}
 		i.restored(sub, partition, 0)
 		return nil
 	}
