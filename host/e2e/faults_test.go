@@ -143,7 +143,7 @@ func startFaultApp(t *testing.T, name string, extra map[string]string) *faultApp
 	opts := map[string]string{
 		"application_id": a.appID, "bootstrap_servers": a.bootstrap, "state_dir": t.TempDir(),
 		"internal_parallelism": "2", "source_idle_timeout_ms": "3600000",
-		"session_timeout_ms": strconv.Itoa(int(faultSessionTimeout.Milliseconds())),
+		"session_timeout_ms":     strconv.Itoa(int(faultSessionTimeout.Milliseconds())),
 		"transaction_timeout_ms": "10000",
 	}
 	for k, v := range extra {
@@ -169,7 +169,9 @@ func (a *faultApp) third(k int) []countRec {
 	return a.data.recs[k*n/3 : (k+1)*n/3]
 }
 
-func (a *faultApp) produceThird(t *testing.T, k int) { a.data.produce(a.ctx, t, a.bootstrap, a.in, a.third(k)) }
+func (a *faultApp) produceThird(t *testing.T, k int) {
+	a.data.produce(a.ctx, t, a.bootstrap, a.in, a.third(k))
+}
 
 // awaitThird waits until the output holds the windows fired by the data up
 // to third k, and returns them.

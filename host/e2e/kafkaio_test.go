@@ -19,10 +19,10 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	_ "github.com/ksrunner/ksrunner/host/kafkaio"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/translate"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
