@@ -91,6 +91,21 @@ type Options struct {
 	// restart on its state_dir fences it. It must exceed commit_interval_ms
 	// and be allowed by the broker's transaction.max.timeout.ms.
 	TransactionTimeoutMs int `koanf:"transaction_timeout_ms"`
+
+	// GroupProtocol is the consumer-group protocol of the application's
+	// instances: "classic" (JoinGroup/SyncGroup with the cooperative-sticky
+	// balancer, Kafka Streams' own) or "consumer" (KIP-848: the broker
+	// assigns partitions, incrementally; Kafka 4.0+). Every instance of an
+	// application must use the same one.
+	GroupProtocol string `koanf:"group_protocol"`
+	// SessionTimeoutMs is how long the group waits for a silent instance
+	// (killed, paused, cut off) before it moves that instance's tasks to the
+	// others. classic: the member's session.timeout.ms, within the broker's
+	// group.min/max.session.timeout.ms. consumer: the broker owns the
+	// session (group.consumer.session.timeout.ms); a value other than the
+	// default is set as the group's consumer.session.timeout.ms, within the
+	// broker's group.consumer.min/max.session.timeout.ms.
+	SessionTimeoutMs int `koanf:"session_timeout_ms"`
 }
 
 // DefaultOptions are the built-in defaults.
@@ -108,6 +123,8 @@ func DefaultOptions() Options {
 		DeserializationErrorPolicy: string(task.PolicyFail),
 		ReadMaxElementsPerPoll:     100000,
 		TransactionTimeoutMs:       int(runtime.DefaultTransactionTimeout / time.Millisecond),
+		GroupProtocol:              runtime.GroupProtocolClassic,
+		SessionTimeoutMs:           int(runtime.DefaultSessionTimeout / time.Millisecond),
 	}
 }
 
@@ -147,6 +164,9 @@ func (o Options) Validate() error {
 		return err
 	}
 	if err := o.validateTransactionTimeout("option"); err != nil {
+		return err
+	}
+	if err := o.validateGroup("option"); err != nil {
 		return err
 	}
 	if o.ApplicationID != "" && sanitizeID(o.ApplicationID) != o.ApplicationID {
@@ -190,6 +210,19 @@ func (o Options) validateTransactionTimeout(src string) error {
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be at least %d", src, o.TransactionTimeoutMs, minTransactionTimeoutMs)
 	case o.TransactionTimeoutMs <= o.CommitIntervalMs:
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be more than commit_interval_ms (%d): a commit cycle must fit in one transaction", src, o.TransactionTimeoutMs, o.CommitIntervalMs)
+	}
+	return nil
+}
+
+// validateGroup checks the consumer-group options; src says where the
+// values came from (see validateBadRecords). The broker's limits on
+// session_timeout_ms are checked when the instance joins the group.
+func (o Options) validateGroup(src string) error {
+	switch {
+	case o.GroupProtocol != runtime.GroupProtocolClassic && o.GroupProtocol != runtime.GroupProtocolConsumer:
+		return fmt.Errorf("%s group_protocol: %q, must be %s or %s", src, o.GroupProtocol, runtime.GroupProtocolClassic, runtime.GroupProtocolConsumer)
+	case o.SessionTimeoutMs < 1:
+		return fmt.Errorf("%s session_timeout_ms: %d, must be at least 1 (the broker's group.min.session.timeout.ms, 6000 by default, is the real floor)", src, o.SessionTimeoutMs)
 	}
 	return nil
 }
@@ -345,6 +378,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	str("processing_guarantee", &o.ProcessingGuarantee)
 	str("deserialization_error_policy", &o.DeserializationErrorPolicy)
 	str("dead_letter_topic", &o.DeadLetterTopic)
+	str("group_protocol", &o.GroupProtocol)
 	for name, dst := range map[string]*int{
 		"internal_parallelism":       &o.InternalParallelism,
 		"topic_replication_factor":   &o.TopicReplicationFactor,
@@ -354,6 +388,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"read_max_elements_per_poll": &o.ReadMaxElementsPerPoll,
 		"read_max_poll_time_ms":      &o.ReadMaxPollTimeMs,
 		"transaction_timeout_ms":     &o.TransactionTimeoutMs,
+		"session_timeout_ms":         &o.SessionTimeoutMs,
 	} {
 		if err := num(name, dst); err != nil {
 			return o, err
@@ -387,6 +422,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	if err := o.validateTransactionTimeout("pipeline option"); err != nil {
 		return o, err
 	}
+	if err := o.validateGroup("pipeline option"); err != nil {
+		return o, err
+	}
 	return o, o.Validate()
 }
 
@@ -414,6 +452,8 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("read_max_elements_per_poll", ReadMaxElementsPerPollHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxElementsPerPoll)),
 		d("read_max_poll_time_ms", ReadMaxPollTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxPollTimeMs)),
 		d("transaction_timeout_ms", TransactionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TransactionTimeoutMs)),
+		d("group_protocol", GroupProtocolHelp, jobpb.PipelineOptionType_STRING, def.GroupProtocol),
+		d("session_timeout_ms", SessionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SessionTimeoutMs)),
 	}
 }
 
@@ -424,6 +464,8 @@ const (
 	DeadLetterTopicHelp            = "dead-letter topic of deserialization_error_policy=dead_letter (default: __beam_<application_id>_dead-letter, created by ksrunner; a topic named here must exist)"
 	ReadMaxElementsPerPollHelp     = "most records one poll (commit cycle) takes"
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
+	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"
+	SessionTimeoutMsHelp           = "how long the group waits for a silent instance before moving its tasks to the others; classic: the member's session timeout (within the broker's group.min/max.session.timeout.ms); consumer: set, if not the default, as the group's consumer.session.timeout.ms (within group.consumer.min/max.session.timeout.ms)"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 

@@ -46,7 +46,13 @@ type Config struct {
 	// successor with its identity fences it (identity.go); zero:
 	// DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
-	MaxBundleSize      int
+	// GroupProtocol is GroupProtocolClassic ("" too) or
+	// GroupProtocolConsumer (group.go).
+	GroupProtocol string
+	// SessionTimeout is the consumer-group session timeout (group.go);
+	// zero: DefaultSessionTimeout.
+	SessionTimeout time.Duration
+	MaxBundleSize  int
 	// Execs run the plan's stages, by stage id (executor.Start).
 	Execs   map[string]executor.Executor
 	Logger  *slog.Logger
@@ -110,6 +116,9 @@ const (
 
 // Run runs the plan until it is done (every task reported the maximum
 // watermark: nil), ctx ends (context.Cause(ctx)) or the instance fails.
+// The instance leaves the consumer group when the job is done or the cause
+// of ctx wraps ErrEnded; otherwise a static member keeps its membership for
+// its restart (group.go).
 func Run(ctx context.Context, cfg Config) (err error) {
 	parent := ctx
 	ctx, stop := context.WithCancelCause(ctx)
@@ -167,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer inst.close()
+	defer func() { inst.close(err == nil || errors.Is(context.Cause(parent), ErrEnded)) }()
 
 	if cfg.OnRunning != nil {
 		cfg.OnRunning()

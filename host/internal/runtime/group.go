@@ -1,0 +1,209 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The instance as a consumer-group member: which protocol it speaks, how
+// long its session lasts, and how it leaves.
+//
+// Membership outlives the process only for a static member (a stable
+// identity, identity.go): the group keeps its assignment while it is away,
+// so a restart takes its tasks back without a rebalance, and the other
+// instances wait up to the session timeout for them. That is right for a
+// process that dies or stops to be restarted; it is wrong for a job that
+// ends on purpose, whose tasks the other instances should take at once. So
+// the intent travels with the cancellation: a cause of Run's context that
+// wraps ErrEnded makes the instance leave the group as it closes (for a
+// static member franz-go never sends LeaveGroup itself); any other cause
+// keeps the membership.
+
+// The values of Config.GroupProtocol.
+const (
+	// GroupProtocolClassic is the JoinGroup/SyncGroup protocol with the
+	// cooperative-sticky balancer (KIP-429), as Kafka Streams: a rebalance
+	// revokes only the partitions that move.
+	GroupProtocolClassic = "classic"
+	// GroupProtocolConsumer is KIP-848's consumer protocol (Kafka 4.0+):
+	// the broker assigns partitions (its "uniform" assignor, sticky and
+	// incremental) and owns the session timeout.
+	GroupProtocolConsumer = "consumer"
+)
+
+// DefaultSessionTimeout is Config.SessionTimeout when unset: Kafka
+// Streams' session.timeout.ms, and the broker's own default for KIP-848
+// groups (group.consumer.session.timeout.ms).
+const DefaultSessionTimeout = 45 * time.Second
+
+// ErrEnded, as (or wrapped in) the cause of Run's context, says that the job
+// ends on purpose (a Cancel), not that the process stops to be restarted:
+// the instance leaves the consumer group as it closes, so the application's
+// other instances take its tasks at once rather than after its session
+// timeout. A Run that ends because the job is done leaves too.
+var ErrEnded = errors.New("the job ends")
+
+func (c Config) sessionTimeout() time.Duration {
+	if c.SessionTimeout > 0 {
+		return c.SessionTimeout
+	}
+	return DefaultSessionTimeout
+}
+
+func (c Config) consumerProtocol() bool { return c.GroupProtocol == GroupProtocolConsumer }
+
+// groupOpts are the client's consumer-group options. The balancer is
+// explicit although it is franz-go's default: the revocation handling of
+// instance.go (only the revoked tasks are dropped) relies on it being
+// cooperative, and the KIP-848 uniform assignor is chosen through it.
+func (c Config) groupOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer())}
+	if c.consumerProtocol() {
+		// The broker owns the session and the heartbeat interval
+		// (setGroupSessionTimeout).
+		return append(opts, kgo.ServerSideBalancer())
+	}
+	session := c.sessionTimeout()
+	return append(opts,
+		kgo.SessionTimeout(session),
+		// Kafka's rule of thumb, at most a third of the session, so that
+		// a short session survives a lost heartbeat; franz-go's 3 s
+		// otherwise.
+		kgo.HeartbeatInterval(min(3*time.Second, session/3)),
+	)
+}
+
+// groupConsumerSessionTimeout is the group-level config (KIP-848) that
+// overrides the broker's group.consumer.session.timeout.ms for one group.
+const groupConsumerSessionTimeout = "consumer.session.timeout.ms"
+
+// setGroupSessionTimeout sets, under the consumer protocol, a
+// session_timeout_ms other than the default as the group's
+// consumer.session.timeout.ms (KIP-848 group configs, Kafka 4.0+): there the
+// broker owns the session, not the member. The default leaves the group's
+// config alone (the broker's default is the same 45 s). A value outside the
+// broker's group.consumer.min/max.session.timeout.ms fails, naming the
+// option.
+func setGroupSessionTimeout(ctx context.Context, admin *kgo.Client, cfg Config) error {
+	if !cfg.consumerProtocol() || cfg.SessionTimeout <= 0 || cfg.SessionTimeout == DefaultSessionTimeout {
+		return nil
+	}
+	ms := strconv.FormatInt(cfg.SessionTimeout.Milliseconds(), 10)
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = cfg.ApplicationID
+	rc := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	rc.Name = groupConsumerSessionTimeout
+	rc.Op = kmsg.IncrementalAlterConfigOpSet
+	rc.Value = &ms
+	res.Configs = append(res.Configs, rc)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, admin)
+	if err == nil && len(resp.Resources) == 1 {
+		r := resp.Resources[0]
+		if err = kerr.ErrorForCode(r.ErrorCode); err != nil && r.ErrorMessage != nil {
+			err = fmt.Errorf("%w: %s", err, *r.ErrorMessage)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("option session_timeout_ms: %s: under group_protocol=consumer the broker owns the session, and it refuses it as group %s's %s (it must lie within the broker's group.consumer.min.session.timeout.ms and group.consumer.max.session.timeout.ms, 45000 and 60000 by default): %w",
+			ms, cfg.ApplicationID, groupConsumerSessionTimeout, err)
+	}
+	return nil
+}
+
+// groupError names the option at fault when the group refuses the member:
+// a session timeout outside the broker's limits fails every join.
+func (c Config) groupError(err error) error {
+	if errors.Is(err, kerr.InvalidSessionTimeout) {
+		return fmt.Errorf("option session_timeout_ms: %d: the broker refuses it (outside its group.min.session.timeout.ms and group.max.session.timeout.ms, 6000 and 1800000 by default): %w", c.sessionTimeout().Milliseconds(), err)
+	}
+	return err
+}
+
+// membershipLost reports a group error that means the instance is no
+// longer the member it was (its session expired, the group moved on to a
+// new generation or epoch) or cannot commit now (a rebalance is under way):
+// a cycle's work must be dropped and redone by whoever owns the partitions
+// next, and the instance must not fail. The group management loop reports a
+// loss (OnPartitionsLost) at the next AllowRebalance and joins again.
+func membershipLost(err error) bool {
+	return errors.Is(err, kerr.IllegalGeneration) ||
+		errors.Is(err, kerr.UnknownMemberID) ||
+		errors.Is(err, kerr.RebalanceInProgress) ||
+		errors.Is(err, kerr.StaleMemberEpoch) ||
+		errors.Is(err, kerr.FencedMemberEpoch)
+}
+
+// leaveGroup removes a static member from the group for good, after its
+// client closed: franz-go's close leaves nothing for a static member
+// (classic) or leaves only temporarily, keeping the assignment reserved
+// until the session expires (consumer, member epoch -2). memberID is the
+// member's id under the consumer protocol, read before the client closed.
+// A dynamic member has left already, as its client closed.
+func (i *instance) leaveGroup(memberID string) {
+	gid := i.ident.groupInstanceID(i.cfg.ApplicationID)
+	if gid == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	group := i.cfg.ApplicationID
+	var err error
+	if i.cfg.consumerProtocol() && memberID != "" {
+		// Member epoch -1 from a static member: a permanent leave
+		// (KIP-848), accepted after the client's temporary one.
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Group = group
+		req.MemberID = memberID
+		req.MemberEpoch = -1
+		req.InstanceID = gid
+		var resp *kmsg.ConsumerGroupHeartbeatResponse
+		if resp, err = req.RequestWith(ctx, i.admin); err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+	} else {
+		// KIP-345's removal of a static member by its instance id.
+		var resps kadm.LeaveGroupResponses
+		resps, err = kadm.NewClient(i.admin).LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(*gid).Reason("ksrunner: the job ended"))
+		if err == nil {
+			err = resps.Error()
+		}
+	}
+	if err != nil {
+		i.cfg.Logger.Warn("leaving the consumer group: the other instances take this one's tasks after its session expires", "group", group, "group.instance.id", *gid, "error", err)
+		return
+	}
+	i.progress(fmt.Sprintf("left consumer group %s (group.instance.id %s): the job ended, so the other instances take its tasks now", group, *gid))
+}
+
+// groupSessionError is what the run loop makes of an error the group
+// management loop injected into a poll (it also reported the loss of the
+// assignment, OnPartitionsLost, so the tasks are gone): nil when that loop
+// recovers by joining again, which it does after a lost membership (the
+// session expired, the member was fenced or replaced by a newer epoch), a
+// coordinator moving or a connection failing; otherwise the error, naming
+// the option at fault, that fails the instance rather than let it retry
+// forever (a session timeout the broker refuses, a group it may not join,
+// another process with this instance's group.instance.id).
+func (i *instance) groupSessionError(gs *kgo.ErrGroupSession) error {
+	err := gs.Err
+	var ke *kerr.Error
+	if errors.As(err, &ke) && !ke.Retriable && !membershipLost(err) && !errors.Is(err, kerr.UnreleasedInstanceID) {
+		if errors.Is(err, kerr.FencedInstanceID) {
+			return fmt.Errorf("consumer group %s: another process joined with this instance's group.instance.id %s-%s (a copy of its state_dir?): %w", i.cfg.ApplicationID, i.cfg.ApplicationID, i.ident.id, err)
+		}
+		return fmt.Errorf("consumer group %s: %w", i.cfg.ApplicationID, i.cfg.groupError(err))
+	}
+	i.progress(fmt.Sprintf("consumer group %s: this instance lost its partitions (%v); their tasks are dropped, with their uncommitted work, and the instance joins again", i.cfg.ApplicationID, err))
+	return nil
+}
