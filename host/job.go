@@ -51,7 +51,21 @@ type job struct {
 	done       chan struct{}
 }
 
-var errCancelled = errors.New("job cancelled")
+// Why a job's context ends before the job is done. The cause goes down to
+// the runtime, which decides from it whether the instance leaves the
+// consumer group.
+var (
+	// errCancelled: a Cancel ends the job on purpose, so its instance
+	// leaves the group (runtime.ErrEnded) and the application's other
+	// instances take its tasks at once.
+	errCancelled = fmt.Errorf("job cancelled: %w", runtime.ErrEnded)
+	// errServerStopped: the job server stops (to be restarted, or moved),
+	// which does not end the application: the instance keeps a static
+	// membership (an explicit state_dir), so its restart takes its tasks
+	// back without a rebalance; meanwhile the other instances wait up to
+	// session_timeout_ms for them.
+	errServerStopped = errors.New("job server stopped")
+)
 
 // startJob validates and translates the pipeline (every unsupported construct
 // fails here, before anything runs), compiles and checks the WASM modules of
@@ -145,6 +159,10 @@ func (j *job) State() jobpb.JobState_Enum { return j.events.current() }
 // Cancel stops the job; it ends CANCELLED unless it already ended.
 func (j *job) Cancel() { j.cancel(errCancelled) }
 
+// stop stops the job because its server stops; it ends CANCELLED too, but
+// its instance stays in the consumer group (errServerStopped).
+func (j *job) stop() { j.cancel(errServerStopped) }
+
 // Wait blocks until the job has stopped and released everything it started.
 func (j *job) Wait() { <-j.done }
 
@@ -157,7 +175,7 @@ func (j *job) run(ctx context.Context) {
 	case err == nil:
 		j.logger.Info("job done")
 		j.events.setState(jobpb.JobState_DONE)
-	case errors.Is(context.Cause(ctx), errCancelled):
+	case errors.Is(context.Cause(ctx), errCancelled) || errors.Is(context.Cause(ctx), errServerStopped):
 		j.logger.Info("job cancelled")
 		j.events.setState(jobpb.JobState_CANCELLED)
 	default:
@@ -193,6 +211,8 @@ func (j *job) execute(ctx context.Context) error {
 		ExactlyOnce:           opts.exactlyOnce(),
 		CommitInterval:        opts.commitInterval(),
 		TransactionTimeout:    time.Duration(opts.TransactionTimeoutMs) * time.Millisecond,
+		GroupProtocol:         opts.GroupProtocol,
+		SessionTimeout:        time.Duration(opts.SessionTimeoutMs) * time.Millisecond,
 		SourceIdleTimeout:     time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
 		MaxBundleSize:         opts.MaxBundleSize,
 		BadRecords:            task.ErrorPolicy(opts.DeserializationErrorPolicy),

@@ -222,7 +222,7 @@ func (o Options) validateGroup(src string) error {
 	case o.GroupProtocol != runtime.GroupProtocolClassic && o.GroupProtocol != runtime.GroupProtocolConsumer:
 		return fmt.Errorf("%s group_protocol: %q, must be %s or %s", src, o.GroupProtocol, runtime.GroupProtocolClassic, runtime.GroupProtocolConsumer)
 	case o.SessionTimeoutMs < 1:
-		return fmt.Errorf("%s session_timeout_ms: %d, must be at least 1 (the broker's group.min.session.timeout.ms, 6000 by default, is the real floor)", src, o.SessionTimeoutMs)
+		return fmt.Errorf("%s session_timeout_ms: %d, must be positive (and within the broker's limits, 6000 to 1800000 by default)", src, o.SessionTimeoutMs)
 	}
 	return nil
 }
