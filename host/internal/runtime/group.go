@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -206,4 +207,114 @@ func (i *instance) groupSessionError(gs *kgo.ErrGroupSession) error {
 	}
 	i.progress(fmt.Sprintf("consumer group %s: this instance lost its partitions (%v); their tasks are dropped, with their uncommitted work, and the instance joins again", i.cfg.ApplicationID, err))
 	return nil
+}
+
+// rebalanceState is what the run loop learns, under exactly_once, from the
+// rebalance callbacks, which run between its cycles (BlockRebalanceOnPoll).
+type rebalanceState struct {
+	// pending: partitions were revoked or lost since the last poll, so
+	// the session will abort its next transaction (afterRebalance).
+	pending atomic.Bool
+	// revokedIn is the group generation in which a classic member revoked
+	// partitions, -1 if none since the last rejoin: the member rejoins at
+	// once, and afterRebalance waits for the new generation.
+	revokedIn atomic.Int32
+	// assigned has a value after each assignment or loss, to wake
+	// afterRebalance's wait.
+	assigned chan struct{}
+}
+
+func (r *rebalanceState) init() {
+	r.assigned = make(chan struct{}, 1)
+	r.revokedIn.Store(-1)
+}
+
+func (r *rebalanceState) revokedNow(cl *kgo.Client, classic bool) {
+	r.pending.Store(true)
+	if classic {
+		_, gen := cl.GroupMetadata()
+		r.revokedIn.Store(gen)
+	}
+}
+
+func (r *rebalanceState) lostNow() {
+	r.pending.Store(true)
+	r.signal()
+}
+
+func (r *rebalanceState) assignedNow() { r.signal() }
+
+func (r *rebalanceState) signal() {
+	select {
+	case r.assigned <- struct{}{}:
+	default:
+	}
+}
+
+// afterRebalance runs, under exactly_once, after a poll during which
+// partitions were revoked or lost (state.pending), so that the rebalance
+// costs the tasks that stay no work:
+//
+//   - The session aborts its next transaction whatever it holds, as it
+//     cannot tell that the revocation came between transactions. Aborted
+//     after processing, that transaction would cost the work of every task,
+//     reset from the store. So it is aborted now, empty, before any task saw
+//     the polled records: End rewinds consumption to the committed offsets
+//     (the records are fetched again) and clears the session's mark.
+//   - A classic member that revoked partitions rejoins the group at once
+//     (cooperative rebalancing's second round), and a cycle whose offsets
+//     were committed while that join was under way would abort: franz-go
+//     reads the generation for the transaction's offset commit before it
+//     waits for a join to end (kgo's commitTransactionOffsets), so the
+//     commit carries the old one (ILLEGAL_GENERATION). So the loop waits,
+//     polling nothing, for the new generation: at most until the other
+//     members notice the rebalance (their heartbeat interval), bounded by
+//     the session timeout.
+func (i *instance) afterRebalance(ctx context.Context) error {
+	if err := i.sess.Begin(); err != nil {
+		return fmt.Errorf("beginning a transaction: %w", err)
+	}
+	i.inTxn = true
+	// Not ctx: a Cancel must not leave the transaction open (see
+	// endContext).
+	ectx, cancel := i.endContext(ctx)
+	_, err := i.sess.End(ectx, kgo.TryAbort)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("ending the transaction after a rebalance: %w", err)
+	}
+	i.inTxn = false
+	i.cl.AllowRebalance()
+	from := i.rebalance.revokedIn.Swap(-1)
+	if from < 0 {
+		i.cfg.Logger.Info("partitions lost: the polled records are fetched again")
+		return nil
+	}
+	start := time.Now()
+	timeout := time.NewTimer(i.cfg.sessionTimeout())
+	defer timeout.Stop()
+	for {
+		if _, gen := i.cl.GroupMetadata(); gen != from {
+			i.cfg.Logger.Info("partitions revoked: the other tasks go on after the group's rejoin", "generation", gen, "waited", time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		select {
+		case <-i.rebalance.assigned:
+		case <-ctx.Done():
+			return nil
+		case <-timeout.C:
+			i.cfg.Logger.Warn("partitions revoked, and the group's rejoin did not end within session_timeout_ms: going on", "generation", from)
+			return nil
+		}
+	}
+}
+
+// endContext is the context of ending a transaction: not the loop's, whose
+// cancellation (a Cancel, the job ending) would interrupt End between
+// flushing and ending, leaving the transaction open on the broker, so that
+// every read_committed reader of its partitions (the next owner's changelog
+// restore among them) waits out transaction_timeout_ms; bounded by that
+// timeout instead.
+func (i *instance) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), i.cfg.transactionTimeout())
 }

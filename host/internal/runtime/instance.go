@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,11 +55,8 @@ type instance struct {
 	inTxn bool // a transaction is open (only the loop touches it)
 
 	produceErr atomic.Pointer[error]
-	failed     atomic.Bool // run returned an error: revocation must not commit
-	// rebalanced: exactly_once, partitions were revoked or lost since the
-	// last poll, so the session will abort its next transaction (see
-	// abortAfterRebalance).
-	rebalanced atomic.Bool
+	failed     atomic.Bool    // run returned an error: revocation must not commit
+	rebalance  rebalanceState // exactly_once: what the loop learns from the callbacks (group.go)
 
 	ident    identity
 	joinedAt time.Time   // when the client was created, joining the group
@@ -82,6 +80,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		subByTopic: map[string]*translate.SubTopology{},
 		tasks:      map[taskID]*task.Task{},
 	}
+	i.rebalance.init()
 	coders := cfg.Plan.Pipeline.GetComponents().GetCoders()
 	for pcoll, wv := range cfg.Plan.WireCoders {
 		c, err := shuffle.NewElementCodec(coders, wv)
@@ -177,6 +176,10 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
 	opts = append(opts, cfg.groupOpts()...)
+	if os.Getenv("KSRUNNER_KGO_DEBUG") != "" { // TEMPORARY
+		id := i.ident.id
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string { return "KGO " + id + " " })))
+	}
 	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
 		i.admin.Close()
 		db.Close()
@@ -311,6 +314,7 @@ func (i *instance) close(leave bool) {
 }
 
 func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	i.rebalance.assignedNow()
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var ids []taskID
@@ -357,12 +361,12 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 // work having committed with the last transaction. The revoked tasks' state
 // stays in the local store with its changelog position: if a task comes
 // back, its restore replays only the changelog's tail (restoreTask).
-func (i *instance) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+func (i *instance) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	if i.failed.Load() || i.sess != nil {
 		// A task failed (its failed input is no longer pending): committing
 		// now would commit the offsets of input that was never processed.
 		if i.sess != nil && len(revoked) > 0 {
-			i.rebalanced.Store(true)
+			i.rebalance.revokedNow(cl, !i.cfg.consumerProtocol())
 		}
 		i.dropTasks(revoked)
 		return
@@ -380,32 +384,9 @@ func (i *instance) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 // session aborted the transaction; at_least_once: commitAtLeastOnce).
 func (i *instance) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	if i.sess != nil {
-		i.rebalanced.Store(true)
+		i.rebalance.lostNow()
 	}
 	i.dropTasks(lost)
-}
-
-// abortAfterRebalance runs, under exactly_once, after a poll during which
-// partitions were revoked or lost. The session then aborts its next
-// transaction whatever it holds: it cannot tell that the revocation came
-// between transactions. Aborted after processing, that transaction would
-// cost the work of every task, reset from the store. So it is aborted now,
-// before any task saw the polled records: End rewinds consumption to the
-// committed offsets (the polled records are fetched again) and clears the
-// session's mark, and the tasks, which processed nothing since the last
-// commit, keep their state.
-func (i *instance) abortAfterRebalance(ctx context.Context) error {
-	if err := i.sess.Begin(); err != nil {
-		return fmt.Errorf("beginning a transaction: %w", err)
-	}
-	i.inTxn = true
-	_, err := i.sess.End(ctx, kgo.TryAbort)
-	i.inTxn = false
-	if err != nil {
-		return fmt.Errorf("ending the transaction after a rebalance: %w", err)
-	}
-	i.cfg.Logger.Debug("empty transaction aborted after a rebalance: the polled records are fetched again")
-	return nil
 }
 
 func (i *instance) dropTasks(parts map[string][]int32) {
@@ -523,14 +504,13 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if err := i.failure(); err != nil {
 			return err
 		}
-		if i.sess != nil && i.rebalanced.Swap(false) {
-			if err := i.abortAfterRebalance(ctx); err != nil {
+		if i.sess != nil && i.rebalance.pending.Swap(false) {
+			if err := i.afterRebalance(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return err
 			}
-			i.cl.AllowRebalance()
 			continue
 		}
 		if i.sess != nil {
@@ -700,11 +680,14 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	if abort {
 		try = kgo.TryAbort
 	}
-	committed, err := i.sess.End(ctx, try)
-	i.inTxn = false
-	if err != nil && (!membershipLost(err) || ctx.Err() != nil) {
+	ectx, cancel := i.endContext(ctx)
+	committed, err := i.sess.End(ectx, try)
+	cancel()
+	if err != nil && !membershipLost(err) {
+		// inTxn stays set: the loop's exit aborts what may be left.
 		return fmt.Errorf("ending the transaction: %w", err)
 	}
+	i.inTxn = false
 	if !committed {
 		// A lost membership (the session expired mid-cycle, the member
 		// was fenced) fails the offsets' commit, and End aborts: the
