@@ -55,9 +55,10 @@ import (
 //   - cancel-first (consumer, KIP-848): the first instance is cancelled and
 //     leaves, and the survivor gets its tasks at once.
 //
-// Under classic, the join costs the first instance no processed cycle: the
+// The join costs the first instance no processed cycle under classic: the
 // cooperative revocation drops only the moving tasks, and no transaction
-// with work in it aborts.
+// with work in it aborts; under consumer, one (the cycle running when the
+// group reassigns the member's partitions).
 func TestTwoInstances(t *testing.T) {
 	for _, tc := range []struct {
 		name, protocol string
@@ -99,36 +100,39 @@ func TestTwoInstances(t *testing.T) {
 			// still to come.
 			joined := make(chan struct{})
 			produced := make(chan struct{})
+			pctx, stopProducing := context.WithCancel(ctx)
+			t.Cleanup(func() { stopProducing(); <-produced })
 			go func() {
 				defer close(produced)
-				in1.produce(ctx, t, bootstrap, in, 0, 2*len(in1.recs)/3)
+				in1.produce(pctx, t, bootstrap, in, 0, 2*len(in1.recs)/3)
 				select {
 				case <-joined:
-				case <-ctx.Done():
+				case <-pctx.Done():
 					return
 				}
-				in1.produce(ctx, t, bootstrap, in, 2*len(in1.recs)/3, len(in1.recs))
+				in1.produce(pctx, t, bootstrap, in, 2*len(in1.recs)/3, len(in1.recs))
 			}()
 			insts[0].submit(ctx, t, opts)
-			readCommitted(ctx, t, bootstrap, out, 1) // the first instance is under way
+			readCommitted(ctx, t, bootstrap, out, 200) // the first instance is well under way: 10 windows
 			insts[1].submit(ctx, t, opts)
 			joinedAt := time.Now()
 			restored := insts[1].awaitRestore(ctx, t, time.Time{})
-			// The joiner's tasks move on before the leave, so that those
-			// coming back have a changelog tail to replay.
-			insts[1].awaitCycles(ctx, t, 3)
+			// Both instances share the work a while before the leave
+			// (and the tasks that come back have a changelog tail to
+			// replay).
+			insts[1].awaitConsumed(ctx, t, len(in1.recs)/3)
 			close(joined)
 			t.Logf("the joiner restored its first task with state %v after its submission (%d changelog records)", restored.at.Sub(joinedAt).Round(time.Millisecond), restored.records)
 
 			left := time.Now()
 			leaver.end(ctx, t, tc.stop)
-			took := survivor.awaitRestore(ctx, t, left)
-			t.Logf("the survivor restored the leaver's first task %v after the leave (%d changelog records)", took.at.Sub(left).Round(time.Millisecond), took.records)
+			took := survivor.awaitAssigned(ctx, t, left).Sub(left)
+			t.Logf("the survivor took the leaver's first task %v after the leave", took.Round(time.Millisecond))
 			switch {
-			case tc.stop && took.at.Sub(left) < time.Duration(tc.session-1000)*time.Millisecond:
-				t.Errorf("the leaver's job server stopped, and the survivor took its tasks %v later: a static member that stops for a restart must keep its membership until its session (%d ms) expires", took.at.Sub(left), tc.session)
-			case !tc.stop && took.at.Sub(left) > 20*time.Second:
-				t.Errorf("the leaver was cancelled, and the survivor took its tasks %v later: a cancelled instance must leave the group, not wait out its session", took.at.Sub(left))
+			case tc.stop && took < time.Duration(tc.session-1000)*time.Millisecond:
+				t.Errorf("the leaver's job server stopped, and the survivor took its tasks %v later: a static member that stops for a restart must keep its membership until its session (%d ms) expires", took, tc.session)
+			case !tc.stop && took > 20*time.Second:
+				t.Errorf("the leaver was cancelled, and the survivor took its tasks %v later: a cancelled instance must leave the group, not wait out its session", took)
 			}
 
 			select {
@@ -144,11 +148,17 @@ func TestTwoInstances(t *testing.T) {
 			survivor.cancel(ctx, t)
 			checkCounts(t, "two instances", readCommitted(ctx, t, bootstrap, out, -1), want)
 
-			// Revocations cost no processed work: no transaction with
-			// records aborted on the first instance while the joiner
-			// joined.
-			if n := insts[0].logCount(`msg="transaction aborted: tasks restart from the last committed cycle"`, left); n > 0 {
-				t.Errorf("the first instance aborted %d transactions before the leave, want none: a rebalance must not abort a processed cycle", n)
+			// Revocations cost no processed work: under classic no
+			// transaction with records aborted on the first instance
+			// while the joiner joined; under consumer only the cycle
+			// that was running when the group reassigned its partitions
+			// (franz-go cannot commit it: runtime's onBlocked).
+			allowed := 0
+			if tc.protocol == "consumer" {
+				allowed = 1
+			}
+			if n := insts[0].logCount(`msg="transaction aborted: tasks restart from the last committed cycle"`, left); n > allowed {
+				t.Errorf("the first instance aborted %d transactions before the leave, want at most %d: a rebalance must not abort processed cycles", n, allowed)
 			}
 			if tc.leaver == 1 {
 				// The tasks that came back to the first instance had
@@ -164,9 +174,11 @@ func TestTwoInstances(t *testing.T) {
 					}
 				}
 			}
-			if t.Failed() {
-				for _, a := range insts {
+			for _, a := range insts {
+				if t.Failed() {
 					a.dumpLog(t)
+				} else {
+					a.logGroupSteps(t)
 				}
 			}
 		})
@@ -215,7 +227,7 @@ func (w *windowCounts) produce(ctx context.Context, t *testing.T, bootstrap, top
 	for i := lo; i < hi; i += 5 {
 		for _, r := range w.recs[i:min(i+5, hi)] {
 			cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: r.partition, Key: []byte(r.key), Value: be8(r.value), Timestamp: time.UnixMilli(r.ts)}, func(_ *kgo.Record, err error) {
-				if err != nil {
+				if err != nil && ctx.Err() == nil {
 					t.Errorf("producing: %v", err)
 				}
 			})
@@ -226,7 +238,7 @@ func (w *windowCounts) produce(ctx context.Context, t *testing.T, bootstrap, top
 			return
 		}
 	}
-	if err := cl.Flush(ctx); err != nil {
+	if err := cl.Flush(ctx); err != nil && ctx.Err() == nil {
 		t.Errorf("producing the input: %v", err)
 	}
 }
@@ -293,8 +305,9 @@ type appInstance struct {
 
 	mu       sync.Mutex
 	restores []restore
-	cycles   int           // commit cycles that consumed records
-	restored chan struct{} // signalled on each restore and cycle
+	assigned []time.Time   // when each task was assigned
+	consumed int           // records consumed by its commit cycles
+	restored chan struct{} // signalled on each restore, assignment and cycle
 }
 
 // restore is one task's changelog restore, as the Restored hook saw it.
@@ -322,7 +335,7 @@ func startAppInstance(t *testing.T, name string) *appInstance {
 	}
 	a.pool = pool.EnvironmentConfig
 	a.srv, err = host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), slog.New(slog.NewTextHandler(w, nil)),
-		host.WithTestHooks(host.TestHooks{Restored: a.onRestored, BeforeCommit: a.beforeCommit}))
+		host.WithTestHooks(host.TestHooks{Restored: a.onRestored, Assigned: a.onAssigned, BeforeCommit: a.beforeCommit}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,9 +367,46 @@ func (a *appInstance) onRestored(sub int, partition int32, records int) {
 	}
 }
 
-func (a *appInstance) beforeCommit(int) error {
+func (a *appInstance) onAssigned(int, int32) {
 	a.mu.Lock()
-	a.cycles++
+	a.assigned = append(a.assigned, time.Now())
+	a.mu.Unlock()
+	select {
+	case a.restored <- struct{}{}:
+	default:
+	}
+}
+
+// awaitAssigned waits for a task's assignment after since and returns its
+// time.
+func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since time.Time) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		a.mu.Lock()
+		for _, at := range a.assigned {
+			if at.After(since) {
+				a.mu.Unlock()
+				return at
+			}
+		}
+		a.mu.Unlock()
+		select {
+		case <-a.restored:
+		case r := <-a.ended:
+			a.dumpLog(t)
+			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting an assignment", a.name, r.state, r.errs, r.err)
+		case <-ctx.Done():
+			a.dumpLog(t)
+			t.Fatalf("%s: no task assigned after %v by the deadline", a.name, since.Format(time.TimeOnly))
+		}
+	}
+}
+
+func (a *appInstance) beforeCommit(records int) error {
+	a.mu.Lock()
+	a.consumed += records
 	a.mu.Unlock()
 	select {
 	case a.restored <- struct{}{}:
@@ -365,13 +415,14 @@ func (a *appInstance) beforeCommit(int) error {
 	return nil
 }
 
-// awaitCycles waits until n commit cycles that consumed records have
-// begun to commit (all but the last have ended).
-func (a *appInstance) awaitCycles(ctx context.Context, t *testing.T, n int) {
+// awaitConsumed waits until the instance's commit cycles have consumed n
+// records (input and shuffle records; the last cycle may not have
+// committed yet).
+func (a *appInstance) awaitConsumed(ctx context.Context, t *testing.T, n int) {
 	t.Helper()
 	for {
 		a.mu.Lock()
-		c := a.cycles
+		c := a.consumed
 		a.mu.Unlock()
 		if c >= n {
 			return
@@ -383,7 +434,7 @@ func (a *appInstance) awaitCycles(ctx context.Context, t *testing.T, n int) {
 			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting its cycles", a.name, r.state, r.errs, r.err)
 		case <-ctx.Done():
 			a.dumpLog(t)
-			t.Fatalf("%s: %d cycles with records by the deadline, want %d", a.name, c, n)
+			t.Fatalf("%s: %d records consumed by the deadline, want %d", a.name, c, n)
 		}
 	}
 }
@@ -433,8 +484,8 @@ func (a *appInstance) awaitRestore(ctx context.Context, t *testing.T, since time
 }
 
 // end ends the instance's part: stop stops its job server (as for a
-// restart), otherwise its job is cancelled; either way the job must end
-// CANCELLED.
+// restart; Stop returns once the job has ended), otherwise its job is
+// cancelled, and must end CANCELLED.
 func (a *appInstance) end(ctx context.Context, t *testing.T, stop bool) {
 	t.Helper()
 	if !stop {
@@ -443,9 +494,7 @@ func (a *appInstance) end(ctx context.Context, t *testing.T, stop bool) {
 	}
 	a.stopped = true
 	a.srv.Stop()
-	if r := <-a.ended; r.state != jobpb.JobState_CANCELLED {
-		t.Fatalf("%s: after Stop the job ended %v (errors %q, %v), want CANCELLED", a.name, r.state, r.errs, r.err)
-	}
+	<-a.ended // the server's end may cut the message stream before the state
 }
 
 func (a *appInstance) cancel(ctx context.Context, t *testing.T) {
@@ -506,6 +555,21 @@ func (a *appInstance) eachLogLine(fn func(at time.Time, line string)) {
 		}
 		fn(at, line)
 	}
+}
+
+// logGroupSteps logs what the instance's log says of rebalances, restores
+// and aborted cycles.
+func (a *appInstance) logGroupSteps(t *testing.T) {
+	var lines []string
+	a.eachLogLine(func(_ time.Time, line string) {
+		for _, s := range []string{"rebalance:", "transaction aborted", "restored from the changelog", "left consumer group", "lost its partitions"} {
+			if strings.Contains(line, s) {
+				lines = append(lines, line)
+				break
+			}
+		}
+	})
+	t.Logf("%s: %d commit cycles' records consumed; group steps:\n%s", a.name, a.consumed, strings.Join(lines, "\n"))
 }
 
 // dumpLog logs the instance's warnings and errors, and its group and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -212,16 +213,28 @@ func (i *instance) groupSessionError(gs *kgo.ErrGroupSession) error {
 // rebalanceState is what the run loop learns, under exactly_once, from the
 // rebalance callbacks, which run between its cycles (BlockRebalanceOnPoll).
 type rebalanceState struct {
-	// pending: partitions were revoked or lost since the last poll, so
-	// the session will abort its next transaction (afterRebalance).
+	// pending: partitions were revoked or lost since the last poll (the
+	// session will abort its next transaction), or a classic member's
+	// session ended (afterRebalance).
 	pending atomic.Bool
-	// revokedIn is the group generation in which a classic member revoked
-	// partitions, -1 if none since the last rejoin: the member rejoins at
-	// once, and afterRebalance waits for the new generation.
+	// revokedIn is the group generation whose session a classic member
+	// ended (revoking partitions or, cooperative, nothing), -1 if none
+	// since the last rejoin: the member is rejoining, and afterRebalance
+	// waits for the new generation.
 	revokedIn atomic.Int32
 	// assigned has a value after each assignment or loss, to wake
 	// afterRebalance's wait.
 	assigned chan struct{}
+
+	// blocked: under the consumer protocol, a rebalance callback waits
+	// for the running cycle (OnPartitionsCallbackBlocked), so the cycle's
+	// transaction cannot commit (endTransaction).
+	blocked atomic.Bool
+	endMu   sync.Mutex
+	// endCancel cancels the running End's context under the consumer
+	// protocol; interrupted says onBlocked did.
+	endCancel   context.CancelFunc
+	interrupted bool
 }
 
 func (r *rebalanceState) init() {
@@ -229,11 +242,15 @@ func (r *rebalanceState) init() {
 	r.revokedIn.Store(-1)
 }
 
-func (r *rebalanceState) revokedNow(cl *kgo.Client, classic bool) {
-	r.pending.Store(true)
+// revokedNow records a revocation of n partitions. A classic member's
+// revocation, even of nothing, ends its group session: it rejoins next.
+func (r *rebalanceState) revokedNow(cl *kgo.Client, n int, classic bool) {
 	if classic {
 		_, gen := cl.GroupMetadata()
 		r.revokedIn.Store(gen)
+		r.pending.Store(true)
+	} else if n > 0 {
+		r.pending.Store(true)
 	}
 }
 
@@ -252,8 +269,9 @@ func (r *rebalanceState) signal() {
 }
 
 // afterRebalance runs, under exactly_once, after a poll during which
-// partitions were revoked or lost (state.pending), so that the rebalance
-// costs the tasks that stay no work:
+// partitions were revoked or lost, or a classic member's group session
+// ended (rebalance.pending), so that the rebalance costs the tasks that
+// stay no work:
 //
 //   - The session aborts its next transaction whatever it holds, as it
 //     cannot tell that the revocation came between transactions. Aborted
@@ -261,15 +279,16 @@ func (r *rebalanceState) signal() {
 //     reset from the store. So it is aborted now, empty, before any task saw
 //     the polled records: End rewinds consumption to the committed offsets
 //     (the records are fetched again) and clears the session's mark.
-//   - A classic member that revoked partitions rejoins the group at once
-//     (cooperative rebalancing's second round), and a cycle whose offsets
-//     were committed while that join was under way would abort: franz-go
-//     reads the generation for the transaction's offset commit before it
-//     waits for a join to end (kgo's commitTransactionOffsets), so the
-//     commit carries the old one (ILLEGAL_GENERATION). So the loop waits,
-//     polling nothing, for the new generation: at most until the other
-//     members notice the rebalance (their heartbeat interval), bounded by
-//     the session timeout.
+//   - A classic member whose session ended rejoins the group at once (a
+//     member joined or left, or, in cooperative rebalancing's second
+//     round, it revoked partitions), and a cycle whose offsets were
+//     committed while that join was under way would abort: franz-go reads
+//     the generation for the transaction's offset commit before it waits
+//     for a join to end (kgo's commitTransactionOffsets), so the commit
+//     carries the old one (ILLEGAL_GENERATION). So the loop waits, polling
+//     nothing, for the new generation: at most until every member has
+//     noticed the rebalance (within its heartbeat interval), bounded by the
+//     session timeout.
 func (i *instance) afterRebalance(ctx context.Context) error {
 	if err := i.sess.Begin(); err != nil {
 		return fmt.Errorf("beginning a transaction: %w", err)
@@ -287,7 +306,7 @@ func (i *instance) afterRebalance(ctx context.Context) error {
 	i.cl.AllowRebalance()
 	from := i.rebalance.revokedIn.Swap(-1)
 	if from < 0 {
-		i.cfg.Logger.Info("partitions lost: the polled records are fetched again")
+		i.cfg.Logger.Info("rebalance: partitions revoked or lost; the polled records are fetched again")
 		return nil
 	}
 	start := time.Now()
@@ -295,7 +314,7 @@ func (i *instance) afterRebalance(ctx context.Context) error {
 	defer timeout.Stop()
 	for {
 		if _, gen := i.cl.GroupMetadata(); gen != from {
-			i.cfg.Logger.Info("partitions revoked: the other tasks go on after the group's rejoin", "generation", gen, "waited", time.Since(start).Round(time.Millisecond))
+			i.cfg.Logger.Info("rebalance: the tasks that stay go on in the new generation", "generation", gen, "waited", time.Since(start).Round(time.Millisecond))
 			return nil
 		}
 		select {
@@ -303,7 +322,7 @@ func (i *instance) afterRebalance(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-timeout.C:
-			i.cfg.Logger.Warn("partitions revoked, and the group's rejoin did not end within session_timeout_ms: going on", "generation", from)
+			i.cfg.Logger.Warn("rebalance: the group's rejoin did not end within session_timeout_ms; going on", "generation", from)
 			return nil
 		}
 	}
@@ -317,4 +336,57 @@ func (i *instance) afterRebalance(ctx context.Context) error {
 // timeout instead.
 func (i *instance) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), i.cfg.transactionTimeout())
+}
+
+// onBlocked is told, on a goroutine of its own, that a rebalance callback
+// waits for the running cycle (BlockRebalanceOnPoll). Under the consumer
+// protocol that means the group changed this member's assignment, and
+// franz-go's heartbeat loop stops heartbeating until the callback has run.
+// The cycle's transaction cannot commit then: End forces a heartbeat
+// before it commits, and with no loop to receive it End would wait until
+// its context ends, then fail to end the transaction. So the cycle aborts:
+// endTransaction does not try to commit, and a running End is interrupted
+// and its transaction aborted anew. (Under classic the heartbeat loop keeps
+// running through a rebalance, and a cycle commits; see afterRebalance.)
+func (i *instance) onBlocked(context.Context, *kgo.Client) {
+	if i.sess == nil || !i.cfg.consumerProtocol() {
+		return
+	}
+	r := &i.rebalance
+	r.blocked.Store(true)
+	r.endMu.Lock()
+	defer r.endMu.Unlock()
+	if r.endCancel != nil {
+		r.endCancel()
+		r.interrupted = true
+	}
+}
+
+// endTransaction ends the cycle's transaction (see onBlocked and
+// endContext).
+func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry) (committed bool, err error) {
+	r := &i.rebalance
+	ectx, cancel := i.endContext(ctx)
+	defer cancel()
+	r.endMu.Lock()
+	r.endCancel, r.interrupted = cancel, false
+	r.endMu.Unlock()
+	if r.blocked.Load() {
+		try = kgo.TryAbort
+	}
+	committed, err = i.sess.End(ectx, try)
+	r.endMu.Lock()
+	interrupted := r.interrupted
+	r.endCancel = nil
+	r.endMu.Unlock()
+	if !interrupted || err == nil {
+		return committed, err
+	}
+	// Interrupted, End could not confirm its abort; franz-go keeps the
+	// transaction's state for this retry, which fences the broker's
+	// transaction by re-initializing the producer id (KIP-360).
+	i.cfg.Logger.Info("rebalance: the group reassigned this member's partitions during the cycle; its transaction aborts", "error", err)
+	actx, acancel := i.endContext(ctx)
+	defer acancel()
+	return i.sess.End(actx, kgo.TryAbort)
 }

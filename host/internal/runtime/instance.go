@@ -173,6 +173,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.OnPartitionsAssigned(i.onAssigned),
 		kgo.OnPartitionsRevoked(i.onRevoked),
 		kgo.OnPartitionsLost(i.onLost),
+		kgo.OnPartitionsCallbackBlocked(i.onBlocked),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
 	opts = append(opts, cfg.groupOpts()...)
@@ -348,6 +349,9 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 		}
 		i.tasks[id] = t
 		i.cfg.Logger.Debug("task assigned", "topic", id.topic, "partition", id.partition)
+		if h := i.cfg.Hooks; h != nil && h.Assigned != nil {
+			h.Assigned(i.subByTopic[id.topic].ID, id.partition)
+		}
 	}
 }
 
@@ -365,8 +369,8 @@ func (i *instance) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[st
 	if i.failed.Load() || i.sess != nil {
 		// A task failed (its failed input is no longer pending): committing
 		// now would commit the offsets of input that was never processed.
-		if i.sess != nil && len(revoked) > 0 {
-			i.rebalance.revokedNow(cl, !i.cfg.consumerProtocol())
+		if i.sess != nil {
+			i.rebalance.revokedNow(cl, len(revoked), !i.cfg.consumerProtocol())
 		}
 		i.dropTasks(revoked)
 		return
@@ -504,6 +508,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if err := i.failure(); err != nil {
 			return err
 		}
+		i.rebalance.blocked.Store(false) // the callbacks it waited for ran in the poll
 		if i.sess != nil && i.rebalance.pending.Swap(false) {
 			if err := i.afterRebalance(ctx); err != nil {
 				if ctx.Err() != nil {
@@ -680,9 +685,7 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	if abort {
 		try = kgo.TryAbort
 	}
-	ectx, cancel := i.endContext(ctx)
-	committed, err := i.sess.End(ectx, try)
-	cancel()
+	committed, err := i.endTransaction(ctx, try)
 	if err != nil && !membershipLost(err) {
 		// inTxn stays set: the loop's exit aborts what may be left.
 		return fmt.Errorf("ending the transaction: %w", err)

@@ -100,6 +100,9 @@ type Hooks struct {
 	// Restored runs after a task's state was restored from its changelog,
 	// with the number of changelog records replayed.
 	Restored func(subTopology int, partition int32, records int)
+	// Assigned runs when the group gives the instance a task, after its
+	// restore: at start, or when the task moves in.
+	Assigned func(subTopology int, partition int32)
 	// MaxPollRecords, if it returns a positive number, replaces the most
 	// records one commit cycle consumes (100,000), to spread small inputs
 	// over many cycles.
