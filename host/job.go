@@ -81,13 +81,21 @@ type job struct {
 	err        error // why it ended; set before done closes
 }
 
+// Why a job's context ends before the job is done. The cause goes down to
+// the runtime, which decides from it whether the instance leaves the
+// consumer group.
 var (
 	// errCancelled: the job was cancelled on purpose (the Job API's
-	// Cancel): the whole application stops, and nothing resumes it.
-	errCancelled = errors.New("job cancelled")
+	// Cancel, or the application's cancel read from its pipeline topic):
+	// the whole application stops and nothing resumes it; its instance
+	// leaves the group (runtime.ErrEnded).
+	errCancelled = fmt.Errorf("job cancelled: %w", runtime.ErrEnded)
 	// errStopped: this process stops running the job (its job server
 	// stops, a worker stops, a resubmission replaces a resumed job); the
 	// application goes on in its other processes and resumes at restart.
+	// The instance keeps a static membership (an explicit state_dir), so
+	// its restart takes its tasks back without a rebalance; meanwhile the
+	// other instances wait up to session_timeout_ms for them.
 	errStopped = errors.New("job stopped in this process")
 )
 
@@ -339,6 +347,8 @@ func (j *job) execute(ctx context.Context) error {
 		ExactlyOnce:           opts.exactlyOnce(),
 		CommitInterval:        opts.commitInterval(),
 		TransactionTimeout:    time.Duration(opts.TransactionTimeoutMs) * time.Millisecond,
+		GroupProtocol:         opts.GroupProtocol,
+		SessionTimeout:        time.Duration(opts.SessionTimeoutMs) * time.Millisecond,
 		SourceIdleTimeout:     time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
 		MaxBundleSize:         opts.MaxBundleSize,
 		MaxBundleTime:         opts.maxBundleTime(),

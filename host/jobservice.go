@@ -107,7 +107,9 @@ func (s *JobServer) Serve() error {
 }
 
 // Stop refuses later Runs, cancels every running job, waits for them and
-// stops the server.
+// stops the server. Unlike a Cancel, it does not end the jobs' part in
+// their applications: an instance with an explicit state_dir stays in its
+// consumer group, for a restart to take its tasks back at once.
 func (s *JobServer) Stop() {
 	s.mu.Lock()
 	s.closed = true

@@ -104,6 +104,21 @@ type Options struct {
 	// changelog's tail. Zero: none (a moved task restores from its last
 	// local position, or all of its changelog).
 	NumStandbyReplicas int `koanf:"num_standby_replicas"`
+
+	// GroupProtocol is the consumer-group protocol of the application's
+	// instances: "classic" (JoinGroup/SyncGroup with the cooperative-sticky
+	// balancer, Kafka Streams' own) or "consumer" (KIP-848: the broker
+	// assigns partitions, incrementally; Kafka 4.0+). Every instance of an
+	// application must use the same one.
+	GroupProtocol string `koanf:"group_protocol"`
+	// SessionTimeoutMs is how long the group waits for a silent instance
+	// (killed, paused, cut off) before it moves that instance's tasks to the
+	// others. classic: the member's session.timeout.ms, within the broker's
+	// group.min/max.session.timeout.ms. consumer: the broker owns the
+	// session (group.consumer.session.timeout.ms); a value other than the
+	// default is set as the group's consumer.session.timeout.ms, within the
+	// broker's group.consumer.min/max.session.timeout.ms.
+	SessionTimeoutMs int `koanf:"session_timeout_ms"`
 }
 
 // DefaultOptions are the built-in defaults.
@@ -122,6 +137,8 @@ func DefaultOptions() Options {
 		DeserializationErrorPolicy: string(task.PolicyFail),
 		ReadMaxElementsPerPoll:     100000,
 		TransactionTimeoutMs:       int(runtime.DefaultTransactionTimeout / time.Millisecond),
+		GroupProtocol:              runtime.GroupProtocolClassic,
+		SessionTimeoutMs:           int(runtime.DefaultSessionTimeout / time.Millisecond),
 	}
 }
 
@@ -165,6 +182,9 @@ func (o Options) Validate() error {
 		return err
 	}
 	if err := o.validateTransactionTimeout("option"); err != nil {
+		return err
+	}
+	if err := o.validateGroup("option"); err != nil {
 		return err
 	}
 	if o.ApplicationID != "" && sanitizeID(o.ApplicationID) != o.ApplicationID {
@@ -213,6 +233,19 @@ func (o Options) validateTransactionTimeout(src string) error {
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be at least %d", src, o.TransactionTimeoutMs, minTransactionTimeoutMs)
 	case o.TransactionTimeoutMs <= o.CommitIntervalMs:
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be more than commit_interval_ms (%d): a commit cycle must fit in one transaction", src, o.TransactionTimeoutMs, o.CommitIntervalMs)
+	}
+	return nil
+}
+
+// validateGroup checks the consumer-group options; src says where the
+// values came from (see validateBadRecords). The broker's limits on
+// session_timeout_ms are checked when the instance joins the group.
+func (o Options) validateGroup(src string) error {
+	switch {
+	case o.GroupProtocol != runtime.GroupProtocolClassic && o.GroupProtocol != runtime.GroupProtocolConsumer:
+		return fmt.Errorf("%s group_protocol: %q, must be %s or %s", src, o.GroupProtocol, runtime.GroupProtocolClassic, runtime.GroupProtocolConsumer)
+	case o.SessionTimeoutMs < 1:
+		return fmt.Errorf("%s session_timeout_ms: %d, must be positive (and within the broker's limits, 6000 to 1800000 by default)", src, o.SessionTimeoutMs)
 	}
 	return nil
 }
@@ -368,6 +401,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	str("processing_guarantee", &o.ProcessingGuarantee)
 	str("deserialization_error_policy", &o.DeserializationErrorPolicy)
 	str("dead_letter_topic", &o.DeadLetterTopic)
+	str("group_protocol", &o.GroupProtocol)
 	for name, dst := range map[string]*int{
 		"internal_parallelism":       &o.InternalParallelism,
 		"topic_replication_factor":   &o.TopicReplicationFactor,
@@ -379,6 +413,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"read_max_poll_time_ms":      &o.ReadMaxPollTimeMs,
 		"transaction_timeout_ms":     &o.TransactionTimeoutMs,
 		"num_standby_replicas":       &o.NumStandbyReplicas,
+		"session_timeout_ms":         &o.SessionTimeoutMs,
 	} {
 		if err := num(name, dst); err != nil {
 			return o, err
@@ -412,6 +447,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	if err := o.validateTransactionTimeout("pipeline option"); err != nil {
 		return o, err
 	}
+	if err := o.validateGroup("pipeline option"); err != nil {
+		return o, err
+	}
 	return o, o.Validate()
 }
 
@@ -441,6 +479,8 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("read_max_poll_time_ms", ReadMaxPollTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxPollTimeMs)),
 		d("transaction_timeout_ms", TransactionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TransactionTimeoutMs)),
 		d("num_standby_replicas", NumStandbyReplicasHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.NumStandbyReplicas)),
+		d("group_protocol", GroupProtocolHelp, jobpb.PipelineOptionType_STRING, def.GroupProtocol),
+		d("session_timeout_ms", SessionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SessionTimeoutMs)),
 	}
 }
 
@@ -453,6 +493,8 @@ const (
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
 	MaxBundleTimeMsHelp            = "a bundle open this long closes at the next batch of input handed to its stage (every bundle closes before a commit anyway)"
 	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
+	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"
+	SessionTimeoutMsHelp           = "how long the group waits for a silent instance before moving its tasks to the others; classic: the member's session timeout (within the broker's group.min/max.session.timeout.ms); consumer: set, if not the default, as the group's consumer.session.timeout.ms (within group.consumer.min/max.session.timeout.ms)"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 

@@ -207,3 +207,46 @@ func TestMaxBundleTimeOption(t *testing.T) {
 		t.Error("no descriptor of max_bundle_time_ms with default 1000")
 	}
 }
+
+// TestGroupOptions: group_protocol defaults to classic and session_timeout_ms
+// to Kafka Streams' 45 s; a job's pipeline options set them; bad values are
+// refused naming the option and where it came from; both are described to
+// the SDKs.
+func TestGroupOptions(t *testing.T) {
+	d := DefaultOptions()
+	if d.GroupProtocol != "classic" || d.SessionTimeoutMs != 45000 || d.Validate() != nil {
+		t.Errorf("defaults: group_protocol %q, session_timeout_ms %d (valid: %v)", d.GroupProtocol, d.SessionTimeoutMs, d.Validate())
+	}
+	var s structpb.Struct
+	if err := protojson.Unmarshal([]byte(`{"beam:option:go_options:v1": {"options": {"group_protocol": "consumer", "session_timeout_ms": "10000"}}}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := d.WithPipelineOptions(&s); err != nil || o.GroupProtocol != "consumer" || o.SessionTimeoutMs != 10000 {
+		t.Errorf("pipeline options: %q %d, %v", o.GroupProtocol, o.SessionTimeoutMs, err)
+	}
+	for _, tc := range []struct{ js, want string }{
+		{`{"beam:option:group_protocol:v1": "streams"}`, `pipeline option group_protocol: "streams", must be classic or consumer`},
+		{`{"beam:option:session_timeout_ms:v1": -5}`, `pipeline option session_timeout_ms: -5, must be positive`},
+		{`{"beam:option:session_timeout_ms:v1": "45s"}`, `pipeline option session_timeout_ms: "45s" is not an integer`},
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.want)
+		}
+	}
+	bad := DefaultOptions()
+	bad.GroupProtocol = "eager"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `option group_protocol: "eager"`) {
+		t.Errorf("Validate: %v, want an error naming group_protocol", err)
+	}
+	described := map[string]string{}
+	for _, o := range optionDescriptors() {
+		described[o.GetName()] = o.GetDefaultValue()
+	}
+	if described["group_protocol"] != "classic" || described["session_timeout_ms"] != "45000" {
+		t.Errorf("descriptors: group_protocol %q, session_timeout_ms %q", described["group_protocol"], described["session_timeout_ms"])
+	}
+}

@@ -92,3 +92,36 @@ func TestMaxBundleTimeConfig(t *testing.T) {
 		t.Errorf("--max_bundle_time_ms=0: %v, want an error of the job server configuration naming the option", err)
 	}
 }
+
+// TestGroupOptionsConfig: group_protocol and session_timeout_ms come from
+// flags, the environment or the configuration file, default to classic and
+// Kafka Streams' 45 s, and a bad value is an error of the job server's
+// configuration naming the option.
+func TestGroupOptionsConfig(t *testing.T) {
+	cfg, err := loadServerConfig(nil)
+	if err != nil || cfg.GroupProtocol != "classic" || cfg.SessionTimeoutMs != 45000 {
+		t.Fatalf("defaults: %q %d, %v", cfg.GroupProtocol, cfg.SessionTimeoutMs, err)
+	}
+	if cfg, err = loadServerConfig([]string{"--group_protocol=consumer", "--session_timeout_ms=10000"}); err != nil || cfg.GroupProtocol != "consumer" || cfg.SessionTimeoutMs != 10000 {
+		t.Fatalf("flags: %q %d, %v", cfg.GroupProtocol, cfg.SessionTimeoutMs, err)
+	}
+	t.Setenv("KSRUNNER_SESSION_TIMEOUT_MS", "7000")
+	if cfg, err = loadServerConfig(nil); err != nil || cfg.SessionTimeoutMs != 7000 {
+		t.Fatalf("env: %d, %v", cfg.SessionTimeoutMs, err)
+	}
+	os.Unsetenv("KSRUNNER_SESSION_TIMEOUT_MS")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(file, []byte("group_protocol: streams\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", file}, `option group_protocol: "streams", must be classic or consumer`},
+		{[]string{"--session_timeout_ms=0"}, "option session_timeout_ms: 0, must be positive"},
+	} {
+		_, err := loadServerConfig(tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "job server configuration") {
+			t.Errorf("%q: %v, want an error of the job server configuration with %q", tc.args, err, tc.want)
+		}
+	}
+}

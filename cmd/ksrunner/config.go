@@ -63,6 +63,8 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.Int("read_max_poll_time_ms", def.ReadMaxPollTimeMs, host.ReadMaxPollTimeMsHelp)
 	fs.Int("transaction_timeout_ms", def.TransactionTimeoutMs, host.TransactionTimeoutMsHelp)
 	fs.Int("num_standby_replicas", def.NumStandbyReplicas, host.NumStandbyReplicasHelp)
+	fs.String("group_protocol", def.GroupProtocol, host.GroupProtocolHelp)
+	fs.Int("session_timeout_ms", def.SessionTimeoutMs, host.SessionTimeoutMsHelp)
 	if err := fs.Parse(args); err != nil {
 		return serverConfig{}, err
 	}
@@ -121,7 +123,7 @@ func knownKey(key string) bool {
 		"topic_replication_factor", "max_bundle_size", "max_bundle_time_ms", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
 		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms",
-		"transaction_timeout_ms", "num_standby_replicas":
+		"transaction_timeout_ms", "num_standby_replicas", "group_protocol", "session_timeout_ms":
 		return true
 	}
 	return false

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,7 +56,8 @@ type instance struct {
 	inTxn bool // a transaction is open (only the loop touches it)
 
 	produceErr atomic.Pointer[error]
-	failed     atomic.Bool // run returned an error: revocation must not commit
+	failed     atomic.Bool    // run returned an error: revocation must not commit
+	rebalance  rebalanceState // exactly_once: what the loop learns from the callbacks (group.go)
 
 	ident    identity
 	joinedAt time.Time   // when the client was created, joining the group
@@ -79,6 +81,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		subByTopic: map[string]*translate.SubTopology{},
 		tasks:      map[taskID]*task.Task{},
 	}
+	i.rebalance.init()
 	coders := cfg.Plan.Pipeline.GetComponents().GetCoders()
 	for pcoll, wv := range cfg.Plan.WireCoders {
 		c, err := shuffle.NewElementCodec(coders, wv)
@@ -182,7 +185,18 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.OnPartitionsAssigned(i.onAssigned),
 		kgo.OnPartitionsRevoked(i.onRevoked),
 		kgo.OnPartitionsLost(i.onLost),
+		kgo.OnPartitionsCallbackBlocked(i.onBlocked),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
+	}
+	opts = append(opts, cfg.groupOpts()...)
+	if os.Getenv("KSRUNNER_KGO_DEBUG") != "" { // TEMPORARY
+		id := i.ident.id
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string { return "KGO " + id + " " })))
+	}
+	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
+		i.admin.Close()
+		db.Close()
+		return nil, err
 	}
 	// The settings of the plan's Kafka reads and writes, after the
 	// defaults above, which they override (checkKafkaIO has checked them).
@@ -228,7 +242,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	// INVALID_TXN_STATE on kfake).
 	if cfg.ExactlyOnce && i.ident.stable {
 		if err := i.fence(ctx); err != nil {
-			i.close()
+			i.close(false)
 			return nil, err
 		}
 	}
@@ -289,11 +303,18 @@ func (i *instance) progress(msg string) {
 	}
 }
 
-func (i *instance) close() {
+// close closes the client, the tasks and the store. leave says that the job
+// ends on purpose, so a static member leaves the group too (group.go); else
+// it keeps its membership for its restart.
+func (i *instance) close(leave bool) {
+	memberID, _ := i.cl.GroupMetadata() // the KIP-848 member id, for leaveGroup
 	if i.sess != nil {
 		i.sess.CloseAllowingRebalance()
 	} else {
 		i.cl.CloseAllowingRebalance()
+	}
+	if leave {
+		i.leaveGroup(memberID)
 	}
 	i.admin.Close()
 	i.mu.Lock()
@@ -306,6 +327,7 @@ func (i *instance) close() {
 }
 
 func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[string][]int32) {
+	i.rebalance.assignedNow()
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var ids []taskID
@@ -340,17 +362,29 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 		}
 		i.tasks[id] = t
 		i.cfg.Logger.Debug("task assigned", "topic", id.topic, "partition", id.partition)
+		if h := i.cfg.Hooks; h != nil && h.Assigned != nil {
+			h.Assigned(i.subByTopic[id.topic].ID, id.partition)
+		}
 	}
 }
 
-// onRevoked gives up the revoked tasks. at_least_once commits their work
-// first, so the next owner starts where this one stopped; exactly_once has
-// nothing to commit: revocations only happen between transactions (the loop
-// allows rebalances after ending one), when every task's work is committed.
-func (i *instance) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
+// onRevoked gives up the revoked tasks, and only them: under the
+// cooperative protocols (group.go) a rebalance revokes just the partitions
+// that move, and the other tasks keep their in-memory state and go on.
+// Callbacks run only between cycles (BlockRebalanceOnPoll: while the loop
+// polls, after AllowRebalance), when no bundle or transaction is open.
+// at_least_once commits the tasks' work first, so the next owner starts
+// where this one stopped; exactly_once has nothing to commit, every task's
+// work having committed with the last transaction. The revoked tasks' state
+// stays in the local store with its changelog position: if a task comes
+// back, its restore replays only the changelog's tail (restoreTask).
+func (i *instance) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	if i.failed.Load() || i.sess != nil {
 		// A task failed (its failed input is no longer pending): committing
 		// now would commit the offsets of input that was never processed.
+		if i.sess != nil {
+			i.rebalance.revokedNow(cl, len(revoked), !i.cfg.consumerProtocol())
+		}
 		i.dropTasks(revoked)
 		return
 	}
@@ -360,7 +394,15 @@ func (i *instance) onRevoked(ctx context.Context, _ *kgo.Client, revoked map[str
 	i.dropTasks(revoked)
 }
 
+// onLost drops the tasks of a lost assignment (the session expired or the
+// member was fenced): another member may own their partitions already, so
+// nothing of theirs may commit. The cycle that was running when the loss
+// happened has aborted (exactly_once: its offsets did not commit, so the
+// session aborted the transaction; at_least_once: commitAtLeastOnce).
 func (i *instance) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	if i.sess != nil {
+		i.rebalance.lostNow()
+	}
 	i.dropTasks(lost)
 }
 
@@ -466,15 +508,30 @@ func (i *instance) run(ctx context.Context) (err error) {
 		}
 		var fetchErr error
 		fetches.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) && fetchErr == nil {
-				fetchErr = fmt.Errorf("fetching %s/%d: %w", topic, p, err)
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || fetchErr != nil {
+				return
 			}
+			if gs := (*kgo.ErrGroupSession)(nil); errors.As(err, &gs) {
+				fetchErr = i.groupSessionError(gs)
+				return
+			}
+			fetchErr = fmt.Errorf("fetching %s/%d: %w", topic, p, err)
 		})
 		if fetchErr != nil {
 			return fetchErr
 		}
 		if err := i.failure(); err != nil {
 			return err
+		}
+		i.rebalance.blocked.Store(false) // the callbacks it waited for ran in the poll
+		if i.sess != nil && i.rebalance.pending.Swap(false) {
+			if err := i.afterRebalance(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			continue
 		}
 		if i.sess != nil {
 			if err := i.sess.Begin(); err != nil {
@@ -643,13 +700,18 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	if abort {
 		try = kgo.TryAbort
 	}
-	committed, err := i.sess.End(ctx, try)
-	i.inTxn = false
-	if err != nil {
+	committed, err := i.endTransaction(ctx, try)
+	if err != nil && !membershipLost(err) {
+		// inTxn stays set: the loop's exit aborts what may be left.
 		return fmt.Errorf("ending the transaction: %w", err)
 	}
+	i.inTxn = false
 	if !committed {
-		i.cfg.Logger.Info("transaction aborted: tasks restart from the last committed cycle", "injected", abort)
+		// A lost membership (the session expired mid-cycle, the member
+		// was fenced) fails the offsets' commit, and End aborts: the
+		// instance carries on, and the group reports the loss at the
+		// next AllowRebalance (onLost).
+		i.cfg.Logger.Info("transaction aborted: tasks restart from the last committed cycle", "injected", abort, "error", err)
 		i.resetTasks()
 		return i.failure()
 	}
@@ -680,9 +742,19 @@ func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, e
 	return i.beforeCommit(ctx, records)
 }
 
-// commitAtLeastOnce produces, flushes, applies the state batches and commits
-// offsets, in that order: state and offsets never get ahead of the data they
-// cover (a failure in between repeats output, never loses it).
+// commitAtLeastOnce produces and flushes the cycle's records (outputs,
+// watermark reports, changelog), commits the offsets and applies the state
+// batches, in that order. Invariants:
+//   - Offsets never get ahead of the data they cover: a failure in between
+//     repeats output, never loses it.
+//   - The local store never gets ahead of the offsets: a cycle whose offsets
+//     did not commit because the member lost its partitions
+//     (membershipLost: its session expired, it was fenced) leaves nothing
+//     in the store; its tasks are reset, consumption rewinds, and the
+//     instance carries on (the group reports the loss at the next
+//     AllowRebalance). A crash after the offsets committed leaves the store
+//     behind its changelog, which was flushed first: the task's restore at
+//     its next assignment replays the difference (restoreTask).
 func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 	abort, err := i.produceCycle(ctx, records)
 	if err != nil {
@@ -695,13 +767,19 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 		i.rewind()
 		return i.failure()
 	}
+	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
+		if !membershipLost(err) {
+			return fmt.Errorf("committing offsets: %w", err)
+		}
+		i.cfg.Logger.Info("offsets not committed: the group moved on; the cycle's state is dropped and its input redone by the partitions' owner", "error", err)
+		i.resetTasks()
+		i.rewind()
+		return i.failure()
+	}
 	for _, t := range i.tasks {
 		if err := t.CommitState(); err != nil {
 			return err
 		}
-	}
-	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
-		return fmt.Errorf("committing offsets: %w", err)
 	}
 	i.purge.committed(i.cl.CommittedOffsets())
 	i.finalize(ctx)

@@ -46,6 +46,12 @@ type Config struct {
 	// successor with its identity fences it (identity.go); zero:
 	// DefaultTransactionTimeout.
 	TransactionTimeout time.Duration
+	// GroupProtocol is GroupProtocolClassic ("" too) or
+	// GroupProtocolConsumer (group.go).
+	GroupProtocol string
+	// SessionTimeout is the consumer-group session timeout (group.go);
+	// zero: DefaultSessionTimeout.
+	SessionTimeout time.Duration
 	// MaxBundleSize and MaxBundleTime close bundles by input elements and
 	// by age (task.Env.MaxBundleSize, MaxBundleTime); zero MaxBundleTime:
 	// no time bound.
@@ -107,6 +113,9 @@ type Hooks struct {
 	// before the task is created, with the number of changelog records
 	// replayed (0 when the local store was up to date).
 	Restored func(subTopology int, partition int32, records int)
+	// Assigned runs when the group gives the instance a task, after its
+	// restore: at start, or when the task moves in.
+	Assigned func(subTopology int, partition int32)
 	// MaxPollRecords, if it returns a positive number, replaces the most
 	// records one commit cycle consumes (100,000), to spread small inputs
 	// over many cycles.
@@ -127,6 +136,9 @@ const (
 
 // Run runs the plan until it is done (every task reported the maximum
 // watermark: nil), ctx ends (context.Cause(ctx)) or the instance fails.
+// The instance leaves the consumer group when the job is done or the cause
+// of ctx wraps ErrEnded; otherwise a static member keeps its membership for
+// its restart (group.go).
 func Run(ctx context.Context, cfg Config) (err error) {
 	parent := ctx
 	ctx, stop := context.WithCancelCause(ctx)
@@ -184,7 +196,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	defer inst.close()
+	defer func() { inst.close(err == nil || errors.Is(context.Cause(parent), ErrEnded)) }()
 
 	if cfg.OnRunning != nil {
 		cfg.OnRunning()

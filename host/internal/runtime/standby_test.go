@@ -320,7 +320,7 @@ func (a *changelogApp) join(t *testing.T, ctx context.Context, replicas int) *gr
 		if err := <-done; err != nil {
 			t.Errorf("instance: %v", err)
 		}
-		i.close()
+		i.close(true)
 	})
 	t.Cleanup(m.stop)
 	return m
