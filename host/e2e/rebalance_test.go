@@ -195,12 +195,6 @@ type windowCounts struct {
 	recs       []countRec
 }
 
-type countRec struct {
-	key       string
-	ts, value int64
-	partition int32
-}
-
 func windowInput(from time.Time, n, partitions int) *windowCounts {
 	w := &windowCounts{base: from.Truncate(time.Second).UnixMilli(), partitions: partitions}
 	for i := range n {
