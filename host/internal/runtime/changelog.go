@@ -177,6 +177,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 				return err
 			}
 		}
+		i.cfg.Logger.Info("task state up to date with the changelog", "topic", topic, "partition", partition, "from", pos, "to", end)
 		i.restored(sub, partition, 0)
 		return nil
 	}
