@@ -1,0 +1,1199 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
+	beamlog "github.com/apache/beam/sdks/v2/go/pkg/beam/log"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ksrunner/ksrunner/host"
+)
+
+// `ksrunner bench rescale`: one application, several processes, measured
+// while it runs. Three parts share the bench process:
+//
+//   - the generator produces --rate records/s to an input topic of
+//     --partitions partitions, keys k00000... spread round-robin over --keys
+//     keys, each record's timestamp the wall clock when it is made (the
+//     event time), and keeps the count of each (window, key) it produced;
+//   - the pipeline, a Go SDK job run by ksrunner instances (separate
+//     processes of the ksrunner binary, each with its own state_dir):
+//     kafkaio.Read (CreateTime) → 1 s fixed windows → CombinePerKey(count),
+//     which ksrunner lifts (precombine, shuffle, merge) → "windowStartMs,
+//     count" keyed by the key → kafkaio.Write to an output topic. Window
+//     assignment and the precombine run on the Fn API harness (a LOOPBACK
+//     pool in this process per submission): a WASM DoFn can neither assign
+//     windows nor emit from FinishBundle (wasmabi's ABI v1), so WASM stages
+//     have nothing here to take over;
+//   - the checker reads the output topic read_committed. A window is
+//     complete when every key produced in it has its count exactly and no
+//     result came twice; its skew is the wall clock when its last result
+//     became readable minus the window's end.
+//
+// Meanwhile --plan starts instances and kills them (SIGKILL). The report
+// gives, per phase of the plan, the windows complete, incomplete and
+// duplicated and the skew p50/p99/max; the sustained rate; and for each
+// kill the handover windows and the failover time (from the kill to the
+// completion of the first window that starts after it). The command fails
+// if any window is incomplete or duplicated, or a result names a window or
+// key nothing was produced in.
+
+func init() {
+	register.Combiner2[int64, []byte](&countFn{})
+	register.Function3x2(formatWindowCount)
+}
+
+// countFn counts the elements of a key (in a window): the bench's combine,
+// which ksrunner lifts, so the shuffle carries one accumulator per key and
+// bundle, not every element.
+type countFn struct{}
+
+func (*countFn) CreateAccumulator() int64           { return 0 }
+func (*countFn) AddInput(n int64, _ []byte) int64   { return n + 1 }
+func (*countFn) MergeAccumulators(a, b int64) int64 { return a + b }
+
+// formatWindowCount is a key's result: the key, and "windowStartMs,count".
+func formatWindowCount(w beam.Window, k []byte, n int64) ([]byte, []byte) {
+	v := strconv.AppendInt(nil, int64(w.(window.IntervalWindow).Start), 10)
+	v = append(v, ',')
+	return k, strconv.AppendInt(v, n, 10)
+}
+
+// rescalePipeline is the job every instance runs.
+func rescalePipeline(bootstrap, in, out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	recs := kafkaio.Read(s, "", bootstrap, []string{in},
+		kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "earliest"}),
+		kafkaio.TimestampPolicy(kafkaio.CreateTime))
+	counts := beam.CombinePerKey(s, &countFn{}, beam.WindowInto(s, window.NewFixedWindows(rescaleWindow), recs))
+	lines := beam.ParDo(s, formatWindowCount, counts)
+	kafkaio.Write(s, "", bootstrap, out, beam.WindowInto(s, window.NewGlobalWindows(), lines))
+	return p
+}
+
+// rescaleWindow is the size of the counted windows.
+const rescaleWindow = time.Second
+
+// rescaleConfig is what a bench rescale run does.
+type rescaleConfig struct {
+	Rate, Keys, ValueBytes int
+	Partitions             int32
+	// Duration is how long the generator produces; Warmup how much of its
+	// start is reported apart (instances still settling); Grace how long
+	// the checker may wait after the generator stops for the last windows.
+	Duration, Warmup, Grace time.Duration
+	// Late is the skew over which a window counts as late.
+	Late time.Duration
+	Plan []planStep
+	// Binary is the ksrunner binary the instances run.
+	Binary string
+	// CommitMs is the instances' commit_interval_ms; InstanceFlags are
+	// more flags for every instance.
+	CommitMs      int
+	InstanceFlags []string
+	// WorkDir holds the instances' state_dirs and logs; empty: a temporary
+	// directory, removed after a run that passed.
+	WorkDir          string
+	InstanceLogLevel string
+	Logger           *slog.Logger
+}
+
+// planStep is one step of --plan: at At after the generator starts, start a
+// new instance (Kill 0) or SIGKILL instance Kill (-1: the newest live one).
+type planStep struct {
+	At   time.Duration
+	Kill int
+}
+
+func (s planStep) String() string {
+	switch s.Kill {
+	case 0:
+		return "start@" + s.At.String()
+	case -1:
+		return "kill@" + s.At.String()
+	}
+	return fmt.Sprintf("kill%d@%s", s.Kill, s.At)
+}
+
+// parsePlan parses --plan: comma-separated ACTION@OFFSET steps in time
+// order, ACTION start, kill (the newest live instance) or killN (instance
+// N, counting starts from 1).
+func parsePlan(s string) ([]planStep, error) {
+	var plan []planStep
+	live := map[int]bool{}
+	started := 0
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		action, at, ok := strings.Cut(f, "@")
+		d, err := time.ParseDuration(at)
+		if !ok || err != nil || d < 0 {
+			return nil, fmt.Errorf("--plan: step %q: want ACTION@OFFSET, e.g. start@0s or kill@30s", f)
+		}
+		if len(plan) > 0 && d < plan[len(plan)-1].At {
+			return nil, fmt.Errorf("--plan: step %q comes before the step ahead of it", f)
+		}
+		step := planStep{At: d}
+		switch {
+		case action == "start":
+			started++
+			live[started] = true
+		case action == "kill":
+			step.Kill = -1
+			newest := 0
+			for n := range live {
+				newest = max(newest, n)
+			}
+			if newest == 0 {
+				return nil, fmt.Errorf("--plan: step %q: no instance is running then", f)
+			}
+			delete(live, newest)
+		case strings.HasPrefix(action, "kill"):
+			n, err := strconv.Atoi(strings.TrimPrefix(action, "kill"))
+			if err != nil || !live[n] {
+				return nil, fmt.Errorf("--plan: step %q: instance %s is not running then (instances are numbered from 1 in start order)", f, strings.TrimPrefix(action, "kill"))
+			}
+			step.Kill = n
+			delete(live, n)
+		default:
+			return nil, fmt.Errorf("--plan: step %q: unknown action %q (want start, kill or killN)", f, action)
+		}
+		plan = append(plan, step)
+	}
+	if len(plan) == 0 || plan[0].Kill != 0 || plan[0].At != 0 {
+		return nil, errors.New("--plan: the first step must be start@0s")
+	}
+	return plan, nil
+}
+
+func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error {
+	def := host.DefaultOptions()
+	fs := newFlagSet("bench rescale")
+	rate := fs.Int("rate", 200_000, "records/s the generator produces")
+	keys := fs.Int("keys", 2000, "distinct keys, produced round-robin")
+	valueBytes := fs.Int("value_bytes", 100, "bytes per record value")
+	parts := fs.Int32("partitions", 8, "partitions of the input and output topics")
+	duration := fs.Duration("duration", 90*time.Second, "how long the generator produces")
+	warmup := fs.Duration("warmup", 5*time.Second, "windows ending this early in the run are reported apart, as warm-up")
+	grace := fs.Duration("grace", 2*time.Minute, "how long to wait for the last windows after the generator stops")
+	late := fs.Duration("late", 2*time.Second, "a window whose skew is over this is late")
+	plan := fs.String("plan", "start@0s,start@30s,kill@60s", "instances: comma-separated ACTION@OFFSET from the generator's start; ACTION start, kill (the newest live instance) or killN (the Nth started); instances at 0s start before the generator")
+	bootstrap := fs.String("bootstrap_servers", "embedded", `Kafka brokers, or "embedded" (an in-memory broker in this process)`)
+	binary := fs.String("ksrunner", "", "the ksrunner binary the instances run (default: this one)")
+	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "the instances' commit_interval_ms")
+	instanceFlags := fs.StringArray("instance_flag", nil, "a flag for every instance's `ksrunner jobserver`, e.g. --instance_flag=--transaction_timeout_ms=10000 (repeatable)")
+	workDir := fs.String("work_dir", "", "directory of the instances' state_dirs and logs (default: a temporary one, removed after a run that passed)")
+	logLevel := fs.String("log_level", "warn", "this process's log level (SDK workers, embedded broker)")
+	instanceLogLevel := fs.String("instance_log_level", "info", "the instances' log level (their logs go to the work directory)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (generator, checker, SDK workers, embedded broker) to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	steps, err := parsePlan(*plan)
+	if err != nil {
+		return fmt.Errorf("bench rescale: %w", err)
+	}
+	logger, err := benchLogger("bench rescale", *logLevel)
+	if err != nil {
+		return err
+	}
+	var lvl slog.Level
+	lvl.UnmarshalText([]byte(*logLevel)) // checked by benchLogger
+	beamlog.SetLogger(sdkLogger{min: sdkSeverity(lvl)})
+	if *binary == "" {
+		if *binary, err = os.Executable(); err != nil {
+			return fmt.Errorf("bench rescale: --ksrunner: finding this binary: %w", err)
+		}
+	}
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	cfg := rescaleConfig{
+		Rate: *rate, Keys: *keys, ValueBytes: *valueBytes, Partitions: *parts,
+		Duration: *duration, Warmup: *warmup, Grace: *grace, Late: *late, Plan: steps,
+		Binary: *binary, CommitMs: *commitMs, InstanceFlags: *instanceFlags,
+		WorkDir: *workDir, InstanceLogLevel: *instanceLogLevel, Logger: logger,
+	}
+	_, err = benchRescale(ctx, cfg, *bootstrap, stdout)
+	return err
+}
+
+// rescaleBench is one run's shared state.
+type rescaleBench struct {
+	cfg                   rescaleConfig
+	bootstrap             string
+	embedded              bool // the broker is this process's
+	nonce                 string
+	appID, in, out, jobID string // jobID: the job name every submission uses
+	workDir               string
+	check                 *windowChecker
+
+	// jobsCtx is the context of every submission's Execute; stopJobs ends
+	// them all (after their jobs were cancelled).
+	jobsCtx  context.Context
+	stopJobs context.CancelFunc
+
+	// Owned by the goroutine running the plan until it returns.
+	instances []*benchInstance
+	genStart  time.Time // zero until the generator starts
+	events    []string
+}
+
+// event logs a timeline line, at its offset from the generator's start.
+func (b *rescaleBench) event(stdout io.Writer, at time.Time, format string, args ...any) {
+	off := "   (before)"
+	if !b.genStart.IsZero() {
+		off = fmt.Sprintf("%+9.1fs", at.Sub(b.genStart).Seconds())
+	}
+	line := off + "  " + fmt.Sprintf(format, args...)
+	b.events = append(b.events, line)
+	fmt.Fprintln(stdout, line)
+}
+
+// rescaleResult is what a run measured.
+type rescaleResult struct {
+	Produced   int64
+	GenRate    float64 // records/s the generator achieved
+	Windows    []windowResult
+	Phases     []phaseResult
+	Incomplete int
+	Duplicated int
+	Unexpected int // windows with results but nothing produced in them
+	Kills      []killResult
+}
+
+// phaseResult is one phase of the plan (or the warm-up) over the windows
+// whose end falls in [From, To) after the generator's start.
+type phaseResult struct {
+	Label                  string
+	From, To               time.Duration
+	Windows, Complete      int
+	Incomplete, Duplicated int
+	P50, P99, Max          time.Duration // skew of its complete windows
+	Late                   int           // complete windows with a skew over cfg.Late
+	HandoverExcluded       int           // windows left out as handover windows
+	P50Steady, P99Steady   time.Duration // skew without the handover windows
+	Elements               int64
+}
+
+// killResult is one kill's failover.
+type killResult struct {
+	Instance int
+	At       time.Duration // after the generator's start
+	// Failover is from the kill to the completion of the first window
+	// starting after it; -1 if that window never completed.
+	Failover time.Duration
+	// Handover are the windows ending after the kill and before that
+	// completion; HandoverComplete of them completed, the latest with a
+	// skew of HandoverMaxSkew.
+	Handover, HandoverComplete int
+	HandoverMaxSkew            time.Duration
+}
+
+// benchRescale runs the bench on bootstrap ("embedded": a broker in this
+// process) and prints the report to stdout; it fails if a window is
+// incomplete or duplicated.
+func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdout io.Writer) (res *rescaleResult, err error) {
+	switch {
+	case cfg.Rate < 1 || cfg.Keys < 1 || cfg.Partitions < 1 || cfg.CommitMs < 1:
+		return nil, errors.New("bench rescale: --rate, --keys, --partitions and --commit_interval_ms must be at least 1")
+	case cfg.Keys > 99999:
+		return nil, fmt.Errorf("bench rescale: --keys %d: at most 99999 (keys are k00000 to k99999)", cfg.Keys)
+	case cfg.Duration < rescaleWindow:
+		return nil, fmt.Errorf("bench rescale: --duration %v: at least one window (%v)", cfg.Duration, rescaleWindow)
+	case len(cfg.Plan) == 0:
+		return nil, errors.New("bench rescale: --plan: no steps")
+	}
+	bootstrap, where, closeBroker, err := benchBroker(bootstrap)
+	if err != nil {
+		return nil, err
+	}
+	defer closeBroker()
+	b := &rescaleBench{cfg: cfg, bootstrap: bootstrap, embedded: where != bootstrap, nonce: strconv.FormatInt(time.Now().UnixNano(), 36), check: newWindowChecker(cfg.Keys)}
+	b.appID = "bench-rescale-" + b.nonce
+	b.jobID = b.appID
+	b.in, b.out = b.appID+"-in", b.appID+"-out"
+	b.workDir = cfg.WorkDir
+	if b.workDir == "" {
+		if b.workDir, err = os.MkdirTemp("", "ksrunner-bench-rescale-"); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err == nil {
+				os.RemoveAll(b.workDir)
+			} else {
+				fmt.Fprintf(stdout, "instance logs and state kept in %s\n", b.workDir)
+			}
+		}()
+	} else if err := os.MkdirAll(b.workDir, 0o755); err != nil {
+		return nil, fmt.Errorf("bench rescale: --work_dir: %w", err)
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(max(2*cfg.Rate, 10_000)))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if err := createBenchTopics(ctx, adm, cfg.Partitions, nil, b.in, b.out); err != nil {
+		return nil, fmt.Errorf("bench rescale: %w", err)
+	}
+	defer b.cleanUp(adm)
+
+	var plan []string
+	for _, s := range cfg.Plan {
+		plan = append(plan, s.String())
+	}
+	fmt.Fprintf(stdout, "bench rescale: %d records/s over %d keys (%d-byte values) into %d partitions for %v; 1 s windows counted per key; plan %s; on %s; instances: ksrunner jobserver, commit_interval_ms=%d %s; GOMAXPROCS=%d\n",
+		cfg.Rate, cfg.Keys, cfg.ValueBytes, cfg.Partitions, cfg.Duration, strings.Join(plan, ","), where, cfg.CommitMs, strings.Join(cfg.InstanceFlags, " "), runtime.GOMAXPROCS(0))
+
+	// The checker reads from the start of the (new) output topic.
+	checkCtx, stopCheck := context.WithCancel(ctx)
+	defer stopCheck()
+	checkDone := make(chan error, 1)
+	go func() { checkDone <- b.check.read(checkCtx, bootstrap, b.out) }()
+
+	*jobopts.EnvironmentType = "LOOPBACK"
+	flag.Set("environment_type", "LOOPBACK")
+	b.jobsCtx, b.stopJobs = context.WithCancel(context.Background())
+	defer b.stopInstances(stdout)
+	cpu0 := processCPU()
+
+	// Instances of step 0 before the generator: the first windows measure
+	// the pipeline, not its start-up.
+	steps := cfg.Plan
+	for len(steps) > 0 && steps[0].At == 0 {
+		if err := b.step(ctx, steps[0], stdout); err != nil {
+			return nil, err
+		}
+		steps = steps[1:]
+	}
+
+	// The generator and the rest of the plan run side by side; either
+	// failing stops the other.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	b.genStart = time.Now()
+	b.event(stdout, b.genStart, "generator started")
+	genDone := make(chan error, 1)
+	var produced int64
+	go func() {
+		var err error
+		produced, err = b.generate(runCtx, cl, b.genStart.Add(cfg.Duration))
+		genDone <- err
+	}()
+	planErr := b.runPlan(runCtx, steps, stdout)
+	if planErr != nil {
+		stopRun()
+	}
+	genErr := <-genDone
+	if err := errors.Join(planErr, genErr); err != nil {
+		return nil, fmt.Errorf("bench rescale: %w", err)
+	}
+	genEnd := time.Now()
+	res = &rescaleResult{Produced: produced, GenRate: float64(produced) / genEnd.Sub(b.genStart).Seconds()}
+	b.event(stdout, genEnd, "generator stopped: %d records, %.0f records/s (target %d)", produced, res.GenRate, cfg.Rate)
+
+	waitCtx, cancelWait := context.WithTimeout(ctx, cfg.Grace)
+	waitErr := b.check.waitAll(waitCtx)
+	cancelWait()
+	if waitErr == nil {
+		b.event(stdout, time.Now(), "every window resolved (complete, or a wrong or duplicated result)")
+	} else {
+		b.event(stdout, time.Now(), "stopped waiting: %v", waitErr)
+	}
+	stopCheck()
+	if err := <-checkDone; err != nil && !errors.Is(err, context.Canceled) {
+		return nil, fmt.Errorf("bench rescale: checker: %w", err)
+	}
+	b.stopInstances(stdout)
+	b.report(res, stdout, processCPU()-cpu0)
+	if res.Incomplete > 0 || res.Duplicated > 0 || res.Unexpected > 0 {
+		return res, fmt.Errorf("bench rescale: %d incomplete, %d duplicated windows, %d unexpected windows", res.Incomplete, res.Duplicated, res.Unexpected)
+	}
+	return res, nil
+}
+
+// runPlan carries out steps, each at its offset from the generator's start.
+func (b *rescaleBench) runPlan(ctx context.Context, steps []planStep, stdout io.Writer) error {
+	for _, s := range steps {
+		t := time.NewTimer(time.Until(b.genStart.Add(s.At)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil // the generator ended first (its error, if any, is reported)
+		case <-t.C:
+		}
+		if err := b.step(ctx, s, stdout); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step carries out one plan step.
+func (b *rescaleBench) step(ctx context.Context, s planStep, stdout io.Writer) error {
+	if s.Kill == 0 {
+		_, err := b.startInstance(ctx, stdout)
+		return err
+	}
+	var victim *benchInstance
+	for _, in := range b.instances {
+		if in.alive() && (s.Kill == in.n || s.Kill == -1) {
+			victim = in // with -1, the newest live one: the last match
+		}
+	}
+	if victim == nil {
+		return fmt.Errorf("plan step %s: no such live instance", s)
+	}
+	at := time.Now()
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing instance %d (pid %d): %w", victim.n, victim.cmd.Process.Pid, err)
+	}
+	<-victim.exited
+	victim.killedAt = at
+	b.event(stdout, at, "instance %d killed (SIGKILL, pid %d)", victim.n, victim.cmd.Process.Pid)
+	return nil
+}
+
+// benchInstance is one instance process.
+type benchInstance struct {
+	n                 int
+	stateDir, logPath string
+	cmd               *exec.Cmd
+	exited            chan struct{} // closed when cmd has been waited for
+	waitErr           error
+	endpoint          string     // its job endpoint
+	job               chan error // its submission's Execute result (nil: not submitted)
+	killedAt          time.Time
+}
+
+func (in *benchInstance) alive() bool {
+	select {
+	case <-in.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// startInstance starts the next instance of the application: today a
+// `ksrunner jobserver` of its own (own state_dir, so a stable identity, and
+// a free job port) to which the pipeline is submitted under the
+// application's id, which makes it a member of the application's consumer
+// group.
+//
+// TODO(issue 12): once `ksrunner worker` exists, instances after the first
+// run `ksrunner worker --application_id <appID> --bootstrap_servers <B>
+// --state_dir <dir>` instead and are not submitted to: only the args and the
+// submit below change.
+func (b *rescaleBench) startInstance(ctx context.Context, stdout io.Writer) (*benchInstance, error) {
+	in := &benchInstance{n: len(b.instances) + 1, exited: make(chan struct{})}
+	in.stateDir = filepath.Join(b.workDir, fmt.Sprintf("instance-%d", in.n))
+	in.logPath = filepath.Join(b.workDir, fmt.Sprintf("instance-%d.log", in.n))
+	name := fmt.Sprintf("instance %d", in.n)
+	args := []string{"jobserver", "--job_port=0", "--expansion_port=0",
+		"--bootstrap_servers=" + b.bootstrap, "--application_id=" + b.appID, "--state_dir=" + in.stateDir,
+		"--commit_interval_ms=" + strconv.Itoa(b.cfg.CommitMs), "--log_level=" + b.cfg.InstanceLogLevel}
+	args = append(args, b.cfg.InstanceFlags...)
+	start := time.Now()
+	if err := b.startProcess(ctx, in, args); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	b.instances = append(b.instances, in)
+	var err error
+	if in.job, err = b.submit(ctx, in); err != nil {
+		return nil, fmt.Errorf("%s: %w (log: %s)", name, err, in.logPath)
+	}
+	b.event(stdout, start, "instance %d started (pid %d, state_dir %s): job RUNNING after %.1fs", in.n, in.cmd.Process.Pid, in.stateDir, time.Since(start).Seconds())
+	return in, nil
+}
+
+var jobEndpointLine = regexp.MustCompile(`^job endpoint: (\S+)`)
+
+// startProcess starts in's process with args, its stderr to in.logPath,
+// and waits for it to print its job endpoint.
+func (b *rescaleBench) startProcess(ctx context.Context, in *benchInstance, args []string) error {
+	if err := os.MkdirAll(in.stateDir, 0o755); err != nil {
+		return err
+	}
+	lf, err := os.Create(in.logPath)
+	if err != nil {
+		return err
+	}
+	in.cmd = exec.Command(b.cfg.Binary, args...)
+	in.cmd.Stderr = lf
+	stdout, err := in.cmd.StdoutPipe()
+	if err != nil {
+		lf.Close()
+		return err
+	}
+	if err := in.cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("starting %s: %w", b.cfg.Binary, err)
+	}
+	endpoint := make(chan string, 1)
+	go func() {
+		// Reads stdout to its end, so Wait can finish.
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := jobEndpointLine.FindStringSubmatch(sc.Text()); m != nil {
+				endpoint <- m[1]
+			}
+		}
+		in.waitErr = in.cmd.Wait()
+		lf.Close()
+		close(in.exited)
+	}()
+	t := time.NewTimer(time.Minute)
+	defer t.Stop()
+	select {
+	case in.endpoint = <-endpoint:
+		return nil
+	case <-in.exited:
+		return fmt.Errorf("exited before serving: %v (log: %s)", in.waitErr, in.logPath)
+	case <-t.C:
+		return fmt.Errorf("printed no job endpoint in a minute (log: %s)", in.logPath)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// submit submits the pipeline to in's job server under the application's
+// id and job name, and waits until the job is RUNNING. Each submission has
+// a LOOPBACK worker pool of its own in this process (universal.Execute
+// starts one), so SDK worker ids of two instances never meet in one pool.
+func (b *rescaleBench) submit(ctx context.Context, in *benchInstance) (chan error, error) {
+	// The SDK reads its options from flags: set them, and wait for the job
+	// to run before any other submission changes them.
+	*jobopts.Endpoint = in.endpoint
+	flag.Set("job_name", b.jobID)
+	beam.PipelineOptions.Set("application_id", b.appID)
+	p := rescalePipeline(b.bootstrap, b.in, b.out)
+	done := make(chan error, 1)
+	go func() {
+		_, err := universal.Execute(b.jobsCtx, p)
+		done <- err
+	}()
+	cc, err := grpc.NewClient(in.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return done, err
+	}
+	defer cc.Close()
+	js := jobpb.NewJobServiceClient(cc)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(2 * time.Minute)
+	defer deadline.Stop()
+	for {
+		jobs, err := js.GetJobs(ctx, &jobpb.GetJobsRequest{})
+		if err != nil {
+			return done, fmt.Errorf("listing jobs: %w", err)
+		}
+		for _, j := range jobs.GetJobInfo() {
+			if j.GetJobName() == b.jobID {
+				switch j.GetState() {
+				case jobpb.JobState_RUNNING:
+					return done, nil
+				case jobpb.JobState_FAILED, jobpb.JobState_CANCELLED, jobpb.JobState_DONE:
+					return done, fmt.Errorf("job %s is %v before running", j.GetJobId(), j.GetState())
+				}
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err // for whoever waits on the job later
+			return done, fmt.Errorf("submission ended before the job ran: %v", err)
+		case <-in.exited:
+			return done, fmt.Errorf("exited before the job ran: %v", in.waitErr)
+		case <-deadline.C:
+			return done, errors.New("job not RUNNING after 2 minutes")
+		case <-ctx.Done():
+			return done, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// stopInstances ends every instance still running: its job cancelled, then
+// SIGTERM (SIGKILL if it does not exit in 30 s), and every submission's
+// Execute. Safe to call twice.
+func (b *rescaleBench) stopInstances(stdout io.Writer) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, in := range b.instances {
+		if !in.alive() {
+			continue
+		}
+		if in.job != nil {
+			if err := cancelBenchJob(ctx, in.endpoint, b.jobID, in.job); err != nil {
+				b.cfg.Logger.Warn("bench rescale: cancelling the job", "instance", in.n, "err", err)
+			}
+			in.job = nil
+		}
+		in.cmd.Process.Signal(syscall.SIGTERM)
+		t := time.NewTimer(30 * time.Second)
+		select {
+		case <-in.exited:
+		case <-t.C:
+			b.cfg.Logger.Warn("bench rescale: instance did not exit on SIGTERM in 30 s; killing it", "instance", in.n)
+			in.cmd.Process.Signal(syscall.SIGKILL)
+			<-in.exited
+		}
+		t.Stop()
+	}
+	if b.stopJobs != nil {
+		b.stopJobs()
+		for _, in := range b.instances {
+			if in.job != nil {
+				<-in.job // a killed instance's submission ends with its connection
+				in.job = nil
+			}
+		}
+	}
+}
+
+// cleanUp deletes the bench's topics, the application's internal topics
+// and its consumer group from a real broker (an embedded one goes away).
+func (b *rescaleBench) cleanUp(adm *kadm.Client) {
+	if b.embedded {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	topics := []string{b.in, b.out}
+	if listed, err := adm.ListTopics(ctx); err == nil {
+		for _, t := range listed.Names() {
+			if strings.HasPrefix(t, "__beam_"+b.appID+"_") {
+				topics = append(topics, t)
+			}
+		}
+	}
+	if _, err := adm.DeleteTopics(ctx, topics...); err != nil {
+		b.cfg.Logger.Warn("bench rescale: deleting topics", "topics", topics, "err", err)
+	}
+	if _, err := adm.DeleteGroups(ctx, b.appID); err != nil {
+		b.cfg.Logger.Warn("bench rescale: deleting the consumer group", "group", b.appID, "err", err)
+	}
+}
+
+// rescaleKey is key i's bytes: k and five digits.
+func rescaleKey(i int) []byte { return fmt.Appendf(nil, "k%05d", i) }
+
+// parseRescaleKey is the index of a rescaleKey, or -1.
+func parseRescaleKey(k []byte) int {
+	if len(k) != 6 || k[0] != 'k' {
+		return -1
+	}
+	i, err := strconv.Atoi(string(k[1:]))
+	if err != nil || i < 0 {
+		return -1
+	}
+	return i
+}
+
+// generate produces cfg.Rate records/s to the input topic until until, in
+// 10 ms steps, each step's records stamped with the wall clock when it
+// starts; it gives the checker each window's counts by key once it has
+// moved past the window. A record whose produce fails fails the bench.
+func (b *rescaleBench) generate(ctx context.Context, cl *kgo.Client, until time.Time) (int64, error) {
+	keys := make([][]byte, b.cfg.Keys)
+	for i := range keys {
+		keys[i] = rescaleKey(i)
+	}
+	value := make([]byte, b.cfg.ValueBytes)
+	for i := range value {
+		value[i] = 'v'
+	}
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	done := func(r *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = fmt.Errorf("producing to %s partition %d: %w", r.Topic, r.Partition, err)
+			}
+			mu.Unlock()
+		}
+	}
+	start := time.Now()
+	step := max(b.cfg.Rate/100, 1)
+	var (
+		now    time.Time
+		cur    int64 = -1 // window start (ms) of counts
+		counts []int32
+		n      int
+	)
+	for ; ; n++ {
+		if n%step == 0 {
+			if err := waitDue(ctx, start, n, b.cfg.Rate); err != nil {
+				return int64(n), err
+			}
+			now = time.Now()
+			if !now.Before(until) {
+				break
+			}
+			mu.Lock()
+			err := firstErr
+			mu.Unlock()
+			if err != nil {
+				return int64(n), err
+			}
+		}
+		ms := now.UnixMilli()
+		if w := ms - ms%rescaleWindow.Milliseconds(); w != cur {
+			if cur >= 0 {
+				b.check.publish(cur, counts)
+			}
+			cur, counts = w, make([]int32, b.cfg.Keys)
+		}
+		k := n % b.cfg.Keys
+		counts[k]++
+		cl.Produce(ctx, &kgo.Record{Topic: b.in, Key: keys[k], Value: value, Timestamp: now}, done)
+	}
+	if cur >= 0 {
+		b.check.publish(cur, counts)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return int64(n), err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return int64(n), firstErr
+}
+
+// windowChecker matches the output's results against what the generator
+// produced, window by window.
+type windowChecker struct {
+	keys int
+	now  func() time.Time // the clock results are read by
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	windows map[int64]*windowState // by start (ms)
+	done    bool                   // read has returned
+}
+
+// windowState is one window's results. Invariants (mu held): matched
+// counts keys whose result equals expected; a key's first result is in
+// got, later ones only count in dups; completeAt is set once, when
+// expected is known, every expected key matched and nothing was wrong or
+// twice.
+type windowState struct {
+	expected     []int32 // by key; nil until published
+	expectedKeys int     // keys with a non-zero count
+	elements     int64
+	got          []int64 // by key: its first result, 0 if none (results are at least 1)
+	matched      int
+	wrong        int // results of a key with another count, or not produced in the window
+	dups         int // results of a key that already had one
+	lastAt       time.Time
+	completeAt   time.Time
+}
+
+func newWindowChecker(keys int) *windowChecker {
+	c := &windowChecker{keys: keys, now: time.Now, windows: map[int64]*windowState{}}
+	c.cond = sync.NewCond(&c.mu)
+	return c
+}
+
+func (c *windowChecker) window(start int64) *windowState {
+	w := c.windows[start]
+	if w == nil {
+		w = &windowState{got: make([]int64, c.keys)}
+		c.windows[start] = w
+	}
+	return w
+}
+
+// publish gives the window starting at start (ms) its expected counts by
+// key; the generator no longer writes them.
+func (c *windowChecker) publish(start int64, counts []int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.window(start)
+	w.expected = counts
+	w.matched, w.wrong = 0, 0
+	for k, n := range counts {
+		if n > 0 {
+			w.expectedKeys++
+			w.elements += int64(n)
+		}
+		if g := w.got[k]; g != 0 {
+			if g == int64(n) {
+				w.matched++
+			} else {
+				w.wrong++
+			}
+		}
+	}
+	// Results before their window was published cannot be the pipeline's
+	// (it fires a window only after input past its end): complete at the
+	// last of them, so a bug shows as skew, not as a lost window.
+	c.settle(w, w.lastAt)
+	c.cond.Broadcast()
+}
+
+// result records key k's count n in the window starting at start (ms),
+// read at at.
+func (c *windowChecker) result(k int, start, n int64, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w := c.window(start)
+	w.lastAt = at
+	switch {
+	case w.got[k] != 0:
+		w.dups++
+	default:
+		w.got[k] = n
+		if w.expected != nil {
+			if int64(w.expected[k]) == n {
+				w.matched++
+			} else {
+				w.wrong++
+			}
+		}
+	}
+	c.settle(w, at)
+	c.cond.Broadcast()
+}
+
+// settle marks w complete at at if it now is (c.mu held).
+func (c *windowChecker) settle(w *windowState, at time.Time) {
+	if w.completeAt.IsZero() && w.expected != nil && w.matched == w.expectedKeys && w.wrong == 0 && w.dups == 0 {
+		w.completeAt = at
+	}
+}
+
+// resolved reports whether w's outcome is final: complete, or already
+// wrong or duplicated (c.mu held).
+func (w *windowState) resolved() bool {
+	return !w.completeAt.IsZero() || w.wrong > 0 || w.dups > 0
+}
+
+// waitAll waits until every published window is resolved and nothing
+// unpublished has results.
+func (c *windowChecker) waitAll(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		c.mu.Lock()
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	})
+	defer stop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		open := 0
+		for _, w := range c.windows {
+			if !w.resolved() {
+				open++
+			}
+		}
+		switch {
+		case open == 0:
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("%d windows unresolved: %w", open, ctx.Err())
+		case c.done:
+			return fmt.Errorf("%d windows unresolved when the checker stopped", open)
+		}
+		c.cond.Wait()
+	}
+}
+
+// read consumes topic read_committed from its start until ctx ends,
+// recording each result; a record that is not a result fails it.
+func (c *windowChecker) read(ctx context.Context, bootstrap, topic string) error {
+	defer func() {
+		c.mu.Lock()
+		c.done = true
+		c.cond.Broadcast()
+		c.mu.Unlock()
+	}()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		at := c.now()
+		if err := fs.Err0(); err != nil {
+			return fmt.Errorf("reading %s: %w", topic, err)
+		}
+		var bad error
+		fs.EachRecord(func(r *kgo.Record) {
+			k := parseRescaleKey(r.Key)
+			ws, ns, ok := strings.Cut(string(r.Value), ",")
+			start, err1 := strconv.ParseInt(ws, 10, 64)
+			n, err2 := strconv.ParseInt(ns, 10, 64)
+			if k < 0 || k >= c.keys || !ok || err1 != nil || err2 != nil || n < 1 {
+				if bad == nil {
+					bad = fmt.Errorf("%s partition %d offset %d: %q=%q is no key's count in a window", topic, r.Partition, r.Offset, r.Key, r.Value)
+				}
+				return
+			}
+			c.result(k, start, n, at)
+		})
+		if bad != nil {
+			return bad
+		}
+	}
+}
+
+// windowResult is one window's outcome.
+type windowResult struct {
+	Start                time.Time
+	Keys                 int
+	Elements             int64
+	Published            bool // the generator produced in it
+	Complete, Duplicated bool
+	Missing, Wrong       int // expected keys without a result; results with another count
+	Skew                 time.Duration
+	CompleteAt           time.Time
+}
+
+// results lists every window, in time order.
+func (c *windowChecker) results() []windowResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []windowResult
+	for start, w := range c.windows {
+		r := windowResult{Start: time.UnixMilli(start), Keys: w.expectedKeys, Elements: w.elements, Published: w.expected != nil,
+			Duplicated: w.dups > 0, Wrong: w.wrong, CompleteAt: w.completeAt}
+		if w.expected != nil {
+			for k, n := range w.expected {
+				if n > 0 && w.got[k] == 0 {
+					r.Missing++
+				}
+			}
+		}
+		if !w.completeAt.IsZero() {
+			r.Complete = true
+			r.Skew = w.completeAt.Sub(r.Start.Add(rescaleWindow))
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b windowResult) int { return a.Start.Compare(b.Start) })
+	return out
+}
+
+// report fills res from the checker and prints it.
+func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU time.Duration) {
+	res.Windows = b.check.results()
+	cfg := b.cfg
+	rel := func(t time.Time) time.Duration { return t.Sub(b.genStart) }
+	var counted int64
+	for _, w := range res.Windows {
+		switch {
+		case !w.Published:
+			res.Unexpected++
+		case w.Duplicated:
+			res.Duplicated++
+		case !w.Complete:
+			res.Incomplete++
+		default:
+			counted += w.Elements
+		}
+	}
+
+	// Kills: the failover and the handover windows.
+	handover := map[int64]bool{}
+	for _, in := range b.instances {
+		if in.killedAt.IsZero() {
+			continue
+		}
+		k := killResult{Instance: in.n, At: rel(in.killedAt), Failover: -1}
+		done := time.Time{}
+		for _, w := range res.Windows {
+			if !w.Start.Before(in.killedAt) {
+				if w.Complete {
+					done = w.CompleteAt
+					k.Failover = w.CompleteAt.Sub(in.killedAt)
+				}
+				break
+			}
+		}
+		for _, w := range res.Windows {
+			end := w.Start.Add(rescaleWindow)
+			if end.After(in.killedAt) && (done.IsZero() || end.Before(done)) {
+				handover[w.Start.UnixMilli()] = true
+				k.Handover++
+				if w.Complete {
+					k.HandoverComplete++
+					k.HandoverMaxSkew = max(k.HandoverMaxSkew, w.Skew)
+				}
+			}
+		}
+		res.Kills = append(res.Kills, k)
+	}
+
+	// Phases: the warm-up, then one per distinct step time.
+	type bound struct {
+		at    time.Duration
+		label string
+	}
+	var bounds []bound
+	live, label := 0, ""
+	for _, s := range cfg.Plan {
+		if s.Kill == 0 {
+			live++
+			label = fmt.Sprintf("%d instance%s", live, plural(live))
+		} else {
+			live--
+			label = fmt.Sprintf("%d instance%s, after a kill", live, plural(live))
+		}
+		// Steps at one time (or within the warm-up) make one phase, named
+		// after the last of them.
+		at := max(s.At, cfg.Warmup)
+		if len(bounds) > 0 && bounds[len(bounds)-1].at == at {
+			bounds = bounds[:len(bounds)-1]
+		}
+		bounds = append(bounds, bound{at, label})
+	}
+	phases := []phaseResult{{Label: "warm-up", From: 0, To: cfg.Warmup}}
+	for i, bd := range bounds {
+		to := time.Duration(1<<63 - 1)
+		if i+1 < len(bounds) {
+			to = bounds[i+1].at
+		}
+		if to <= bd.at {
+			continue
+		}
+		phases = append(phases, phaseResult{Label: bd.label, From: bd.at, To: to})
+	}
+	for i := range phases {
+		p := &phases[i]
+		var skews, steady []time.Duration
+		for _, w := range res.Windows {
+			end := rel(w.Start.Add(rescaleWindow))
+			if !w.Published || end < p.From || end >= p.To {
+				continue
+			}
+			p.Windows++
+			p.Elements += w.Elements
+			switch {
+			case w.Duplicated:
+				p.Duplicated++
+			case !w.Complete:
+				p.Incomplete++
+			default:
+				p.Complete++
+				skews = append(skews, w.Skew)
+				if w.Skew > cfg.Late {
+					p.Late++
+				}
+				if handover[w.Start.UnixMilli()] {
+					p.HandoverExcluded++
+				} else {
+					steady = append(steady, w.Skew)
+				}
+			}
+		}
+		p.P50, p.P99, p.Max = percentiles(skews)
+		p.P50Steady, p.P99Steady, _ = percentiles(steady)
+	}
+	res.Phases = phases
+
+	fmt.Fprintf(stdout, "windows: %d; complete %d, incomplete %d, duplicated %d, unexpected %d\n",
+		len(res.Windows), len(res.Windows)-res.Incomplete-res.Duplicated-res.Unexpected, res.Incomplete, res.Duplicated, res.Unexpected)
+	fmt.Fprintf(stdout, "%-34s %7s %8s %10s %4s %9s %9s %9s %5s\n", "phase (window ends)", "windows", "complete", "incomplete", "dup", "skew p50", "p99", "max", "late")
+	for _, p := range phases {
+		to := "end"
+		if p.To < time.Duration(1<<63-1) {
+			to = fmt.Sprintf("%.0fs", p.To.Seconds())
+		}
+		fmt.Fprintf(stdout, "%-34s %7d %8d %10d %4d %9s %9s %9s %5d\n", fmt.Sprintf("%s [%.0fs, %s)", p.Label, p.From.Seconds(), to),
+			p.Windows, p.Complete, p.Incomplete, p.Duplicated, secs(p.P50), secs(p.P99), secs(p.Max), p.Late)
+		if p.HandoverExcluded > 0 {
+			fmt.Fprintf(stdout, "%-34s %7s %8d %10s %4s %9s %9s\n", "  without the handover windows", "", p.Complete-p.HandoverExcluded, "", "", secs(p.P50Steady), secs(p.P99Steady))
+		}
+	}
+	for _, k := range res.Kills {
+		fo := "never (the first window after it did not complete)"
+		if k.Failover >= 0 {
+			fo = secs(k.Failover)
+		}
+		fmt.Fprintf(stdout, "kill of instance %d at %+.1fs: failover %s (to the completion of the first window starting after the kill); %d handover windows (ending between the kill and then), %d complete, skew up to %s\n",
+			k.Instance, k.At.Seconds(), fo, k.Handover, k.HandoverComplete, secs(k.HandoverMaxSkew))
+	}
+	for _, w := range res.Windows {
+		if w.Published && (w.Duplicated || !w.Complete) {
+			fmt.Fprintf(stdout, "  window %s (%+.0fs): %d keys, %d without a result, %d wrong, duplicated=%v\n",
+				w.Start.UTC().Format("15:04:05"), rel(w.Start).Seconds(), w.Keys, w.Missing, w.Wrong, w.Duplicated)
+		} else if !w.Published {
+			fmt.Fprintf(stdout, "  window %s (%+.0fs): results, but nothing was produced in it\n", w.Start.UTC().Format("15:04:05"), rel(w.Start).Seconds())
+		}
+	}
+	genSecs := cfg.Duration.Seconds()
+	fmt.Fprintf(stdout, "sustained: %.0f elements/s produced (target %d); %.0f elements/s counted in complete windows\n",
+		res.GenRate, cfg.Rate, float64(counted)/genSecs)
+	cpu := fmt.Sprintf("CPU: this process %.1fs (generator, checker, SDK workers", benchCPU.Seconds())
+	if b.embedded {
+		cpu += ", embedded broker"
+	}
+	cpu += ")"
+	for _, in := range b.instances {
+		if ps := in.cmd.ProcessState; ps != nil {
+			cpu += fmt.Sprintf(", instance %d %.1fs", in.n, (ps.UserTime() + ps.SystemTime()).Seconds())
+		}
+	}
+	fmt.Fprintf(stdout, "%s over %.0fs of generation\n", cpu, genSecs)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// percentiles are the p50, p99 and max of ds (zero if empty).
+func percentiles(ds []time.Duration) (p50, p99, mx time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2], s[min(len(s)*99/100, len(s)-1)], s[len(s)-1]
+}
