@@ -313,9 +313,9 @@ type killResult struct {
 	// Failover is from the kill to the completion of the first window
 	// starting after it; -1 if that window never completed.
 	Failover time.Duration
-	// Handover are the windows ending after the kill and before that
-	// completion; HandoverComplete of them completed, the latest with a
-	// skew of HandoverMaxSkew.
+	// Handover are the windows in flight at the kill (not complete then)
+	// that end before that completion; HandoverComplete of them
+	// completed, the latest with a skew of HandoverMaxSkew.
 	Handover, HandoverComplete int
 	HandoverMaxSkew            time.Duration
 }
@@ -1073,8 +1073,11 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 			}
 		}
 		for _, w := range res.Windows {
+			// In flight at the kill (not complete then), and ending before
+			// the failover completed.
 			end := w.Start.Add(rescaleWindow)
-			if end.After(in.killedAt) && (done.IsZero() || end.Before(done)) {
+			inFlight := !w.Complete || w.CompleteAt.After(in.killedAt)
+			if inFlight && (done.IsZero() || end.Before(done)) {
 				handover[w.Start.UnixMilli()] = true
 				k.Handover++
 				if w.Complete {
@@ -1167,7 +1170,7 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		}
 		fmt.Fprintf(stdout, "%-34s %7d %8d %10d %4d %9s %9s %9s %5d\n", fmt.Sprintf("%s [%.0fs, %s)", p.Label, p.From.Seconds(), to),
 			p.Windows, p.Complete, p.Incomplete, p.Duplicated, secs(p.P50), secs(p.P99), secs(p.Max), p.Late)
-		if p.HandoverExcluded > 0 {
+		if p.HandoverExcluded > 0 && p.HandoverExcluded < p.Complete {
 			fmt.Fprintf(stdout, "%-34s %7s %8d %10s %4s %9s %9s\n", "  without the handover windows", "", p.Complete-p.HandoverExcluded, "", "", secs(p.P50Steady), secs(p.P99Steady))
 		}
 	}
@@ -1176,7 +1179,7 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		if k.Failover >= 0 {
 			fo = secs(k.Failover)
 		}
-		fmt.Fprintf(stdout, "kill of instance %d at %+.1fs: failover %s (to the completion of the first window starting after the kill); %d handover windows (ending between the kill and then), %d complete, skew up to %s\n",
+		fmt.Fprintf(stdout, "kill of instance %d at %+.1fs: failover %s (to the completion of the first window starting after the kill); %d handover windows (in flight at the kill, ending before then), %d complete, skew up to %s\n",
 			k.Instance, k.At.Seconds(), fo, k.Handover, k.HandoverComplete, secs(k.HandoverMaxSkew))
 	}
 	for _, w := range res.Windows {
