@@ -257,6 +257,8 @@ type rescaleBench struct {
 	appID, in, out, jobID string // jobID: the job name every submission uses
 	workDir               string
 	check                 *windowChecker
+	produceLatency        msHistogram // record made (its timestamp) to acked
+	lag                   *lagSampler
 
 	// jobsCtx is the context of every submission's Execute; stopJobs ends
 	// them all (after their jobs were cancelled).
@@ -303,7 +305,10 @@ type phaseResult struct {
 	Late                   int           // complete windows with a skew over cfg.Late
 	HandoverExcluded       int           // windows left out as handover windows
 	P50Steady, P99Steady   time.Duration // skew without the handover windows
-	Elements               int64
+	// LagP50, LagMax are the group's input lag (in seconds of input at
+	// the rate) sampled while the phase's windows ended.
+	LagP50, LagMax float64
+	Elements       int64
 }
 
 // killResult is one kill's failover.
@@ -383,6 +388,9 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 	defer stopCheck()
 	checkDone := make(chan error, 1)
 	go func() { checkDone <- b.check.read(checkCtx, bootstrap, b.out) }()
+	b.lag = &lagSampler{adm: adm, group: b.appID, topic: b.in}
+	lagDone := make(chan struct{})
+	go func() { defer close(lagDone); b.lag.run(checkCtx) }()
 
 	*jobopts.EnvironmentType = "LOOPBACK"
 	flag.Set("environment_type", "LOOPBACK")
@@ -434,6 +442,7 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 		b.event(stdout, time.Now(), "stopped waiting: %v", waitErr)
 	}
 	stopCheck()
+	<-lagDone
 	if err := <-checkDone; err != nil && !errors.Is(err, context.Canceled) {
 		return nil, fmt.Errorf("bench rescale: checker: %w", err)
 	}
@@ -741,6 +750,7 @@ func (b *rescaleBench) generate(ctx context.Context, cl *kgo.Client, until time.
 		firstErr error
 	)
 	done := func(r *kgo.Record, err error) {
+		b.produceLatency.add(time.Since(r.Timestamp))
 		if err != nil {
 			mu.Lock()
 			if firstErr == nil {
@@ -1157,19 +1167,27 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		}
 		p.P50, p.P99, p.Max = percentiles(skews)
 		p.P50Steady, p.P99Steady, _ = percentiles(steady)
+		if b.lag != nil {
+			to := b.genStart.Add(min(p.To, 24*time.Hour))
+			if lags := b.lag.between(b.genStart.Add(p.From), to); len(lags) > 0 {
+				slices.Sort(lags)
+				p.LagP50 = float64(lags[len(lags)/2]) / float64(cfg.Rate)
+				p.LagMax = float64(lags[len(lags)-1]) / float64(cfg.Rate)
+			}
+		}
 	}
 	res.Phases = phases
 
 	fmt.Fprintf(stdout, "windows: %d; complete %d, incomplete %d, duplicated %d, unexpected %d\n",
 		len(res.Windows), len(res.Windows)-res.Incomplete-res.Duplicated-res.Unexpected, res.Incomplete, res.Duplicated, res.Unexpected)
-	fmt.Fprintf(stdout, "%-34s %7s %8s %10s %4s %9s %9s %9s %5s\n", "phase (window ends)", "windows", "complete", "incomplete", "dup", "skew p50", "p99", "max", "late")
+	fmt.Fprintf(stdout, "%-34s %7s %8s %10s %4s %9s %9s %9s %5s %9s %9s\n", "phase (window ends)", "windows", "complete", "incomplete", "dup", "skew p50", "p99", "max", "late", "lag p50", "lag max")
 	for _, p := range phases {
 		to := "end"
 		if p.To < time.Duration(1<<63-1) {
 			to = fmt.Sprintf("%.0fs", p.To.Seconds())
 		}
-		fmt.Fprintf(stdout, "%-34s %7d %8d %10d %4d %9s %9s %9s %5d\n", fmt.Sprintf("%s [%.0fs, %s)", p.Label, p.From.Seconds(), to),
-			p.Windows, p.Complete, p.Incomplete, p.Duplicated, secs(p.P50), secs(p.P99), secs(p.Max), p.Late)
+		fmt.Fprintf(stdout, "%-34s %7d %8d %10d %4d %9s %9s %9s %5d %8.2fs %8.2fs\n", fmt.Sprintf("%s [%.0fs, %s)", p.Label, p.From.Seconds(), to),
+			p.Windows, p.Complete, p.Incomplete, p.Duplicated, secs(p.P50), secs(p.P99), secs(p.Max), p.Late, p.LagP50, p.LagMax)
 		if p.HandoverExcluded > 0 && p.HandoverExcluded < p.Complete {
 			fmt.Fprintf(stdout, "%-34s %7s %8d %10s %4s %9s %9s\n", "  without the handover windows", "", p.Complete-p.HandoverExcluded, "", "", secs(p.P50Steady), secs(p.P99Steady))
 		}
@@ -1190,6 +1208,9 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 			fmt.Fprintf(stdout, "  window %s (%+.0fs): results, but nothing was produced in it\n", w.Start.UTC().Format("15:04:05"), rel(w.Start).Seconds())
 		}
 	}
+	fmt.Fprintf(stdout, "lag: the group's committed offsets behind the input's end, sampled each second, in seconds of input at %d records/s\n", cfg.Rate)
+	fmt.Fprintf(stdout, "produce latency (record made to acked by the broker): p50 %s, p99 %s, max %s\n",
+		secs(b.produceLatency.quantile(0.5)), secs(b.produceLatency.quantile(0.99)), secs(b.produceLatency.quantile(1)))
 	genSecs := cfg.Duration.Seconds()
 	fmt.Fprintf(stdout, "sustained: %.0f elements/s produced (target %d); %.0f elements/s counted in complete windows\n",
 		res.GenRate, cfg.Rate, float64(counted)/genSecs)
