@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -92,6 +91,13 @@ func rescalePipeline(bootstrap, in, out string) *beam.Pipeline {
 
 // rescaleWindow is the size of the counted windows.
 const rescaleWindow = time.Second
+
+// primeRate is the generator's rate (at most) until the pipeline runs, and
+// primeTimeout how long that may take.
+const (
+	primeRate    = 1000
+	primeTimeout = 2 * time.Minute
+)
 
 // rescaleConfig is what a bench rescale run does.
 type rescaleConfig struct {
@@ -259,7 +265,8 @@ type rescaleBench struct {
 
 	// Owned by the goroutine running the plan until it returns.
 	instances []*benchInstance
-	genStart  time.Time // zero until the generator starts
+	genStart  time.Time     // zero until the generator starts at full rate
+	primed    time.Duration // how long it primed before
 	events    []string
 }
 
@@ -276,7 +283,8 @@ func (b *rescaleBench) event(stdout io.Writer, at time.Time, format string, args
 
 // rescaleResult is what a run measured.
 type rescaleResult struct {
-	Produced   int64
+	Produced   int64   // at full rate
+	Primed     int64   // before, while priming
 	GenRate    float64 // records/s the generator achieved
 	Windows    []windowResult
 	Phases     []phaseResult
@@ -400,17 +408,47 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 		steps = steps[1:]
 	}
 
-	// The generator and the rest of the plan run side by side; either
-	// failing stops the other.
+	// Priming: a job RUNNING may still be joining the group and restoring
+	// (seconds on a real broker), and at full rate that start-up would be
+	// a backlog every later window inherits. So the generator produces
+	// slowly until the group has committed offsets on every input
+	// partition, i.e. the pipeline runs; those windows are checked like
+	// all others and reported apart.
+	gen := newGenerator(cl, b.in, cfg.Keys, cfg.ValueBytes, b.check, &b.produceLatency)
+	primeRate, primeStart := min(cfg.Rate, primeRate), time.Now()
+	primeCtx, stopPrime := context.WithTimeout(ctx, primeTimeout)
+	consuming, waited := make(chan struct{}), make(chan error, 1)
+	go func() {
+		err := b.lag.waitConsuming(primeCtx)
+		if err == nil {
+			close(consuming)
+		}
+		waited <- err
+	}()
+	primed, err := gen.run(primeCtx, primeRate, primeStart.Add(primeTimeout), consuming)
+	stopPrime()
+	if werr := <-waited; err == nil {
+		err = werr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bench rescale: priming at %d records/s until the application consumes every input partition: %w", primeRate, err)
+	}
+
+	// The generator at full rate and the rest of the plan run side by
+	// side; either failing stops the other.
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	b.genStart = time.Now()
-	b.event(stdout, b.genStart, "generator started")
+	b.primed = b.genStart.Sub(primeStart)
+	b.event(stdout, primeStart, "priming: %d records at %d records/s until the group had committed offsets on every input partition (%.1fs)", primed, primeRate, b.primed.Seconds())
+	b.event(stdout, b.genStart, "generator at %d records/s", cfg.Rate)
 	genDone := make(chan error, 1)
-	var produced int64
+	var produced int
 	go func() {
 		var err error
-		produced, err = b.generate(runCtx, cl, b.genStart.Add(cfg.Duration))
+		if produced, err = gen.run(runCtx, cfg.Rate, b.genStart.Add(cfg.Duration), nil); err == nil {
+			err = gen.finish(runCtx)
+		}
 		genDone <- err
 	}()
 	planErr := b.runPlan(runCtx, steps, stdout)
@@ -422,8 +460,8 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 		return nil, fmt.Errorf("bench rescale: %w", err)
 	}
 	genEnd := time.Now()
-	res = &rescaleResult{Produced: produced, GenRate: float64(produced) / genEnd.Sub(b.genStart).Seconds()}
-	b.event(stdout, genEnd, "generator stopped: %d records, %.0f records/s (target %d)", produced, res.GenRate, cfg.Rate)
+	res = &rescaleResult{Produced: int64(produced), Primed: int64(primed), GenRate: float64(produced) / genEnd.Sub(b.genStart).Seconds()}
+	b.event(stdout, genEnd, "generator stopped: %d records at full rate, %.0f records/s (target %d)", produced, res.GenRate, cfg.Rate)
 
 	waitCtx, cancelWait := context.WithTimeout(ctx, cfg.Grace)
 	waitErr := b.check.waitAll(waitCtx)
@@ -527,85 +565,15 @@ func parseRescaleKey(k []byte) int {
 	return i
 }
 
-// generate produces cfg.Rate records/s to the input topic until until, in
-// 10 ms steps, each step's records stamped with the wall clock when it
-// starts; it gives the checker each window's counts by key once it has
-// moved past the window. A record whose produce fails fails the bench.
-func (b *rescaleBench) generate(ctx context.Context, cl *kgo.Client, until time.Time) (int64, error) {
-	keys := make([][]byte, b.cfg.Keys)
-	for i := range keys {
-		keys[i] = rescaleKey(i)
-	}
-	value := make([]byte, b.cfg.ValueBytes)
-	for i := range value {
-		value[i] = 'v'
-	}
-	var (
-		mu       sync.Mutex
-		firstErr error
-	)
-	done := func(r *kgo.Record, err error) {
-		b.produceLatency.add(time.Since(r.Timestamp))
-		if err != nil {
-			mu.Lock()
-			if firstErr == nil {
-				firstErr = fmt.Errorf("producing to %s partition %d: %w", r.Topic, r.Partition, err)
-			}
-			mu.Unlock()
-		}
-	}
-	start := time.Now()
-	step := max(b.cfg.Rate/100, 1)
-	var (
-		now    time.Time
-		cur    int64 = -1 // window start (ms) of counts
-		counts []int32
-		n      int
-	)
-	for ; ; n++ {
-		if n%step == 0 {
-			if err := waitDue(ctx, start, n, b.cfg.Rate); err != nil {
-				return int64(n), err
-			}
-			now = time.Now()
-			if !now.Before(until) {
-				break
-			}
-			mu.Lock()
-			err := firstErr
-			mu.Unlock()
-			if err != nil {
-				return int64(n), err
-			}
-		}
-		ms := now.UnixMilli()
-		if w := ms - ms%rescaleWindow.Milliseconds(); w != cur {
-			if cur >= 0 {
-				b.check.publish(cur, counts)
-			}
-			cur, counts = w, make([]int32, b.cfg.Keys)
-		}
-		k := n % b.cfg.Keys
-		counts[k]++
-		cl.Produce(ctx, &kgo.Record{Topic: b.in, Key: keys[k], Value: value, Timestamp: now}, done)
-	}
-	if cur >= 0 {
-		b.check.publish(cur, counts)
-	}
-	if err := cl.Flush(ctx); err != nil {
-		return int64(n), err
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return int64(n), firstErr
-}
-
 // report fills res from the checker and prints it.
 func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU time.Duration) {
 	res.Windows = b.check.results()
 	cfg := b.cfg
 	rel := func(t time.Time) time.Duration { return t.Sub(b.genStart) }
+	// The sustained rate: what complete windows wholly at full rate hold,
+	// per second of window.
 	var counted int64
+	fullWindows, fullComplete := 0, 0
 	for _, w := range res.Windows {
 		switch {
 		case !w.Published:
@@ -615,7 +583,10 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		case !w.Complete:
 			res.Incomplete++
 		default:
-			counted += w.Elements
+			if !w.Start.Before(b.genStart) && !w.Start.Add(rescaleWindow).After(b.genStart.Add(cfg.Duration)) {
+				counted += w.Elements
+				fullComplete++
+			}
 		}
 	}
 
@@ -676,7 +647,10 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		}
 		bounds = append(bounds, bound{at, label})
 	}
-	phases := []phaseResult{{Label: "warm-up", From: 0, To: cfg.Warmup}}
+	phases := []phaseResult{
+		{Label: "priming", From: -time.Hour, To: 0},
+		{Label: "warm-up", From: 0, To: cfg.Warmup},
+	}
 	for i, bd := range bounds {
 		to := cfg.Duration
 		if i+1 < len(bounds) {
@@ -740,7 +714,11 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		if p.To < time.Duration(1<<63-1) {
 			to = fmt.Sprintf("%.0fs", p.To.Seconds())
 		}
-		fmt.Fprintf(stdout, "%-34s %7d %8d %10d %4d %9s %9s %9s %5d %8.2fs %8.2fs\n", fmt.Sprintf("%s [%.0fs, %s)", p.Label, p.From.Seconds(), to),
+		from := fmt.Sprintf("%.0fs", p.From.Seconds())
+		if p.From < 0 {
+			from = "start"
+		}
+		fmt.Fprintf(stdout, "%-34s %7d %8d %10d %4d %9s %9s %9s %5d %8.2fs %8.2fs\n", fmt.Sprintf("%s [%s, %s)", p.Label, from, to),
 			p.Windows, p.Complete, p.Incomplete, p.Duplicated, secs(p.P50), secs(p.P99), secs(p.Max), p.Late, p.LagP50, p.LagMax)
 		if p.HandoverExcluded > 0 && p.HandoverExcluded < p.Complete {
 			fmt.Fprintf(stdout, "%-34s %7s %8d %10s %4s %9s %9s\n", "  without the handover windows", "", p.Complete-p.HandoverExcluded, "", "", secs(p.P50Steady), secs(p.P99Steady))
@@ -766,8 +744,13 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 	fmt.Fprintf(stdout, "produce latency (record made to acked by the broker): p50 %s, p99 %s, max %s\n",
 		secs(b.produceLatency.quantile(0.5)), secs(b.produceLatency.quantile(0.99)), secs(b.produceLatency.quantile(1)))
 	genSecs := cfg.Duration.Seconds()
-	fmt.Fprintf(stdout, "sustained: %.0f elements/s produced (target %d); %.0f elements/s counted in complete windows\n",
-		res.GenRate, cfg.Rate, float64(counted)/genSecs)
+	for _, w := range res.Windows {
+		if w.Published && !w.Start.Before(b.genStart) && !w.Start.Add(rescaleWindow).After(b.genStart.Add(cfg.Duration)) {
+			fullWindows++
+		}
+	}
+	fmt.Fprintf(stdout, "sustained: %.0f elements/s produced (target %d); %.0f elements/s in the %d complete windows wholly at full rate (of %d)\n",
+		res.GenRate, cfg.Rate, float64(counted)/max(float64(fullComplete), 1)/rescaleWindow.Seconds(), fullComplete, fullWindows)
 	cpu := fmt.Sprintf("CPU: this process %.1fs (generator, checker, SDK workers", benchCPU.Seconds())
 	if b.embedded {
 		cpu += ", embedded broker"

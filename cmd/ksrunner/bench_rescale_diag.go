@@ -116,3 +116,33 @@ func (s *lagSampler) between(from, to time.Time) []int64 {
 	}
 	return out
 }
+
+// waitConsuming waits until the group has committed an offset past the
+// start of every partition of the topic: every source task has run a
+// commit cycle over input.
+func (s *lagSampler) waitConsuming(ctx context.Context) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		ends, err := s.adm.ListEndOffsets(ctx, s.topic)
+		if err == nil {
+			err = ends.Error()
+		}
+		committed, err2 := s.adm.FetchOffsets(ctx, s.group)
+		if err == nil && err2 == nil {
+			all := len(ends) > 0
+			ends.Each(func(o kadm.ListedOffset) {
+				c, ok := committed.Lookup(s.topic, o.Partition)
+				all = all && ok && c.Err == nil && c.At > 0
+			})
+			if all {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}

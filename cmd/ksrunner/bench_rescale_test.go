@@ -50,8 +50,8 @@ func TestBenchRescale(t *testing.T) {
 		}
 		elements += w.Elements
 	}
-	if len(res.Windows) < 4 || elements != res.Produced {
-		t.Errorf("%d windows holding %d elements, want at least 4 holding all %d produced", len(res.Windows), elements, res.Produced)
+	if len(res.Windows) < 4 || elements != res.Produced+res.Primed {
+		t.Errorf("%d windows holding %d elements, want at least 4 holding all %d+%d produced", len(res.Windows), elements, res.Primed, res.Produced)
 	}
 	for _, want := range []string{"1 instance [1s, 4s)", "sustained: ", "incomplete 0, duplicated 0"} {
 		if !strings.Contains(out.String(), want) {
