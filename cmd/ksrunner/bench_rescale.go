@@ -21,6 +21,7 @@ import (
 	beamlog "github.com/apache/beam/sdks/v2/go/pkg/beam/log"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -89,6 +90,12 @@ func rescalePipeline(bootstrap, in, out string) *beam.Pipeline {
 	return p
 }
 
+// The values of --add_as.
+const (
+	addAsJobServer = "jobserver"
+	addAsWorker    = "worker"
+)
+
 // rescaleWindow is the size of the counted windows.
 const rescaleWindow = time.Second
 
@@ -116,6 +123,9 @@ type rescaleConfig struct {
 	// more flags for every instance.
 	CommitMs      int
 	InstanceFlags []string
+	// AddAs is what the instances after the first are: addAsJobServer or
+	// addAsWorker.
+	AddAs string
 	// WorkDir holds the instances' state_dirs and logs; empty: a temporary
 	// directory, removed after a run that passed.
 	WorkDir          string
@@ -206,6 +216,7 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	binary := fs.String("ksrunner", "", "the ksrunner binary the instances run (default: this one)")
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "the instances' commit_interval_ms")
 	instanceFlags := fs.StringArray("instance_flag", nil, "a flag for every instance's `ksrunner jobserver`, e.g. --instance_flag=--transaction_timeout_ms=10000 (repeatable)")
+	addAs := fs.String("add_as", addAsJobServer, "what instances after the first are: jobserver (a job server of their own, the pipeline resubmitted to it) or worker (`ksrunner worker`, joining from the pipeline topic; SDK workers in one EXTERNAL pool in this process)")
 	workDir := fs.String("work_dir", "", "directory of the instances' state_dirs and logs (default: a temporary one, removed after a run that passed)")
 	logLevel := fs.String("log_level", "warn", "this process's log level (SDK workers, embedded broker)")
 	instanceLogLevel := fs.String("instance_log_level", "info", "the instances' log level (their logs go to the work directory)")
@@ -239,7 +250,7 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	cfg := rescaleConfig{
 		Rate: *rate, Keys: *keys, ValueBytes: *valueBytes, Partitions: *parts,
 		Duration: *duration, Warmup: *warmup, Grace: *grace, Late: *late, Plan: steps,
-		Binary: *binary, CommitMs: *commitMs, InstanceFlags: *instanceFlags,
+		Binary: *binary, CommitMs: *commitMs, InstanceFlags: *instanceFlags, AddAs: *addAs,
 		WorkDir: *workDir, InstanceLogLevel: *instanceLogLevel, Logger: logger,
 	}
 	_, err = benchRescale(ctx, cfg, *bootstrap, stdout)
@@ -257,6 +268,10 @@ type rescaleBench struct {
 	check                 *windowChecker
 	produceLatency        msHistogram // record made (its timestamp) to acked
 	lag                   *lagSampler
+
+	// pool is the SDK worker pool of every instance with --add_as=worker
+	// (nil: each submission's own LOOPBACK pool).
+	pool *extworker.Loopback
 
 	// jobsCtx is the context of every submission's Execute; stopJobs ends
 	// them all (after their jobs were cancelled).
@@ -318,6 +333,9 @@ type killResult struct {
 	// Failover is from the kill to the completion of the first window
 	// starting after it; -1 if that window never completed.
 	Failover time.Duration
+	// FailoverInexact: that window was not exact; Failover runs to when
+	// every key of it had a result.
+	FailoverInexact bool
 	// Handover are the windows in flight at the kill (not complete then)
 	// that end before that completion; HandoverComplete of them
 	// completed, the latest with a skew of HandoverMaxSkew.
@@ -338,6 +356,8 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 		return nil, fmt.Errorf("bench rescale: --duration %v: at least one window (%v)", cfg.Duration, rescaleWindow)
 	case len(cfg.Plan) == 0:
 		return nil, errors.New("bench rescale: --plan: no steps")
+	case cfg.AddAs != addAsJobServer && cfg.AddAs != addAsWorker:
+		return nil, fmt.Errorf("bench rescale: --add_as %q: want %s or %s", cfg.AddAs, addAsJobServer, addAsWorker)
 	}
 	bootstrap, where, closeBroker, err := benchBroker(bootstrap)
 	if err != nil {
@@ -380,8 +400,8 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 	for _, s := range cfg.Plan {
 		plan = append(plan, s.String())
 	}
-	fmt.Fprintf(stdout, "bench rescale: %d records/s over %d keys (%d-byte values) into %d partitions for %v; 1 s windows counted per key; plan %s; on %s; instances: ksrunner jobserver, commit_interval_ms=%d %s; GOMAXPROCS=%d\n",
-		cfg.Rate, cfg.Keys, cfg.ValueBytes, cfg.Partitions, cfg.Duration, strings.Join(plan, ","), where, cfg.CommitMs, strings.Join(cfg.InstanceFlags, " "), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "bench rescale: %d records/s over %d keys (%d-byte values) into %d partitions for %v; 1 s windows counted per key; plan %s; on %s; instances after the first: %s; instances' flags: commit_interval_ms=%d %s; GOMAXPROCS=%d\n",
+		cfg.Rate, cfg.Keys, cfg.ValueBytes, cfg.Partitions, cfg.Duration, strings.Join(plan, ","), where, cfg.AddAs, cfg.CommitMs, strings.Join(cfg.InstanceFlags, " "), runtime.GOMAXPROCS(0))
 
 	// The checker reads from the start of the (new) output topic.
 	checkCtx, stopCheck := context.WithCancel(ctx)
@@ -394,6 +414,12 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 
 	*jobopts.EnvironmentType = "LOOPBACK"
 	flag.Set("environment_type", "LOOPBACK")
+	if cfg.AddAs == addAsWorker {
+		if b.pool, err = extworker.StartLoopback(ctx, 0); err != nil {
+			return nil, fmt.Errorf("bench rescale: the SDK worker pool: %w", err)
+		}
+		defer b.pool.Stop(context.Background()) // after stopInstances (deferred later, so run earlier)
+	}
 	b.jobsCtx, b.stopJobs = context.WithCancel(context.Background())
 	defer b.stopInstances(stdout)
 	cpu0 := processCPU()
@@ -600,9 +626,16 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		done := time.Time{}
 		for _, w := range res.Windows {
 			if !w.Start.Before(in.killedAt) {
-				if w.Complete {
+				switch {
+				case w.Complete:
 					done = w.CompleteAt
-					k.Failover = w.CompleteAt.Sub(in.killedAt)
+				case !w.CoveredAt.IsZero():
+					// Not exact (wrong or duplicated, reported as such):
+					// it still tells when output resumed.
+					done, k.FailoverInexact = w.CoveredAt, true
+				}
+				if !done.IsZero() {
+					k.Failover = done.Sub(in.killedAt)
 				}
 				break
 			}
@@ -728,6 +761,9 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		fo := "never (the first window after it did not complete)"
 		if k.Failover >= 0 {
 			fo = secs(k.Failover)
+		}
+		if k.FailoverInexact {
+			fo += " (that window was not exact: up to when each of its keys had a result)"
 		}
 		fmt.Fprintf(stdout, "kill of instance %d at %+.1fs: failover %s (to the completion of the first window starting after the kill); %d handover windows (in flight at the kill, ending before then), %d complete, skew up to %s\n",
 			k.Instance, k.At.Seconds(), fo, k.Handover, k.HandoverComplete, secs(k.HandoverMaxSkew))

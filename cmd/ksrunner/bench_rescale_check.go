@@ -47,6 +47,10 @@ type windowState struct {
 	later      map[int]int64
 	lastAt     time.Time
 	completeAt time.Time
+	// have counts the produced keys with a result; coveredAt is when the
+	// last of them got one, right or not.
+	have      int
+	coveredAt time.Time
 }
 
 func newWindowChecker(keys int) *windowChecker {
@@ -71,11 +75,14 @@ func (c *windowChecker) publish(start int64, counts []int32) {
 	defer c.mu.Unlock()
 	w := c.window(start)
 	w.expected = counts
-	w.matched, w.wrong = 0, 0
+	w.matched, w.wrong, w.have = 0, 0, 0
 	for k, n := range counts {
 		if n > 0 {
 			w.expectedKeys++
 			w.elements += int64(n)
+			if w.got[k] != 0 {
+				w.have++
+			}
 		}
 		if g := w.got[k]; g != 0 {
 			if g == int64(n) {
@@ -109,6 +116,9 @@ func (c *windowChecker) result(k int, start, n int64, at time.Time) {
 	default:
 		w.got[k] = n
 		if w.expected != nil {
+			if w.expected[k] > 0 {
+				w.have++
+			}
 			if int64(w.expected[k]) == n {
 				w.matched++
 			} else {
@@ -122,6 +132,9 @@ func (c *windowChecker) result(k int, start, n int64, at time.Time) {
 
 // settle marks w complete at at if it now is (c.mu held).
 func (c *windowChecker) settle(w *windowState, at time.Time) {
+	if w.coveredAt.IsZero() && w.expected != nil && w.have == w.expectedKeys {
+		w.coveredAt = at
+	}
 	if w.completeAt.IsZero() && w.expected != nil && w.matched == w.expectedKeys && w.wrong == 0 && w.dups == 0 {
 		w.completeAt = at
 	}
@@ -221,6 +234,7 @@ type windowResult struct {
 	Split, Repeated int
 	Skew            time.Duration
 	CompleteAt      time.Time
+	CoveredAt       time.Time // every produced key had a result, right or not
 }
 
 // results lists every window, in time order.
@@ -230,7 +244,7 @@ func (c *windowChecker) results() []windowResult {
 	var out []windowResult
 	for start, w := range c.windows {
 		r := windowResult{Start: time.UnixMilli(start), Keys: w.expectedKeys, Elements: w.elements, Published: w.expected != nil,
-			Duplicated: w.dups > 0, Wrong: w.wrong, CompleteAt: w.completeAt}
+			Duplicated: w.dups > 0, Wrong: w.wrong, CompleteAt: w.completeAt, CoveredAt: w.coveredAt}
 		if w.expected != nil {
 			for k, n := range w.expected {
 				if n > 0 && w.got[k] == 0 {

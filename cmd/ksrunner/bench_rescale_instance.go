@@ -47,43 +47,58 @@ func (in *benchInstance) alive() bool {
 	}
 }
 
-// startInstance starts the next instance of the application: today a
-// `ksrunner jobserver` of its own (own state_dir, so a stable identity, and
-// a free job port) to which the pipeline is submitted under the
-// application's id, which makes it a member of the application's consumer
-// group.
-//
-// TODO(issue 12): once `ksrunner worker` exists, instances after the first
-// run `ksrunner worker --application_id <appID> --bootstrap_servers <B>
-// --state_dir <dir>` instead and are not submitted to: only the args and the
-// submit below change.
+// startInstance starts the next instance of the application, with a
+// state_dir of its own (so a stable identity). The first is a `ksrunner
+// jobserver` to which the bench submits the pipeline under the
+// application's id. Each later one is, per --add_as, another job server
+// the same pipeline is resubmitted to (which makes it a member of the
+// application's consumer group), or a `ksrunner worker` joining the
+// application from its pipeline topic.
 func (b *rescaleBench) startInstance(ctx context.Context, stdout io.Writer) (*benchInstance, error) {
 	in := &benchInstance{n: len(b.instances) + 1, exited: make(chan struct{})}
 	in.stateDir = filepath.Join(b.workDir, fmt.Sprintf("instance-%d", in.n))
 	in.logPath = filepath.Join(b.workDir, fmt.Sprintf("instance-%d.log", in.n))
 	name := fmt.Sprintf("instance %d", in.n)
+	worker := in.n > 1 && b.cfg.AddAs == addAsWorker
 	args := []string{"jobserver", "--job_port=0", "--expansion_port=0",
 		"--bootstrap_servers=" + b.bootstrap, "--application_id=" + b.appID, "--state_dir=" + in.stateDir,
 		"--commit_interval_ms=" + strconv.Itoa(b.cfg.CommitMs), "--log_level=" + b.cfg.InstanceLogLevel}
 	args = append(args, b.cfg.InstanceFlags...)
+	ready := jobEndpointLine
+	if worker {
+		// The job's options come from its pipeline topic; its harness
+		// stages run in the pipeline's EXTERNAL pool (this process's).
+		args = []string{"worker", "--application_id=" + b.appID, "--bootstrap_servers=" + b.bootstrap,
+			"--state_dir=" + in.stateDir, "--log_level=" + b.cfg.InstanceLogLevel}
+		ready = workerLine
+	}
 	start := time.Now()
-	if err := b.startProcess(ctx, in, args); err != nil {
+	if err := b.startProcess(ctx, in, args, ready); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	b.instances = append(b.instances, in)
+	if worker {
+		b.event(stdout, start, "instance %d started: ksrunner worker (pid %d, state_dir %s)", in.n, in.cmd.Process.Pid, in.stateDir)
+		return in, nil
+	}
 	var err error
 	if in.job, err = b.submit(ctx, in); err != nil {
 		return nil, fmt.Errorf("%s: %w (log: %s)", name, err, in.logPath)
 	}
-	b.event(stdout, start, "instance %d started (pid %d, state_dir %s): job RUNNING after %.1fs", in.n, in.cmd.Process.Pid, in.stateDir, time.Since(start).Seconds())
+	b.event(stdout, start, "instance %d started: ksrunner jobserver (pid %d, state_dir %s), job RUNNING after %.1fs", in.n, in.cmd.Process.Pid, in.stateDir, time.Since(start).Seconds())
 	return in, nil
 }
 
-var jobEndpointLine = regexp.MustCompile(`^job endpoint: (\S+)`)
+// The lines a job server and a worker print on stdout once they serve.
+var (
+	jobEndpointLine = regexp.MustCompile(`^job endpoint: (\S+)`)
+	workerLine      = regexp.MustCompile(`^worker: application (\S+)`)
+)
 
 // startProcess starts in's process with args, its stderr to in.logPath,
-// and waits for it to print its job endpoint.
-func (b *rescaleBench) startProcess(ctx context.Context, in *benchInstance, args []string) error {
+// and waits for it to print a line matching ready (whose first group, a job
+// server's endpoint, goes to in.endpoint).
+func (b *rescaleBench) startProcess(ctx context.Context, in *benchInstance, args []string, ready *regexp.Regexp) error {
 	if err := os.MkdirAll(in.stateDir, 0o755); err != nil {
 		return err
 	}
@@ -107,8 +122,11 @@ func (b *rescaleBench) startProcess(ctx context.Context, in *benchInstance, args
 		// Reads stdout to its end, so Wait can finish.
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if m := jobEndpointLine.FindStringSubmatch(sc.Text()); m != nil {
-				endpoint <- m[1]
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case endpoint <- m[1]:
+				default:
+				}
 			}
 		}
 		in.waitErr = in.cmd.Wait()
@@ -118,25 +136,35 @@ func (b *rescaleBench) startProcess(ctx context.Context, in *benchInstance, args
 	t := time.NewTimer(time.Minute)
 	defer t.Stop()
 	select {
-	case in.endpoint = <-endpoint:
+	case e := <-endpoint:
+		if ready == jobEndpointLine {
+			in.endpoint = e
+		}
 		return nil
 	case <-in.exited:
 		return fmt.Errorf("exited before serving: %v (log: %s)", in.waitErr, in.logPath)
 	case <-t.C:
-		return fmt.Errorf("printed no job endpoint in a minute (log: %s)", in.logPath)
+		return fmt.Errorf("not serving after a minute (no line matching %s; log: %s)", ready, in.logPath)
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
 // submit submits the pipeline to in's job server under the application's
-// id and job name, and waits until the job is RUNNING. Each submission has
-// a LOOPBACK worker pool of its own in this process (universal.Execute
-// starts one), so SDK worker ids of two instances never meet in one pool.
+// id and job name, and waits until the job is RUNNING. Without b.pool each
+// submission has a LOOPBACK worker pool of its own in this process
+// (universal.Execute starts one), so SDK worker ids of two job servers
+// never meet in one pool; with it (workers, which need a pool that
+// outlives any one job server) the pipeline's environment is EXTERNAL, that
+// pool.
 func (b *rescaleBench) submit(ctx context.Context, in *benchInstance) (chan error, error) {
 	// The SDK reads its options from flags: set them, and wait for the job
 	// to run before any other submission changes them.
 	*jobopts.Endpoint = in.endpoint
+	if b.pool != nil {
+		*jobopts.EnvironmentType = "EXTERNAL"
+		*jobopts.EnvironmentConfig = b.pool.EnvironmentConfig(ctx)
+	}
 	flag.Set("job_name", b.jobID)
 	beam.PipelineOptions.Set("application_id", b.appID)
 	p := rescalePipeline(b.bootstrap, b.in, b.out)

@@ -63,7 +63,8 @@ func TestBenchRescale(t *testing.T) {
 // The checker: a window is complete when its last expected result arrives
 // (at that time), whether results or the expected counts come first; a
 // wrong count, a missing key or a second result leaves it incomplete, and a
-// second result is told apart as a split (panes adding up) or a repeat.
+// second result is told apart as a split (panes adding up) or a repeat;
+// a window is covered when every produced key has a result, right or not.
 func TestWindowChecker(t *testing.T) {
 	c := newWindowChecker(3)
 	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
@@ -97,11 +98,11 @@ func TestWindowChecker(t *testing.T) {
 		t.Fatalf("%d windows, want 6: %+v", len(rs), rs)
 	}
 	want := []windowResult{
-		{Start: at(0), Keys: 2, Elements: 7, Published: true, Complete: true, Skew: 800 * time.Millisecond, CompleteAt: at(1800)},
-		{Start: at(1000), Keys: 1, Elements: 4, Published: true, Complete: true, Skew: 100 * time.Millisecond, CompleteAt: at(2100)},
-		{Start: at(2000), Keys: 3, Elements: 3, Published: true, Wrong: 1},
+		{Start: at(0), Keys: 2, Elements: 7, Published: true, Complete: true, Skew: 800 * time.Millisecond, CompleteAt: at(1800), CoveredAt: at(1800)},
+		{Start: at(1000), Keys: 1, Elements: 4, Published: true, Complete: true, Skew: 100 * time.Millisecond, CompleteAt: at(2100), CoveredAt: at(2100)},
+		{Start: at(2000), Keys: 3, Elements: 3, Published: true, Wrong: 1, CoveredAt: at(3500)},
 		{Start: at(3000), Keys: 3, Elements: 3, Published: true, Missing: 1},
-		{Start: at(4000), Keys: 2, Elements: 4, Published: true, Wrong: 1, Duplicated: true, Split: 1, Repeated: 1},
+		{Start: at(4000), Keys: 2, Elements: 4, Published: true, Wrong: 1, Duplicated: true, Split: 1, Repeated: 1, CoveredAt: at(5500)},
 		{Start: at(9000), Published: false},
 	}
 	for i, w := range want {
