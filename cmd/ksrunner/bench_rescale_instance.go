@@ -164,6 +164,15 @@ func (b *rescaleBench) submit(ctx context.Context, in *benchInstance) (chan erro
 	if b.pool != nil {
 		*jobopts.EnvironmentType = "EXTERNAL"
 		*jobopts.EnvironmentConfig = b.pool.EnvironmentConfig(ctx)
+		// The SDK stages a worker binary for any environment but
+		// LOOPBACK, building one if it must; the pool runs the workers
+		// in this process, so (as the SDK does for LOOPBACK) an empty
+		// file stands in.
+		unused := filepath.Join(b.workDir, "unused-worker-binary")
+		if err := os.WriteFile(unused, nil, 0o644); err != nil {
+			return nil, err
+		}
+		*jobopts.WorkerBinary = unused
 	}
 	flag.Set("job_name", b.jobID)
 	beam.PipelineOptions.Set("application_id", b.appID)
