@@ -440,7 +440,7 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 	// slowly until the group has committed offsets on every input
 	// partition, i.e. the pipeline runs; those windows are checked like
 	// all others and reported apart.
-	gen := newGenerator(cl, b.in, cfg.Keys, cfg.ValueBytes, b.check, &b.produceLatency)
+	gen := newGenerator(ctx, cl, b.in, cfg.Keys, cfg.ValueBytes, b.check, &b.produceLatency)
 	primeRate, primeStart := min(cfg.Rate, primeRate), time.Now()
 	primeCtx, stopPrime := context.WithTimeout(ctx, primeTimeout)
 	consuming, waited := make(chan struct{}), make(chan error, 1)

@@ -17,7 +17,10 @@ import (
 // the checker once it has moved past the window (the pipeline cannot fire a
 // window before input past its end exists, so the counts are there first).
 type generator struct {
-	cl      *kgo.Client
+	// produceCtx is the records' context, the bench's: a record must
+	// outlive the run that made it (priming ends with records in flight).
+	produceCtx context.Context
+	cl         *kgo.Client
 	topic   string
 	check   *windowChecker
 	latency *msHistogram // record made to acked
@@ -33,8 +36,8 @@ type generator struct {
 	firstErr error // of a produce
 }
 
-func newGenerator(cl *kgo.Client, topic string, keys, valueBytes int, check *windowChecker, latency *msHistogram) *generator {
-	g := &generator{cl: cl, topic: topic, check: check, latency: latency, cur: -1}
+func newGenerator(ctx context.Context, cl *kgo.Client, topic string, keys, valueBytes int, check *windowChecker, latency *msHistogram) *generator {
+	g := &generator{produceCtx: ctx, cl: cl, topic: topic, check: check, latency: latency, cur: -1}
 	for i := range keys {
 		g.keys = append(g.keys, rescaleKey(i))
 	}
@@ -45,9 +48,9 @@ func newGenerator(cl *kgo.Client, topic string, keys, valueBytes int, check *win
 	return g
 }
 
-// run produces rate records/s until until, or until stop closes, in 10 ms
-// steps; it returns how many it made. A failed produce fails it (at the
-// next step).
+// run produces rate records/s until until, or until stop closes or ctx
+// ends, in 10 ms steps; it returns how many it made. A failed produce fails
+// it (at the next step).
 func (g *generator) run(ctx context.Context, rate int, until time.Time, stop <-chan struct{}) (int, error) {
 	start := time.Now()
 	step := max(rate/100, 1)
@@ -81,7 +84,7 @@ func (g *generator) run(ctx context.Context, rate int, until time.Time, stop <-c
 		k := g.n % len(g.keys)
 		g.n++
 		g.counts[k]++
-		g.cl.Produce(ctx, &kgo.Record{Topic: g.topic, Key: g.keys[k], Value: g.value, Timestamp: now}, g.done)
+		g.cl.Produce(g.produceCtx, &kgo.Record{Topic: g.topic, Key: g.keys[k], Value: g.value, Timestamp: now}, g.done)
 	}
 }
 
