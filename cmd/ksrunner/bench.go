@@ -40,6 +40,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "rescale" {
 		return runBenchRescale(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "sdk-pool" { // an SDK worker pool of bench rescale
+		return runSDKPool(ctx, args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "gbk" {
 		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench wasm [flags]`, `bench kafka [flags]` or `bench rescale [flags]`")
 	}

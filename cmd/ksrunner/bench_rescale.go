@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,16 +11,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
 	beamlog "github.com/apache/beam/sdks/v2/go/pkg/beam/log"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -36,14 +32,14 @@ import (
 //     keys, each record's timestamp the wall clock when it is made (the
 //     event time), and keeps the count of each (window, key) it produced;
 //   - the pipeline, a Go SDK job run by ksrunner instances (separate
-//     processes of the ksrunner binary, each with its own state_dir):
+//     processes of the ksrunner binary, each with its own state_dir and an
+//     SDK worker pool process of its own, bench_rescale_instance.go):
 //     kafkaio.Read (CreateTime) → 1 s fixed windows → CombinePerKey(count),
 //     which ksrunner lifts (precombine, shuffle, merge) → "windowStartMs,
 //     count" keyed by the key → kafkaio.Write to an output topic. Window
-//     assignment and the precombine run on the Fn API harness (a LOOPBACK
-//     pool in this process per submission): a WASM DoFn can neither assign
-//     windows nor emit from FinishBundle (wasmabi's ABI v1), so WASM stages
-//     have nothing here to take over;
+//     assignment and the precombine run on the Fn API harness: a WASM DoFn
+//     can neither assign windows nor emit from FinishBundle (wasmabi's ABI
+//     v1), so WASM stages have nothing here to take over;
 //   - the checker reads the output topic read_committed. A window is
 //     complete when every key produced in it has its count exactly and no
 //     result came twice; its skew is the wall clock when its last result
@@ -117,8 +113,10 @@ type rescaleConfig struct {
 	// Late is the skew over which a window counts as late.
 	Late time.Duration
 	Plan []planStep
-	// Binary is the ksrunner binary the instances run.
-	Binary string
+	// Binary is the ksrunner binary the instances run; SDKBinary the one
+	// their SDK worker pools run (`bench sdk-pool`), which must hold the
+	// pipeline's DoFns: this process's own.
+	Binary, SDKBinary string
 	// CommitMs is the instances' commit_interval_ms; InstanceFlags are
 	// more flags for every instance.
 	CommitMs      int
@@ -216,11 +214,11 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	binary := fs.String("ksrunner", "", "the ksrunner binary the instances run (default: this one)")
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "the instances' commit_interval_ms")
 	instanceFlags := fs.StringArray("instance_flag", nil, "a flag for every instance's `ksrunner jobserver`, e.g. --instance_flag=--transaction_timeout_ms=10000 (repeatable)")
-	addAs := fs.String("add_as", addAsJobServer, "what instances after the first are: jobserver (a job server of their own, the pipeline resubmitted to it) or worker (`ksrunner worker`, joining from the pipeline topic; SDK workers in one EXTERNAL pool in this process)")
+	addAs := fs.String("add_as", addAsJobServer, "what instances after the first are: jobserver (a job server of their own, the pipeline resubmitted to it) or worker (`ksrunner worker`, joining from the pipeline topic)")
 	workDir := fs.String("work_dir", "", "directory of the instances' state_dirs and logs (default: a temporary one, removed after a run that passed)")
-	logLevel := fs.String("log_level", "warn", "this process's log level (SDK workers, embedded broker)")
-	instanceLogLevel := fs.String("instance_log_level", "info", "the instances' log level (their logs go to the work directory)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (generator, checker, SDK workers, embedded broker) to this file")
+	logLevel := fs.String("log_level", "warn", "this process's log level (embedded broker)")
+	instanceLogLevel := fs.String("instance_log_level", "info", "the instances' and their SDK worker pools' log level (their logs go to the work directory)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (generator, checker, embedded broker) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -235,10 +233,12 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	var lvl slog.Level
 	lvl.UnmarshalText([]byte(*logLevel)) // checked by benchLogger
 	beamlog.SetLogger(sdkLogger{min: sdkSeverity(lvl)})
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench rescale: finding this binary (it runs the SDK workers): %w", err)
+	}
 	if *binary == "" {
-		if *binary, err = os.Executable(); err != nil {
-			return fmt.Errorf("bench rescale: --ksrunner: finding this binary: %w", err)
-		}
+		*binary = self
 	}
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)
@@ -250,7 +250,7 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	cfg := rescaleConfig{
 		Rate: *rate, Keys: *keys, ValueBytes: *valueBytes, Partitions: *parts,
 		Duration: *duration, Warmup: *warmup, Grace: *grace, Late: *late, Plan: steps,
-		Binary: *binary, CommitMs: *commitMs, InstanceFlags: *instanceFlags, AddAs: *addAs,
+		Binary: *binary, SDKBinary: self, CommitMs: *commitMs, InstanceFlags: *instanceFlags, AddAs: *addAs,
 		WorkDir: *workDir, InstanceLogLevel: *instanceLogLevel, Logger: logger,
 	}
 	_, err = benchRescale(ctx, cfg, *bootstrap, stdout)
@@ -268,10 +268,6 @@ type rescaleBench struct {
 	check                 *windowChecker
 	produceLatency        msHistogram // record made (its timestamp) to acked
 	lag                   *lagSampler
-
-	// pool is the SDK worker pool of every instance with --add_as=worker
-	// (nil: each submission's own LOOPBACK pool).
-	pool *extworker.Loopback
 
 	// jobsCtx is the context of every submission's Execute; stopJobs ends
 	// them all (after their jobs were cancelled).
@@ -412,14 +408,6 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 	lagDone := make(chan struct{})
 	go func() { defer close(lagDone); b.lag.run(checkCtx) }()
 
-	*jobopts.EnvironmentType = "LOOPBACK"
-	flag.Set("environment_type", "LOOPBACK")
-	if cfg.AddAs == addAsWorker {
-		if b.pool, err = extworker.StartLoopback(ctx, 0); err != nil {
-			return nil, fmt.Errorf("bench rescale: the SDK worker pool: %w", err)
-		}
-		defer b.pool.Stop(context.Background()) // after stopInstances (deferred later, so run earlier)
-	}
 	b.jobsCtx, b.stopJobs = context.WithCancel(context.Background())
 	defer b.stopInstances(stdout)
 	cpu0 := processCPU()
@@ -543,12 +531,9 @@ func (b *rescaleBench) step(ctx context.Context, s planStep, stdout io.Writer) e
 		return fmt.Errorf("plan step %s: no such live instance", s)
 	}
 	at := time.Now()
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		return fmt.Errorf("killing instance %d (pid %d): %w", victim.n, victim.cmd.Process.Pid, err)
-	}
-	<-victim.exited
+	victim.kill()
 	victim.killedAt = at
-	b.event(stdout, at, "instance %d killed (SIGKILL, pid %d)", victim.n, victim.cmd.Process.Pid)
+	b.event(stdout, at, "instance %d killed (SIGKILL, pid %d, and its SDK worker pool)", victim.n, victim.proc.cmd.Process.Pid)
 	return nil
 }
 
@@ -787,15 +772,13 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 	}
 	fmt.Fprintf(stdout, "sustained: %.0f elements/s produced (target %d); %.0f elements/s in the %d complete windows wholly at full rate (of %d)\n",
 		res.GenRate, cfg.Rate, float64(counted)/max(float64(fullComplete), 1)/rescaleWindow.Seconds(), fullComplete, fullWindows)
-	cpu := fmt.Sprintf("CPU: this process %.1fs (generator, checker, SDK workers", benchCPU.Seconds())
+	cpu := fmt.Sprintf("CPU: this process %.1fs (generator, checker", benchCPU.Seconds())
 	if b.embedded {
 		cpu += ", embedded broker"
 	}
 	cpu += ")"
 	for _, in := range b.instances {
-		if ps := in.cmd.ProcessState; ps != nil {
-			cpu += fmt.Sprintf(", instance %d %.1fs", in.n, (ps.UserTime() + ps.SystemTime()).Seconds())
-		}
+		cpu += fmt.Sprintf(", instance %d %.1fs + its SDK workers %.1fs", in.n, in.proc.cpu().Seconds(), in.pool.cpu().Seconds())
 	}
 	fmt.Fprintf(stdout, "%s over %.0fs of generation\n", cpu, genSecs)
 }

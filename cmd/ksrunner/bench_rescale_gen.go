@@ -21,11 +21,11 @@ type generator struct {
 	// outlive the run that made it (priming ends with records in flight).
 	produceCtx context.Context
 	cl         *kgo.Client
-	topic   string
-	check   *windowChecker
-	latency *msHistogram // record made to acked
-	keys    [][]byte
-	value   []byte
+	topic      string
+	check      *windowChecker
+	latency    *msHistogram // record made to acked
+	keys       [][]byte
+	value      []byte
 
 	// Owned by the goroutine calling run and finish.
 	cur    int64   // start (ms) of the window counts is of; -1: none

@@ -30,7 +30,7 @@ func TestBenchRescale(t *testing.T) {
 	cfg := rescaleConfig{
 		Rate: 2000, Keys: 50, ValueBytes: 10, Partitions: 2,
 		Duration: 4 * time.Second, Warmup: time.Second, Grace: time.Minute, Late: 2 * time.Second,
-		Plan: []planStep{{At: 0}}, Binary: self, CommitMs: 50, AddAs: addAsJobServer,
+		Plan: []planStep{{At: 0}}, Binary: self, SDKBinary: self, CommitMs: 50, AddAs: addAsJobServer,
 		WorkDir: t.TempDir(), InstanceLogLevel: "info",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
