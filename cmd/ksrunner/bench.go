@@ -37,8 +37,14 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "kafka" {
 		return runBenchKafka(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "rescale" {
+		return runBenchRescale(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "sdk-pool" { // an SDK worker pool of bench rescale
+		return runSDKPool(ctx, args[1:], stdout)
+	}
 	if len(args) == 0 || args[0] != "gbk" {
-		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench wasm [flags]` or `bench kafka [flags]`")
+		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench wasm [flags]`, `bench kafka [flags]` or `bench rescale [flags]`")
 	}
 	def := host.DefaultOptions()
 	fs := newFlagSet("bench gbk")
@@ -204,6 +210,21 @@ func startCPUProfile(path string) (func() error, error) {
 		pprof.StopCPUProfile()
 		return f.Close()
 	}, nil
+}
+
+// benchLogger sets up the logging of a bench command (cmd names it in
+// errors) run at level: Beam's (beam.Init first, since it sets slog's
+// default, which the SDK logs through) and the default slog logger, which
+// it returns for the bench's job servers.
+func benchLogger(cmd, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("%s: --log_level: %w", cmd, err)
+	}
+	beam.Init()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	slog.SetDefault(logger)
+	return logger, nil
 }
 
 // sdkLogger drops the Beam SDK's log lines below a severity (the SDK logs

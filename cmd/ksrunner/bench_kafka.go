@@ -135,18 +135,15 @@ func runBenchKafka(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("bench kafka: --log_level: %w", err)
+	logger, err := benchLogger("bench kafka", *logLevel)
+	if err != nil {
+		return err
 	}
-	beam.Init()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	slog.SetDefault(logger)
 	cfg := benchKafkaConfig{
 		Records: *records, Partitions: *parts, ValueBytes: *valueBytes, Rate: *rate, CommitMs: *commitMs,
 		Variants: strings.Split(*variants, ","), Timeout: *timeout, CPUProfile: *cpuProfile, Logger: logger,
 	}
-	_, err := benchKafka(ctx, cfg, *bootstrap, stdout)
+	_, err = benchKafka(ctx, cfg, *bootstrap, stdout)
 	return err
 }
 
@@ -165,16 +162,11 @@ func benchKafka(ctx context.Context, cfg benchKafkaConfig, bootstrap string, std
 			return nil, fmt.Errorf("bench kafka: --variants: unknown variant %q (want copy, wasm or harness)", v)
 		}
 	}
-	where := bootstrap
-	if bootstrap == "embedded" {
-		b, err := host.StartEmbeddedBroker(0)
-		if err != nil {
-			return nil, err
-		}
-		defer b.Close()
-		bootstrap = b.Bootstrap()
-		where = "embedded broker " + bootstrap
+	bootstrap, where, closeBroker, err := benchBroker(bootstrap)
+	if err != nil {
+		return nil, err
 	}
+	defer closeBroker()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(100_000))
 	if err != nil {
@@ -317,7 +309,28 @@ func (b *kafkaBench) topic(name string) string { return "bench-kafka-" + b.nonce
 // and waits until every partition has a leader.
 func (b *kafkaBench) createTopics(ctx context.Context, topics ...string) error {
 	lat := "LogAppendTime"
-	resp, err := b.adm.CreateTopics(ctx, b.cfg.Partitions, -1, map[string]*string{"message.timestamp.type": &lat}, topics...)
+	return createBenchTopics(ctx, b.adm, b.cfg.Partitions, map[string]*string{"message.timestamp.type": &lat}, topics...)
+}
+
+// benchBroker resolves a bench's --bootstrap_servers: "embedded" starts an
+// in-memory broker in this process (closed by closeBroker), anything else is
+// a broker list used as is. where describes it for the bench's header.
+func benchBroker(bootstrap string) (addr, where string, closeBroker func(), err error) {
+	if bootstrap != "embedded" {
+		return bootstrap, bootstrap, func() {}, nil
+	}
+	b, err := host.StartEmbeddedBroker(0)
+	if err != nil {
+		return "", "", nil, err
+	}
+	return b.Bootstrap(), "embedded broker " + b.Bootstrap(), b.Close, nil
+}
+
+// createBenchTopics creates topics of partitions partitions with configs
+// (an existing one is kept) and waits until every partition has a leader:
+// a real cluster spreads a new topic's metadata after CreateTopics returns.
+func createBenchTopics(ctx context.Context, adm *kadm.Client, partitions int32, configs map[string]*string, topics ...string) error {
+	resp, err := adm.CreateTopics(ctx, partitions, -1, configs, topics...)
 	if err == nil {
 		err = resp.Error()
 	}
@@ -325,11 +338,11 @@ func (b *kafkaBench) createTopics(ctx context.Context, topics ...string) error {
 		return fmt.Errorf("creating topics %v: %w", topics, err)
 	}
 	for {
-		md, err := b.adm.Metadata(ctx, topics...)
+		md, err := adm.Metadata(ctx, topics...)
 		ready := err == nil
 		for _, t := range topics {
 			td, ok := md.Topics[t]
-			ready = ready && ok && td.Err == nil && len(td.Partitions) == int(b.cfg.Partitions)
+			ready = ready && ok && td.Err == nil && len(td.Partitions) == int(partitions)
 			for _, p := range td.Partitions {
 				ready = ready && p.Err == nil && p.Leader >= 0
 			}
@@ -431,14 +444,8 @@ func (b *kafkaBench) produce(ctx context.Context, topic string, from, to, rate i
 	start := time.Now()
 	for seq := from; seq < to; seq++ {
 		if rate > 0 && (seq-from)%max(rate/100, 1) == 0 {
-			// Record seq is due at start + (seq-from)/rate.
-			due := start.Add(time.Duration(float64(seq-from) / float64(rate) * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(d):
-				}
+			if err := waitDue(ctx, start, seq-from, rate); err != nil {
+				return err
 			}
 		}
 		wg.Add(1)
@@ -844,6 +851,25 @@ func (r *outputReader) span(lo, hi int) (first, last time.Time) {
 	defer r.mu.Unlock()
 	f, l := slices.Min(r.times[lo:hi]), slices.Max(r.times[lo:hi])
 	return time.UnixMilli(f), time.UnixMilli(l)
+}
+
+// waitDue paces a producer at rate records/s from start: it waits until
+// record n (counting from 0) is due, at start + n/rate. Callers call it
+// every rate/100 records or so, so records go out in 10 ms steps.
+func waitDue(ctx context.Context, start time.Time, n, rate int) error {
+	due := start.Add(time.Duration(float64(n) / float64(rate) * float64(time.Second)))
+	d := time.Until(due)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // inputTimes reads records [0, n) of topic (not transactional) and returns

@@ -7,6 +7,7 @@
 //	ksrunner bench gbk           compare a GroupByKey pipeline with Prism
 //	ksrunner bench wasm          compare the WASM executor with the harness and plain Go
 //	ksrunner bench kafka         Kafka -> map -> Kafka, exactly once: WASM, harness and a plain copy loop
+//	ksrunner bench rescale       windowed counts at a fixed rate while instances are added and killed
 package main
 
 import (
