@@ -443,6 +443,14 @@ func (i *instance) resetTasks() {
 	}
 }
 
+// now is the tasks' clock (Hooks.Now in tests).
+func (i *instance) now() time.Time {
+	if i.env.Now != nil {
+		return i.env.Now()
+	}
+	return time.Now()
+}
+
 func (i *instance) setProduceErr(err error) { i.produceErr.CompareAndSwap(nil, &err) }
 
 func (i *instance) failure() error {
@@ -502,6 +510,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			maxRecords = h.MaxPollRecords()
 		}
 		fetches := i.cl.PollRecords(pollCtx, maxRecords)
+		polledAt := i.now()
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -539,7 +548,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			i.inTxn = true
 		}
-		bad, err := i.process(ctx, fetches)
+		bad, err := i.process(ctx, fetches, polledAt, fetches.NumRecords() < maxRecords)
 		if err != nil {
 			return err
 		}
@@ -582,7 +591,7 @@ func (i *instance) rewindTo(bad []*task.BadRecordError) {
 // process hands every task its records; tasks run in parallel. bad are the
 // records that failed their tasks under deserialization_error_policy=fail
 // (their tasks handled the records before them); err is any other failure.
-func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*task.BadRecordError, err error) {
+func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt time.Time, complete bool) (bad []*task.BadRecordError, err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var wg sync.WaitGroup
@@ -612,6 +621,9 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*tas
 	})
 	wg.Wait()
 	close(errs)
+	for _, t := range i.tasks {
+		t.Polled(polledAt, complete) // Kafka sources: caught up as of the poll?
+	}
 	i.endSources(fetches) // bounded reads: not past the last record emitted
 	for e := range errs {
 		var b *task.BadRecordError

@@ -55,6 +55,16 @@ type kafkaSource struct {
 	next                  int64 // offset after the last record handled; -1: none yet
 	highWater             int64 // of the last fetch; -1: none seen
 	lastRecord            time.Time
+	// fetchedThisPoll says the current poll brought a fetch of the
+	// partition (Fetched); caughtUpAt is when a poll last showed that the
+	// task had handled every record of the partition (zero: never), which
+	// is as far as an idle partition's watermark may follow wall time:
+	// a record produced after it has a later timestamp, one produced before
+	// it was handled. Not "now": a cycle that stalls, or a poll that stops
+	// at read_max_elements_per_poll with this partition's records still in
+	// the client's buffer, would make records not yet handled late.
+	fetchedThisPoll bool
+	caughtUpAt      time.Time
 
 	bound *sourceBound // nil: an unbounded read (kafkabound.go)
 }
@@ -167,8 +177,27 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 // when the task has handled no record yet.
 func (s *kafkaSource) fetched(highWater int64, records int) {
 	s.highWater = highWater
+	s.fetchedThisPoll = true
 	if records == 0 {
 		s.next = max(s.next, highWater)
+	}
+}
+
+// polled ends a poll that returned at at, after the task handled what it
+// brought. The partition is caught up as of at if the poll fetched it and
+// the task handled up to its high watermark, or if the poll was complete
+// (it returned every record the client had, so a partition it did not
+// bring has nothing new since its last fetch) and the last fetch showed it
+// caught up; a partition never fetched counts as caught up only after a
+// complete poll (an empty partition may never be in a fetch response).
+func (s *kafkaSource) polled(at time.Time, complete bool) {
+	fetched := s.fetchedThisPoll
+	s.fetchedThisPoll = false
+	if !fetched && !complete {
+		return
+	}
+	if s.highWater < 0 || s.next >= s.highWater {
+		s.caughtUpAt = at
 	}
 }
 
@@ -183,10 +212,8 @@ func (s *kafkaSource) watermark(int64) (int64, error) {
 	if s.maxTs > minWatermark {
 		wm = s.maxTs - bound
 	}
-	now := s.t.now()
-	caughtUp := s.highWater < 0 || s.next >= s.highWater
-	if caughtUp && now.Sub(s.lastRecord) >= s.t.idleTimeout() {
-		wm = max(wm, now.UnixMilli()-bound)
+	if at := s.caughtUpAt; !at.IsZero() && at.Sub(s.lastRecord) >= s.t.idleTimeout() {
+		wm = max(wm, at.UnixMilli()-bound)
 	}
 	return min(wm, maxWatermark-1), nil
 }
@@ -212,6 +239,16 @@ func (t *Task) idleTimeout() time.Duration {
 func (t *Task) Fetched(highWater int64, records int) {
 	if s, ok := t.root.(*kafkaSource); ok {
 		s.fetched(highWater, records)
+	}
+}
+
+// Polled ends a poll for a Kafka source task: the poll returned at at
+// (Env.Now), complete says it returned every record the client had
+// buffered (fewer than it asked for), and the task has handled what it
+// brought; other tasks ignore it.
+func (t *Task) Polled(at time.Time, complete bool) {
+	if s, ok := t.root.(*kafkaSource); ok {
+		s.polled(at, complete)
 	}
 }
 

@@ -137,6 +137,49 @@ func TestKafkaSource(t *testing.T) {
 	checkLines(t, "idle", rest, []string{"status " + tk.ID() + " " + timeString(now.UnixMilli()-1000)})
 }
 
+// An idle partition's watermark follows wall time only as of the last poll
+// that showed it caught up: not past a poll that stopped at
+// read_max_elements_per_poll without fetching it (its records may wait in
+// the client's buffer), and not to the time of a commit that comes long
+// after the poll (a stalled cycle): records produced since are not late.
+func TestKafkaSourceIdleAsOfPoll(t *testing.T) {
+	te, sub, now := kafkaEnv(t, translate.TimestampCreateTime)
+	tk := te.task(sub, 0)
+	tk.Fetched(1, 1)
+	if err := tk.Handle(context.Background(), []*kgo.Record{kafkaRec(0, 0, "a", be8(1), 20_000)}); err != nil {
+		t.Fatal(err)
+	}
+	tk.Polled(*now, true)
+	commit := func() []string {
+		t.Helper()
+		ctx := context.Background()
+		if err := tk.PrepareCommit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.CommitState(); err != nil {
+			t.Fatal(err)
+		}
+		tk.SendStatus()
+		_, rest := te.userRecords(te.take())
+		return rest
+	}
+	commit()
+	// Incomplete polls without the partition: no news of it.
+	for range 3 {
+		*now = now.Add(time.Second)
+		tk.Polled(*now, false)
+	}
+	if rest := commit(); len(rest) != 0 {
+		t.Errorf("advanced on polls that did not fetch the partition: %q", rest)
+	}
+	// A complete poll, then a commit 5 s later (a stalled cycle): as of the poll.
+	*now = now.Add(time.Second)
+	polled := *now
+	tk.Polled(polled, true)
+	*now = now.Add(5 * time.Second)
+	checkLines(t, "idle as of the poll", commit(), []string{"status " + tk.ID() + " " + timeString(polled.UnixMilli()-1000)})
+}
+
 // Under the ProcessingTime policy an element's timestamp is the wall clock.
 func TestKafkaSourceProcessingTime(t *testing.T) {
 	te, sub, now := kafkaEnv(t, translate.TimestampProcessingTime)
