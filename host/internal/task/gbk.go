@@ -7,6 +7,7 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/ksrunner/ksrunner/shuffle"
@@ -19,8 +20,14 @@ import (
 // values are read back in arrival order, emitted as one KV<K, Iterable<V>>
 // with the ON_TIME pane at the end of the window, and deleted.
 //
-// Only the default trigger with non-merging windows reaches here (translate
-// refuses the rest), so each key and window fires exactly once.
+// Only the default trigger with non-merging windows and no allowed lateness
+// reaches here (translate sends the rest to the windowed GroupByKey), so
+// each key and window fires exactly once: an element whose window has
+// expired (its maximum timestamp is behind the input watermark when it
+// arrives) is late and dropped, counted in dropped_late_elements, as
+// Beam's model says, instead of making a second pane. Upstream watermarks
+// promise none arrives, but a Kafka record out of order by more than the
+// source's bound is late by the source's own watermark.
 
 // endOfGlobalWindow is the global window's maximum timestamp.
 var endOfGlobalWindow = int64(mtime.EndOfGlobalWindowTime)
@@ -70,9 +77,15 @@ func (t *Task) buffer(raw []byte, offset int64) error {
 	if err != nil {
 		return err
 	}
+	in := t.inputWatermark()
 	for _, win := range windows {
-		if _, err := windowMaxTimestamp(win); err != nil {
+		maxTs, err := windowMaxTimestamp(win)
+		if err != nil {
 			return err
+		}
+		if maxTs < in {
+			g.droppedLate++
+			continue
 		}
 		g.add(key, win, value, offset)
 	}
@@ -87,6 +100,9 @@ type gbkRuns struct {
 	full  []fullRun             // runs of this interval that reached maxStoredValue
 	kw    []byte                // scratch
 	key   []byte                // scratch state key
+	// droppedLate counts the late elements of this cycle (fire adds them
+	// to the job's metrics).
+	droppedLate int64
 }
 
 // gbkRun is the values of one key and window, in arrival order, as stored
@@ -194,6 +210,10 @@ func (t *Task) earliestTimer() (int64, error) {
 func (t *Task) fire(inputWM int64) error {
 	if err := t.flushBuffered(); err != nil {
 		return err
+	}
+	if n := t.gbk.droppedLate; n > 0 {
+		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(t.sub.Root.TransformID, "dropped_late_elements", n)})
+		t.gbk.droppedLate = 0
 	}
 	upper := t.key(state.Timer, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(inputWM)))
 	timers, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Timer), UpperBound: upper})

@@ -98,10 +98,16 @@ func TestGroupByKeyFiresAtWindowEnd(t *testing.T) {
 		// No movement: no report.
 		recs: []*kgo.Record{in.wm(prod, 70000)},
 	}, {
+		// Late: its window fired. Dropped and counted, not a second pane.
+		recs: in.data(wv(4000, kv("k1", "late"), w0)),
+	}, {
 		recs:     []*kgo.Record{in.wm(prod, maxWatermark)},
 		inputs:   []string{`"k1":["c"] @119999 [60000,120000) ontime#0 first last`},
 		produced: lines(te.sunk(sub, `"k1" @119999 [60000,120000) ontime#0 first last`), report("+inf")),
 	}})
+	if n := counter(t, te.env.Metrics.Attempted, sub.Root.TransformID, "dropped_late_elements"); n != 1 {
+		t.Errorf("dropped_late_elements %d, want 1", n)
+	}
 }
 
 // The fast path groups in every window of an element (sliding windows)
