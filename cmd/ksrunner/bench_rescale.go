@@ -214,7 +214,7 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	binary := fs.String("ksrunner", "", "the ksrunner binary the instances run (default: this one)")
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "the instances' commit_interval_ms")
 	instanceFlags := fs.StringArray("instance_flag", nil, "a flag for every instance's `ksrunner jobserver`, e.g. --instance_flag=--transaction_timeout_ms=10000 (repeatable)")
-	addAs := fs.String("add_as", addAsJobServer, "what instances after the first are: jobserver (a job server of their own, the pipeline resubmitted to it) or worker (`ksrunner worker`, joining from the pipeline topic)")
+	addAs := fs.String("add_as", addAsWorker, "what instances after the first are: jobserver (a job server of their own, the pipeline resubmitted to it) or worker (`ksrunner worker`, joining from the pipeline topic)")
 	workDir := fs.String("work_dir", "", "directory of the instances' state_dirs and logs (default: a temporary one, removed after a run that passed)")
 	logLevel := fs.String("log_level", "warn", "this process's log level (embedded broker)")
 	instanceLogLevel := fs.String("instance_log_level", "info", "the instances' and their SDK worker pools' log level (their logs go to the work directory)")
