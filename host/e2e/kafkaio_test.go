@@ -62,7 +62,14 @@ func kafkaCountPipelineIn(t *testing.T, pool func(context.Context) string, in, o
 	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), recs))
 	keyed := beam.ParDo(s, keyByWindow, sums)
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	pipe := jobtest.MarshalLoopback(t, p, pool, workerBin)
+	return withKafkaCountIO(t, jobtest.MarshalLoopback(t, p, pool, workerBin), in, out)
+}
+
+// withKafkaCountIO makes the placeholders of a count pipeline a Kafka read
+// of topic in (String keys, Long values, CreateTime, from the earliest
+// offset) and a Kafka write to topic out (String, Long).
+func withKafkaCountIO(t *testing.T, pipe *pipepb.Pipeline, in, out string) *pipepb.Pipeline {
+	t.Helper()
 	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
 		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},

@@ -27,8 +27,6 @@ import (
 
 	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
-	"github.com/ksrunner/ksrunner/translate"
-	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 func init() {
@@ -92,25 +90,7 @@ func kafkaGatedCountPipeline(t *testing.T, env func(context.Context) string, in,
 	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), gated))
 	keyed := beam.ParDo(s, keyByWindow, sums)
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
-	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
-		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
-		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSource(pipe, "kafkaReadPlaceholder", translate.URNKafkaRead, rb); err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSink(pipe, "kafkaWritePlaceholder", translate.URNKafkaWrite, wb); err != nil {
-		t.Fatal(err)
-	}
-	return pipe
+	return withKafkaCountIO(t, jobtest.MarshalLoopback(t, p, env, workerBin), in, out)
 }
 
 // jobServerProcess is a `ksrunner jobserver` subprocess.
