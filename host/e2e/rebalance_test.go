@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -308,14 +310,19 @@ type appInstance struct {
 	stateDir string
 	logFile  string
 	jobID    string
-	ended    chan jobEnd
+	ended    chan struct{} // closed when the job has ended, as endedAs says
+	endedAs  jobEnd
 	stopped  bool
 
 	mu       sync.Mutex
 	restores []restore
-	assigned []time.Time   // when each task was assigned
-	consumed int           // records consumed by its commit cycles
-	restored chan struct{} // signalled on each restore, assignment and cycle
+	assigned []time.Time // when each task was assigned
+	consumed int         // records consumed by its commit cycles
+	// fault, if set, runs once inside the first commit cycle (before it
+	// commits) by which faultAfter records were consumed.
+	fault      func() error
+	faultAfter int
+	restored   chan struct{} // signalled on each restore, assignment and cycle
 }
 
 // restore is one task's changelog restore, as the Restored hook saw it.
@@ -402,7 +409,8 @@ func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since tim
 		a.mu.Unlock()
 		select {
 		case <-a.restored:
-		case r := <-a.ended:
+		case <-a.ended:
+			r := a.endedAs
 			a.dumpLog(t)
 			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting an assignment", a.name, r.state, r.errs, r.err)
 		case <-ctx.Done():
@@ -415,10 +423,17 @@ func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since tim
 func (a *appInstance) beforeCommit(records int) error {
 	a.mu.Lock()
 	a.consumed += records
+	var fault func() error
+	if a.fault != nil && a.consumed >= a.faultAfter {
+		fault, a.fault = a.fault, nil
+	}
 	a.mu.Unlock()
 	select {
 	case a.restored <- struct{}{}:
 	default:
+	}
+	if fault != nil {
+		return fault()
 	}
 	return nil
 }
@@ -439,7 +454,8 @@ func (a *appInstance) awaitConsumed(ctx context.Context, t *testing.T, n int) {
 		}
 		select {
 		case <-a.restored:
-		case r := <-a.ended:
+		case <-a.ended:
+			r := a.endedAs
 			a.dumpLog(t)
 			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting its cycles", a.name, r.state, r.errs, r.err)
 		case <-ctx.Done():
@@ -462,8 +478,12 @@ func (a *appInstance) submit(ctx context.Context, t *testing.T, opts map[string]
 		t.Fatalf("%s: submit: %v", a.name, err)
 	}
 	a.jobID = id
-	a.ended = make(chan jobEnd, 1)
-	go func() { r, err := wait(ctx, a.client, id); a.ended <- jobEnd{r.State, r.Errors, err} }()
+	a.ended = make(chan struct{})
+	go func() {
+		defer close(a.ended)
+		r, err := wait(ctx, a.client, id)
+		a.endedAs = jobEnd{r.State, r.Errors, err}
+	}()
 }
 
 // restoredWithState counts the restores after since that replayed
@@ -499,7 +519,8 @@ func (a *appInstance) cancel(ctx context.Context, t *testing.T) {
 	if _, err := a.client.Cancel(ctx, &jobpb.CancelJobRequest{JobId: a.jobID}); err != nil {
 		t.Fatalf("%s: Cancel: %v", a.name, err)
 	}
-	if r := <-a.ended; r.err != nil || r.state != jobpb.JobState_CANCELLED {
+	<-a.ended
+	if r := a.endedAs; r.err != nil || r.state != jobpb.JobState_CANCELLED {
 		t.Fatalf("%s: job ended %v (errors %q, %v), want CANCELLED", a.name, r.state, r.errs, r.err)
 	}
 }
@@ -580,4 +601,157 @@ func (a *appInstance) dumpLog(t *testing.T) {
 		}
 	})
 	t.Logf("%s's log (%s), in part:\n%s", a.name, a.logFile, strings.Join(lines, "\n"))
+}
+
+// TestLostMembershipMidCycle: an instance that loses its group membership
+// in the middle of a commit cycle (as when its session expires while a
+// cycle runs long: here the test removes the static member from the group,
+// KIP-345, just before the cycle commits) drops that cycle's work and
+// carries on: it joins again and finishes the input, and the job does not
+// fail. exactly_once: the cycle's transaction aborts (its offsets cannot
+// commit), the output is exact. at_least_once: the cycle's offsets and
+// state do not commit and its input is processed again, but what it
+// produced stays (shuffle records among them), so the output holds every
+// window, some perhaps twice, with sums that may count some input twice
+// but never miss any.
+func TestLostMembershipMidCycle(t *testing.T) {
+	for _, guarantee := range []string{"exactly_once", "at_least_once"} {
+		t.Run(guarantee, func(t *testing.T) {
+			ctx := testContext(t, 3*time.Minute)
+			bootstrap := kafkatest.Broker(t)
+			in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+			const partitions = 4
+			kafkatest.CreateTopic(t, bootstrap, in, partitions)
+			kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+			input := windowInput(time.Now().Add(-2*time.Hour), 3000, partitions)
+			want := input.sums()
+			appID := kafkatest.UniqueName(t, "lost")
+
+			a := startAppInstance(t, "only")
+			a.pipe = kafkaWindowCountPipeline(t, a.pool, in, out, time.Second)
+			adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+			kicked := make(chan struct{})
+			a.faultAfter = len(input.recs) / 2
+			a.fault = func() error {
+				defer close(kicked)
+				id, err := os.ReadFile(filepath.Join(a.stateDir, appID, "instance-id"))
+				if err != nil {
+					return err
+				}
+				gid := appID + "-" + strings.TrimSpace(string(id))
+				resps, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(appID).InstanceIDs(gid).Reason("test: the member's session expired"))
+				if err == nil {
+					err = resps.Error()
+				}
+				if err != nil {
+					t.Errorf("removing member %s from the group: %v", gid, err)
+				}
+				return nil
+			}
+
+			produced := make(chan struct{})
+			pctx, stopProducing := context.WithCancel(ctx)
+			t.Cleanup(func() { stopProducing(); <-produced })
+			go func() {
+				defer close(produced)
+				input.produce(pctx, t, bootstrap, in, 0, len(input.recs))
+			}()
+			a.submit(ctx, t, map[string]string{
+				"application_id": appID, "bootstrap_servers": bootstrap, "processing_guarantee": guarantee,
+				"internal_parallelism": "4", "source_idle_timeout_ms": "3600000",
+			})
+			select {
+			case <-kicked:
+			case <-a.ended:
+				t.Fatalf("the job ended %v (errors %q, %v) before the fault", a.endedAs.state, a.endedAs.errs, a.endedAs.err)
+			case <-ctx.Done():
+				t.Fatal("no commit cycle consumed half the input by the deadline")
+			}
+			<-produced
+			input.produceClosing(ctx, t, bootstrap, in)
+
+			// Every window, unless the job fails first.
+			rctx, stopReading := context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-a.ended:
+				case <-rctx.Done():
+				}
+				stopReading()
+			}()
+			got := map[string][]int64{}
+			kafkatest.ReadTopic(rctx, &failFast{T: t, job: a}, bootstrap, out, func() bool { return len(got) >= len(want) }, func(r *kgo.Record) {
+				got[string(r.Key)] = append(got[string(r.Key)], int64(binary.BigEndian.Uint64(r.Value)))
+			})
+			stopReading()
+			a.cancel(ctx, t) // not FAILED: CANCELLED
+			all := readAll(ctx, t, bootstrap, out)
+			twice, over := 0, 0
+			for k, vs := range all {
+				if len(vs) > 1 {
+					twice++
+				}
+				for _, v := range vs {
+					// at_least_once: the cycle's shuffle records stay
+					// and are produced again, so a sum may count some
+					// input twice, but never less than all of it.
+					if v != want[k] && (guarantee == "exactly_once" || v < want[k]) {
+						t.Errorf("window %s: sum %d, want %d", k, v, want[k])
+					}
+					if v > want[k] {
+						over++
+					}
+				}
+			}
+			for k := range want {
+				if len(all[k]) == 0 {
+					t.Errorf("window %s: missing", k)
+				}
+			}
+			if guarantee == "exactly_once" && twice > 0 {
+				t.Errorf("%d windows written more than once under exactly_once", twice)
+			}
+			// exactly_once: the session aborts the cycle, the group loop
+			// reports the loss. at_least_once: the offset commit fails,
+			// and franz-go rejoins the static member with its partitions.
+			lost := a.logCount("lost its partitions", time.Now())
+			aborted := a.logCount(`msg="transaction aborted`, time.Now()) + a.logCount(`msg="offsets not committed`, time.Now())
+			t.Logf("%s: %d windows, %d written more than once, %d sums over; the instance reported %d losses of its partitions, %d aborted cycles", guarantee, len(all), twice, over, lost, aborted)
+			if aborted == 0 || guarantee == "exactly_once" && lost == 0 {
+				t.Errorf("the instance reported %d losses and %d aborted cycles: the fault did not hit a cycle", lost, aborted)
+			}
+			if t.Failed() {
+				a.dumpLog(t)
+			}
+		})
+	}
+}
+
+// readAll reads topic whole, read_committed: key → every Long value.
+func readAll(ctx context.Context, t *testing.T, bootstrap, topic string) map[string][]int64 {
+	t.Helper()
+	all := map[string][]int64{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, topic, nil, func(r *kgo.Record) {
+		all[string(r.Key)] = append(all[string(r.Key)], int64(binary.BigEndian.Uint64(r.Value)))
+	})
+	return all
+}
+
+// failFast is the test, for a wait that ends early because the job ended:
+// its failure names how the job ended.
+type failFast struct {
+	*testing.T
+	job *appInstance
+}
+
+func (f *failFast) Fatalf(format string, args ...any) {
+	f.T.Helper()
+	select {
+	case <-f.job.ended:
+		r := f.job.endedAs
+		f.job.dumpLog(f.T)
+		f.T.Fatalf("%s: the job ended %v (errors %q, %v) before its output was complete", f.job.name, r.state, r.errs, r.err)
+	default:
+	}
+	f.T.Fatalf(format, args...)
 }
