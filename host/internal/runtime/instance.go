@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,10 +176,6 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
 	opts = append(opts, cfg.groupOpts()...)
-	if os.Getenv("KSRUNNER_KGO_DEBUG") != "" { // TEMPORARY
-		id := i.ident.id
-		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string { return "KGO " + id + " " })))
-	}
 	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
 		i.admin.Close()
 		db.Close()
