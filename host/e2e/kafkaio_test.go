@@ -19,6 +19,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	_ "github.com/ksrunner/ksrunner/host/kafkaio"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -49,12 +50,23 @@ func keyByWindow(w beam.Window, k string, n int64) (string, int64) {
 // KV<"key@window start", sum> (String, Long) to topic out.
 func kafkaCountPipeline(t *testing.T, in, out string) *pipepb.Pipeline {
 	t.Helper()
+	return kafkaSumPipeline(t, loopback.EnvironmentConfig, in, out, time.Minute, nil)
+}
+
+// kafkaSumPipeline is kafkaCountPipeline with windows of size, its
+// LOOPBACK workers started by the pool at env; mid, if not nil, is a DoFn
+// (KV<string, int64> in and out) between the read and the windowing.
+func kafkaSumPipeline(t *testing.T, env func(context.Context) string, in, out string, size time.Duration, mid any) *pipepb.Pipeline {
+	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
 	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
-	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), recs))
+	if mid != nil {
+		recs = beam.ParDo(s, mid, recs)
+	}
+	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(size), recs))
 	keyed := beam.ParDo(s, keyByWindow, sums)
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	pipe := marshal(t, p)
+	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
 	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
 		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},

@@ -14,22 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
-	"github.com/ksrunner/ksrunner/translate"
-	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 func init() {
@@ -87,31 +81,7 @@ func armGate(t *testing.T, after int) <-chan struct{} {
 // its LOOPBACK workers started by the pool at env.
 func kafkaGatedCountPipeline(t *testing.T, env func(context.Context) string, in, out string) *pipepb.Pipeline {
 	t.Helper()
-	p, s := beam.NewPipelineWithRoot()
-	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
-	gated := beam.ParDo(s, &gateFn{}, recs)
-	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), gated))
-	keyed := beam.ParDo(s, keyByWindow, sums)
-	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
-	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
-		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
-		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSource(pipe, "kafkaReadPlaceholder", translate.URNKafkaRead, rb); err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSink(pipe, "kafkaWritePlaceholder", translate.URNKafkaWrite, wb); err != nil {
-		t.Fatal(err)
-	}
-	return pipe
+	return kafkaSumPipeline(t, env, in, out, time.Minute, &gateFn{})
 }
 
 // jobServerProcess is a `ksrunner jobserver` subprocess.

@@ -16,22 +16,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
-	"github.com/ksrunner/ksrunner/translate"
-	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 // TestTwoInstances is the proof that a job's output does not depend on how
@@ -74,12 +68,8 @@ func TestTwoInstances(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t, 5*time.Minute)
-			bootstrap := kafkatest.Broker(t)
-			in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
-			const partitions = 4
-			kafkatest.CreateTopic(t, bootstrap, in, partitions)
-			kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-			in1 := windowInput(time.Now().Add(-2*time.Hour), 6000, partitions)
+			bootstrap, in, out := windowTopics(t)
+			in1 := windowInput(time.Now().Add(-2*time.Hour), 6000, windowPartitions)
 			want := in1.sums()
 
 			opts := map[string]string{
@@ -92,7 +82,7 @@ func TestTwoInstances(t *testing.T) {
 			}
 			insts := []*appInstance{startAppInstance(t, "first"), startAppInstance(t, "joiner")}
 			for _, a := range insts {
-				a.pipe = kafkaWindowCountPipeline(t, a.pool, in, out, time.Second)
+				a.pipe = kafkaSumPipeline(t, a.pool, in, out, time.Second, nil)
 			}
 			leaver, survivor := insts[tc.leaver], insts[1-tc.leaver]
 
@@ -195,6 +185,20 @@ func TestTwoInstances(t *testing.T) {
 	}
 }
 
+// windowPartitions is the partition count of windowTopics' input.
+const windowPartitions = 4
+
+// windowTopics creates the input (windowPartitions partitions) and output
+// topics of a windowed sum on the test's broker.
+func windowTopics(t *testing.T) (bootstrap, in, out string) {
+	t.Helper()
+	bootstrap = kafkatest.Broker(t)
+	in, out = kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	kafkatest.CreateTopic(t, bootstrap, in, windowPartitions)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	return bootstrap, in, out
+}
+
 // windowCounts is the input of TestTwoInstances: records in timestamp
 // order, 10 ms apart, over 20 keys, spread round-robin over the partitions
 // (so every partition's watermark advances alike), and the sums they make
@@ -267,36 +271,6 @@ func (w *windowCounts) produceClosing(ctx context.Context, t *testing.T, bootstr
 	}
 }
 
-// kafkaWindowCountPipeline is kafkaCountPipeline with windows of size, its
-// LOOPBACK workers started by the pool at env.
-func kafkaWindowCountPipeline(t *testing.T, env func(context.Context) string, in, out string, size time.Duration) *pipepb.Pipeline {
-	t.Helper()
-	p, s := beam.NewPipelineWithRoot()
-	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
-	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(size), recs))
-	keyed := beam.ParDo(s, keyByWindow, sums)
-	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
-	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
-		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
-		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSource(pipe, "kafkaReadPlaceholder", translate.URNKafkaRead, rb); err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSink(pipe, "kafkaWritePlaceholder", translate.URNKafkaWrite, wb); err != nil {
-		t.Fatal(err)
-	}
-	return pipe
-}
-
 // appInstance is one process of an application as the test runs it: a job
 // server of its own (its own hooks and log) with a LOOPBACK worker pool of
 // its own (two servers sharing one pool would both name their first worker
@@ -322,7 +296,7 @@ type appInstance struct {
 	// commits) by which faultAfter records were consumed.
 	fault      func() error
 	faultAfter int
-	restored   chan struct{} // signalled on each restore, assignment and cycle
+	changed    chan struct{} // signalled on each restore, assignment and cycle
 }
 
 // restore is one task's changelog restore, as the Restored hook saw it.
@@ -334,7 +308,7 @@ type restore struct {
 
 func startAppInstance(t *testing.T, name string) *appInstance {
 	t.Helper()
-	a := &appInstance{name: name, stateDir: t.TempDir(), logFile: filepath.Join(t.TempDir(), name+".log"), restored: make(chan struct{}, 1)}
+	a := &appInstance{name: name, stateDir: t.TempDir(), logFile: filepath.Join(t.TempDir(), name+".log"), changed: make(chan struct{}, 1)}
 	lf, err := os.Create(a.logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +351,7 @@ func (a *appInstance) onRestored(sub int, partition int32, records int) {
 	a.restores = append(a.restores, restore{at: time.Now(), sub: sub, partition: partition, records: records})
 	a.mu.Unlock()
 	select {
-	case a.restored <- struct{}{}:
+	case a.changed <- struct{}{}:
 	default:
 	}
 }
@@ -387,35 +361,48 @@ func (a *appInstance) onAssigned(int, int32) {
 	a.assigned = append(a.assigned, time.Now())
 	a.mu.Unlock()
 	select {
-	case a.restored <- struct{}{}:
+	case a.changed <- struct{}{}:
 	default:
 	}
 }
 
 // awaitAssigned waits for a task's assignment after since and returns its
 // time.
-func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since time.Time) time.Time {
+func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since time.Time) (at time.Time) {
+	t.Helper()
+	a.await(ctx, t, fmt.Sprintf("a task assigned after %v", since.Format(time.TimeOnly)), func() bool {
+		for _, at = range a.assigned {
+			if at.After(since) {
+				return true
+			}
+		}
+		return false
+	})
+	return at
+}
+
+// await waits, for at most 2 minutes, until ok (called with a.mu held)
+// holds, failing the test if the job ends first.
+func (a *appInstance) await(ctx context.Context, t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
 		a.mu.Lock()
-		for _, at := range a.assigned {
-			if at.After(since) {
-				a.mu.Unlock()
-				return at
-			}
-		}
+		done := ok()
 		a.mu.Unlock()
+		if done {
+			return
+		}
 		select {
-		case <-a.restored:
+		case <-a.changed:
 		case <-a.ended:
 			r := a.endedAs
 			a.dumpLog(t)
-			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting an assignment", a.name, r.state, r.errs, r.err)
+			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting %s", a.name, r.state, r.errs, r.err, what)
 		case <-ctx.Done():
 			a.dumpLog(t)
-			t.Fatalf("%s: no task assigned after %v by the deadline", a.name, since.Format(time.TimeOnly))
+			t.Fatalf("%s: no %s by the deadline", a.name, what)
 		}
 	}
 }
@@ -429,7 +416,7 @@ func (a *appInstance) beforeCommit(records int) error {
 	}
 	a.mu.Unlock()
 	select {
-	case a.restored <- struct{}{}:
+	case a.changed <- struct{}{}:
 	default:
 	}
 	if fault != nil {
@@ -443,26 +430,7 @@ func (a *appInstance) beforeCommit(records int) error {
 // committed yet).
 func (a *appInstance) awaitConsumed(ctx context.Context, t *testing.T, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		a.mu.Lock()
-		c := a.consumed
-		a.mu.Unlock()
-		if c >= n {
-			return
-		}
-		select {
-		case <-a.restored:
-		case <-a.ended:
-			r := a.endedAs
-			a.dumpLog(t)
-			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting its cycles", a.name, r.state, r.errs, r.err)
-		case <-ctx.Done():
-			a.dumpLog(t)
-			t.Fatalf("%s: %d records consumed by the deadline, want %d", a.name, c, n)
-		}
-	}
+	a.await(ctx, t, fmt.Sprintf("%d records consumed", n), func() bool { return a.consumed >= n })
 }
 
 // submit runs the application's pipeline on this instance, with its own
@@ -618,17 +586,13 @@ func TestLostMembershipMidCycle(t *testing.T) {
 	for _, guarantee := range []string{"exactly_once", "at_least_once"} {
 		t.Run(guarantee, func(t *testing.T) {
 			ctx := testContext(t, 3*time.Minute)
-			bootstrap := kafkatest.Broker(t)
-			in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
-			const partitions = 4
-			kafkatest.CreateTopic(t, bootstrap, in, partitions)
-			kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-			input := windowInput(time.Now().Add(-2*time.Hour), 3000, partitions)
+			bootstrap, in, out := windowTopics(t)
+			input := windowInput(time.Now().Add(-2*time.Hour), 3000, windowPartitions)
 			want := input.sums()
 			appID := kafkatest.UniqueName(t, "lost")
 
 			a := startAppInstance(t, "only")
-			a.pipe = kafkaWindowCountPipeline(t, a.pool, in, out, time.Second)
+			a.pipe = kafkaSumPipeline(t, a.pool, in, out, time.Second, nil)
 			adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
 			kicked := make(chan struct{})
 			a.faultAfter = len(input.recs) / 2
