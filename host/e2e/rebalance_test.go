@@ -35,9 +35,10 @@ import (
 // with its own state_dir, so each a static group member, and its own
 // LOOPBACK worker pool) against the same broker, exactly_once. The input is
 // produced at a steady rate while the first instance runs alone, the second
-// joins (the rebalance moves tasks, with their GroupByKey state, to it), and
-// one of them ends (its tasks, with their state, move to the other); the
-// survivor finishes. The output topic, read read_committed, must hold every
+// joins (the rebalance moves tasks to it), and one of them ends (its tasks
+// move to the other); the survivor finishes. Tasks with GroupByKey state
+// must move, at the join or the leave (the assignor chooses which tasks
+// move), and restore that state from their changelogs. The output topic, read read_committed, must hold every
 // window's sum exactly once: none missing, none twice, none extra.
 //
 // Each variant also checks how the leaving instance's tasks moved:
