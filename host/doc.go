@@ -17,7 +17,10 @@
 // (RUNNING). The job is DONE when every task has reported the maximum
 // watermark on the status topic, CANCELLED on Cancel, FAILED when the
 // instance or a stage fails. Stop refuses further Runs, cancels every job
-// and waits for them.
+// and waits for them. The cause of the cancellation tells the runtime
+// whether the job ends on purpose (Cancel, or DONE: the instance leaves
+// its consumer group, a static member too) or the server stops for a
+// restart (Stop: a static member keeps its membership).
 //
 // # Packages
 //

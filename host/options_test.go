@@ -149,19 +149,11 @@ func TestTransactionTimeoutOption(t *testing.T) {
 	if o, err := d.WithPipelineOptions(&s); err != nil || o.TransactionTimeoutMs != 300000 {
 		t.Errorf("pipeline option transaction_timeout_ms=300000: %d, %v", o.TransactionTimeoutMs, err)
 	}
-	for _, tc := range []struct{ js, want string }{
+	wantPipelineOptionErrors(t, []pipelineOptionError{
 		{`{"beam:option:transaction_timeout_ms:v1": 10}`, `pipeline option transaction_timeout_ms: 10, must be at least 1000`},
 		{`{"beam:option:transaction_timeout_ms:v1": 2000, "beam:option:commit_interval_ms:v1": 2000}`, `pipeline option transaction_timeout_ms: 2000, must be more than commit_interval_ms (2000)`},
 		{`{"beam:option:transaction_timeout_ms:v1": "1m"}`, `pipeline option transaction_timeout_ms: "1m" is not an integer`},
-	} {
-		var s structpb.Struct
-		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.want)
-		}
-	}
+	})
 	bad := DefaultOptions()
 	bad.CommitIntervalMs = 90000
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "option transaction_timeout_ms: 60000, must be more than commit_interval_ms (90000)") {
@@ -224,19 +216,11 @@ func TestGroupOptions(t *testing.T) {
 	if o, err := d.WithPipelineOptions(&s); err != nil || o.GroupProtocol != "consumer" || o.SessionTimeoutMs != 10000 {
 		t.Errorf("pipeline options: %q %d, %v", o.GroupProtocol, o.SessionTimeoutMs, err)
 	}
-	for _, tc := range []struct{ js, want string }{
+	wantPipelineOptionErrors(t, []pipelineOptionError{
 		{`{"beam:option:group_protocol:v1": "streams"}`, `pipeline option group_protocol: "streams", must be classic or consumer`},
 		{`{"beam:option:session_timeout_ms:v1": -5}`, `pipeline option session_timeout_ms: -5, must be positive`},
 		{`{"beam:option:session_timeout_ms:v1": "45s"}`, `pipeline option session_timeout_ms: "45s" is not an integer`},
-	} {
-		var s structpb.Struct
-		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.want)
-		}
-	}
+	})
 	bad := DefaultOptions()
 	bad.GroupProtocol = "eager"
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `option group_protocol: "eager"`) {
@@ -248,5 +232,24 @@ func TestGroupOptions(t *testing.T) {
 	}
 	if described["group_protocol"] != "classic" || described["session_timeout_ms"] != "45000" {
 		t.Errorf("descriptors: group_protocol %q, session_timeout_ms %q", described["group_protocol"], described["session_timeout_ms"])
+	}
+}
+
+// pipelineOptionError is a job's pipeline options (JSON) and the error they
+// must make.
+type pipelineOptionError struct{ js, want string }
+
+// wantPipelineOptionErrors checks that each case's pipeline options over
+// the defaults fail with an error containing its want.
+func wantPipelineOptionErrors(t *testing.T, cases []pipelineOptionError) {
+	t.Helper()
+	for _, tc := range cases {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DefaultOptions().WithPipelineOptions(&s); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.want)
+		}
 	}
 }

@@ -30,19 +30,11 @@ func TestBadRecordOptionsConfig(t *testing.T) {
 	os.Unsetenv("KSRUNNER_DESERIALIZATION_ERROR_POLICY")
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(file, []byte("read_max_elements_per_poll: 0\n"), 0o644)
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	wantConfigErrors(t, []configError{
 		{[]string{"--config", file}, "option read_max_elements_per_poll: 0, must be at least 1"},
 		{[]string{"--deserialization_error_policy=continue"}, `option deserialization_error_policy: "continue", must be fail, dead_letter or skip`},
 		{[]string{"--read_max_poll_time_ms=-1"}, "option read_max_poll_time_ms: -1, must not be negative"},
-	} {
-		_, err := loadServerConfig(tc.args)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "job server configuration") {
-			t.Errorf("%q: %v, want an error of the job server configuration with %q", tc.args, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestTransactionTimeoutConfig: transaction_timeout_ms comes from a flag,
@@ -60,18 +52,10 @@ func TestTransactionTimeoutConfig(t *testing.T) {
 	os.Unsetenv("KSRUNNER_TRANSACTION_TIMEOUT_MS")
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(file, []byte("transaction_timeout_ms: 50\n"), 0o644)
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	wantConfigErrors(t, []configError{
 		{[]string{"--config", file}, "option transaction_timeout_ms: 50, must be at least 1000"},
 		{[]string{"--transaction_timeout_ms=5000", "--commit_interval_ms=6000"}, "option transaction_timeout_ms: 5000, must be more than commit_interval_ms (6000)"},
-	} {
-		_, err := loadServerConfig(tc.args)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "job server configuration") {
-			t.Errorf("%q: %v, want an error of the job server configuration with %q", tc.args, err, tc.want)
-		}
-	}
+	})
 }
 
 // TestMaxBundleTimeConfig: max_bundle_time_ms comes from a flag or the
@@ -112,13 +96,24 @@ func TestGroupOptionsConfig(t *testing.T) {
 	os.Unsetenv("KSRUNNER_SESSION_TIMEOUT_MS")
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	os.WriteFile(file, []byte("group_protocol: streams\n"), 0o644)
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
+	wantConfigErrors(t, []configError{
 		{[]string{"--config", file}, `option group_protocol: "streams", must be classic or consumer`},
 		{[]string{"--session_timeout_ms=0"}, "option session_timeout_ms: 0, must be positive"},
-	} {
+	})
+}
+
+// configError is a job server's arguments and the configuration error they
+// must make.
+type configError struct {
+	args []string
+	want string
+}
+
+// wantConfigErrors checks that each case's arguments fail with an error of
+// the job server's configuration containing its want.
+func wantConfigErrors(t *testing.T, cases []configError) {
+	t.Helper()
+	for _, tc := range cases {
 		_, err := loadServerConfig(tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "job server configuration") {
 			t.Errorf("%q: %v, want an error of the job server configuration with %q", tc.args, err, tc.want)

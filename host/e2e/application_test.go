@@ -191,7 +191,7 @@ func TestJobServerResumes(t *testing.T) {
 	opts.BootstrapServers, opts.StateDir, opts.InternalParallelism, opts.SourceIdleTimeoutMs = bootstrap, t.TempDir(), 2, 3600000
 	srv1, client1 := startServer(t, opts)
 	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
-	if _, err := submit(ctx, t, client1, kafkaCountPipelineIn(t, pool, in, out), map[string]string{"application_id": appID}); err != nil {
+	if _, err := submit(ctx, t, client1, kafkaSumPipeline(t, pool, in, out, time.Minute, nil), map[string]string{"application_id": appID}); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
 	checkCounts(t, "before the restart", readCommitted(ctx, t, bootstrap, out, len(want1)), want1)

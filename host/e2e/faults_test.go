@@ -151,7 +151,7 @@ func startFaultApp(t *testing.T, name string, extra map[string]string) *faultApp
 	}
 	// The worker process starts its SDK workers in this pool, which
 	// outlives the job server's (an EXTERNAL environment on this machine).
-	pipe := kafkaCountPipelineIn(t, ownPool(a.ctx, t), a.in, a.out)
+	pipe := kafkaSumPipeline(t, ownPool(a.ctx, t), a.in, a.out, time.Minute, nil)
 	a.produceThird(t, 0)
 	id, err := submit(a.ctx, t, ksrunner, pipe, opts)
 	if err != nil {

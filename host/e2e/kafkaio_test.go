@@ -50,26 +50,23 @@ func keyByWindow(w beam.Window, k string, n int64) (string, int64) {
 // KV<"key@window start", sum> (String, Long) to topic out.
 func kafkaCountPipeline(t *testing.T, in, out string) *pipepb.Pipeline {
 	t.Helper()
-	return kafkaCountPipelineIn(t, loopback.EnvironmentConfig, in, out)
+	return kafkaSumPipeline(t, loopback.EnvironmentConfig, in, out, time.Minute, nil)
 }
 
-// kafkaCountPipelineIn is kafkaCountPipeline with its workers in the
-// LOOPBACK pool whose environment config pool gives.
-func kafkaCountPipelineIn(t *testing.T, pool func(context.Context) string, in, out string) *pipepb.Pipeline {
+// kafkaSumPipeline is kafkaCountPipeline with windows of size, its
+// LOOPBACK workers started by the pool at env; mid, if not nil, is a DoFn
+// (KV<string, int64> in and out) between the read and the windowing.
+func kafkaSumPipeline(t *testing.T, env func(context.Context) string, in, out string, size time.Duration, mid any) *pipepb.Pipeline {
 	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
 	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
-	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), recs))
+	if mid != nil {
+		recs = beam.ParDo(s, mid, recs)
+	}
+	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(size), recs))
 	keyed := beam.ParDo(s, keyByWindow, sums)
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	return withKafkaCountIO(t, jobtest.MarshalLoopback(t, p, pool, workerBin), in, out)
-}
-
-// withKafkaCountIO makes the placeholders of a count pipeline a Kafka read
-// of topic in (String keys, Long values, CreateTime, from the earliest
-// offset) and a Kafka write to topic out (String, Long).
-func withKafkaCountIO(t *testing.T, pipe *pipepb.Pipeline, in, out string) *pipepb.Pipeline {
-	t.Helper()
+	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
 	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
 		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},

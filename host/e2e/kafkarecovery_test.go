@@ -14,18 +14,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -84,13 +81,7 @@ func armGate(t *testing.T, after int) <-chan struct{} {
 // its LOOPBACK workers started by the pool at env.
 func kafkaGatedCountPipeline(t *testing.T, env func(context.Context) string, in, out string) *pipepb.Pipeline {
 	t.Helper()
-	p, s := beam.NewPipelineWithRoot()
-	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
-	gated := beam.ParDo(s, &gateFn{}, recs)
-	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), gated))
-	keyed := beam.ParDo(s, keyByWindow, sums)
-	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	return withKafkaCountIO(t, jobtest.MarshalLoopback(t, p, env, workerBin), in, out)
+	return kafkaSumPipeline(t, env, in, out, time.Minute, &gateFn{})
 }
 
 // jobServerProcess is a `ksrunner jobserver` subprocess.
@@ -193,8 +184,52 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 	const partitions, n = 4, 400
 	kafkatest.CreateTopic(t, bootstrap, in, partitions)
 	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-	data := newCountData(n, partitions)
-	want1, want2 := data.halves(t)
+	base := time.Now().Add(-2 * time.Hour).Truncate(time.Minute).UnixMilli()
+	type rec struct {
+		key       string
+		ts, value int64
+		partition int32
+	}
+	recs := make([]rec, n)
+	for i := range recs {
+		recs[i] = rec{key: fmt.Sprintf("k%d", i%10), ts: base + int64(i)*7000, value: int64(1 + i%3), partition: int32(i % partitions)}
+	}
+	produce := func(rs []rec) {
+		cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		for _, r := range rs {
+			cl.Produce(ctx, &kgo.Record{Topic: in, Partition: r.partition, Key: []byte(r.key), Value: be8(r.value), Timestamp: time.UnixMilli(r.ts)}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					t.Errorf("producing: %v", err)
+				}
+			})
+		}
+		if err := cl.Flush(ctx); err != nil || t.Failed() {
+			t.Fatalf("producing the input: %v", err)
+		}
+	}
+	// fired: see TestKafkaCancelAndResume (the same data and windows).
+	fired := func(rs []rec) map[string]int64 {
+		maxTs := map[int32]int64{}
+		for _, r := range rs {
+			maxTs[r.partition] = max(maxTs[r.partition], r.ts)
+		}
+		wm := int64(1<<63 - 1)
+		for p := range int32(partitions) {
+			wm = min(wm, maxTs[p]-1000)
+		}
+		want := map[string]int64{}
+		for _, r := range recs {
+			if start := r.ts - r.ts%60000; start+60000 <= wm {
+				want[fmt.Sprintf("%s@%d", r.key, start)] += r.value
+			}
+		}
+		return want
+	}
+	first := recs[:n/2]
+	want1, want2 := fired(first), fired(recs)
+	if len(want1) == 0 || len(want2) <= len(want1) {
+		t.Fatalf("test data: %d windows fire in the first job, %d in both", len(want1), len(want2))
+	}
 
 	appID := kafkatest.UniqueName(t, "recover")
 	stateDir := t.TempDir()
@@ -227,7 +262,7 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 
 	// The first job server runs the job through the first half of the input.
 	srv1 := startJobServer(t, bootstrap, log)
-	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
+	produce(first)
 	if _, err := submit(ctx, t, srv1.client, pipe, opts); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
@@ -236,7 +271,7 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 	// The second half goes in with the gate armed: a cycle blocks with its
 	// transaction open, and the server is killed in it.
 	blocked := armGate(t, partitions)
-	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
+	produce(recs[n/2:])
 	select {
 	case <-blocked:
 	case <-ctx.Done():

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,18 +16,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -37,9 +35,10 @@ import (
 // with its own state_dir, so each a static group member, and its own
 // LOOPBACK worker pool) against the same broker, exactly_once. The input is
 // produced at a steady rate while the first instance runs alone, the second
-// joins (the rebalance moves tasks, with their GroupByKey state, to it), and
-// one of them ends (its tasks, with their state, move to the other); the
-// survivor finishes. The output topic, read read_committed, must hold every
+// joins (the rebalance moves tasks to it), and one of them ends (its tasks
+// move to the other); the survivor finishes. Tasks with GroupByKey state
+// must move, at the join or the leave (the assignor chooses which tasks
+// move), and restore that state from their changelogs. The output topic, read read_committed, must hold every
 // window's sum exactly once: none missing, none twice, none extra.
 //
 // Each variant also checks how the leaving instance's tasks moved:
@@ -70,12 +69,8 @@ func TestTwoInstances(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t, 5*time.Minute)
-			bootstrap := kafkatest.Broker(t)
-			in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
-			const partitions = 4
-			kafkatest.CreateTopic(t, bootstrap, in, partitions)
-			kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-			in1 := windowInput(time.Now().Add(-2*time.Hour), 6000, partitions)
+			bootstrap, in, out := windowTopics(t)
+			in1 := windowInput(time.Now().Add(-2*time.Hour), 6000, windowPartitions)
 			want := in1.sums()
 
 			opts := map[string]string{
@@ -88,7 +83,7 @@ func TestTwoInstances(t *testing.T) {
 			}
 			insts := []*appInstance{startAppInstance(t, "first"), startAppInstance(t, "joiner")}
 			for _, a := range insts {
-				a.pipe = kafkaWindowCountPipeline(t, a.pool, in, out, time.Second)
+				a.pipe = kafkaSumPipeline(t, a.pool, in, out, time.Second, nil)
 			}
 			leaver, survivor := insts[tc.leaver], insts[1-tc.leaver]
 
@@ -191,6 +186,20 @@ func TestTwoInstances(t *testing.T) {
 	}
 }
 
+// windowPartitions is the partition count of windowTopics' input.
+const windowPartitions = 4
+
+// windowTopics creates the input (windowPartitions partitions) and output
+// topics of a windowed sum on the test's broker.
+func windowTopics(t *testing.T) (bootstrap, in, out string) {
+	t.Helper()
+	bootstrap = kafkatest.Broker(t)
+	in, out = kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	kafkatest.CreateTopic(t, bootstrap, in, windowPartitions)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	return bootstrap, in, out
+}
+
 // windowCounts is the input of TestTwoInstances: records in timestamp
 // order, 10 ms apart, over 20 keys, spread round-robin over the partitions
 // (so every partition's watermark advances alike), and the sums they make
@@ -257,18 +266,6 @@ func (w *windowCounts) produceClosing(ctx context.Context, t *testing.T, bootstr
 	}
 }
 
-// kafkaWindowCountPipeline is kafkaCountPipeline with windows of size, its
-// LOOPBACK workers started by the pool at env.
-func kafkaWindowCountPipeline(t *testing.T, env func(context.Context) string, in, out string, size time.Duration) *pipepb.Pipeline {
-	t.Helper()
-	p, s := beam.NewPipelineWithRoot()
-	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
-	sums := stats.SumPerKey(s, beam.WindowInto(s, window.NewFixedWindows(size), recs))
-	keyed := beam.ParDo(s, keyByWindow, sums)
-	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
-	return withKafkaCountIO(t, jobtest.MarshalLoopback(t, p, env, workerBin), in, out)
-}
-
 // appInstance is one process of an application as the test runs it: a job
 // server of its own (its own hooks and log) with a LOOPBACK worker pool of
 // its own (two servers sharing one pool would both name their first worker
@@ -282,14 +279,19 @@ type appInstance struct {
 	stateDir string
 	logFile  string
 	jobID    string
-	ended    chan jobEnd
+	ended    chan struct{} // closed when the job has ended, as endedAs says
+	endedAs  jobEnd
 	stopped  bool
 
 	mu       sync.Mutex
 	restores []restore
-	assigned []time.Time   // when each task was assigned
-	consumed int           // records consumed by its commit cycles
-	restored chan struct{} // signalled on each restore, assignment and cycle
+	assigned []time.Time // when each task was assigned
+	consumed int         // records consumed by its commit cycles
+	// fault, if set, runs once inside the first commit cycle (before it
+	// commits) by which faultAfter records were consumed.
+	fault      func() error
+	faultAfter int
+	changed    chan struct{} // signalled on each restore, assignment and cycle
 }
 
 // restore is one task's changelog restore, as the Restored hook saw it.
@@ -301,7 +303,7 @@ type restore struct {
 
 func startAppInstance(t *testing.T, name string) *appInstance {
 	t.Helper()
-	a := &appInstance{name: name, stateDir: t.TempDir(), logFile: filepath.Join(t.TempDir(), name+".log"), restored: make(chan struct{}, 1)}
+	a := &appInstance{name: name, stateDir: t.TempDir(), logFile: filepath.Join(t.TempDir(), name+".log"), changed: make(chan struct{}, 1)}
 	lf, err := os.Create(a.logFile)
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +346,7 @@ func (a *appInstance) onRestored(sub int, partition int32, records int) {
 	a.restores = append(a.restores, restore{at: time.Now(), sub: sub, partition: partition, records: records})
 	a.mu.Unlock()
 	select {
-	case a.restored <- struct{}{}:
+	case a.changed <- struct{}{}:
 	default:
 	}
 }
@@ -354,34 +356,48 @@ func (a *appInstance) onAssigned(int, int32) {
 	a.assigned = append(a.assigned, time.Now())
 	a.mu.Unlock()
 	select {
-	case a.restored <- struct{}{}:
+	case a.changed <- struct{}{}:
 	default:
 	}
 }
 
 // awaitAssigned waits for a task's assignment after since and returns its
 // time.
-func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since time.Time) time.Time {
+func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since time.Time) (at time.Time) {
+	t.Helper()
+	a.await(ctx, t, fmt.Sprintf("a task assigned after %v", since.Format(time.TimeOnly)), func() bool {
+		for _, at = range a.assigned {
+			if at.After(since) {
+				return true
+			}
+		}
+		return false
+	})
+	return at
+}
+
+// await waits, for at most 2 minutes, until ok (called with a.mu held)
+// holds, failing the test if the job ends first.
+func (a *appInstance) await(ctx context.Context, t *testing.T, what string, ok func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {
 		a.mu.Lock()
-		for _, at := range a.assigned {
-			if at.After(since) {
-				a.mu.Unlock()
-				return at
-			}
-		}
+		done := ok()
 		a.mu.Unlock()
+		if done {
+			return
+		}
 		select {
-		case <-a.restored:
-		case r := <-a.ended:
+		case <-a.changed:
+		case <-a.ended:
+			r := a.endedAs
 			a.dumpLog(t)
-			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting an assignment", a.name, r.state, r.errs, r.err)
+			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting %s", a.name, r.state, r.errs, r.err, what)
 		case <-ctx.Done():
 			a.dumpLog(t)
-			t.Fatalf("%s: no task assigned after %v by the deadline", a.name, since.Format(time.TimeOnly))
+			t.Fatalf("%s: no %s by the deadline", a.name, what)
 		}
 	}
 }
@@ -389,10 +405,17 @@ func (a *appInstance) awaitAssigned(ctx context.Context, t *testing.T, since tim
 func (a *appInstance) beforeCommit(records int) error {
 	a.mu.Lock()
 	a.consumed += records
+	var fault func() error
+	if a.fault != nil && a.consumed >= a.faultAfter {
+		fault, a.fault = a.fault, nil
+	}
 	a.mu.Unlock()
 	select {
-	case a.restored <- struct{}{}:
+	case a.changed <- struct{}{}:
 	default:
+	}
+	if fault != nil {
+		return fault()
 	}
 	return nil
 }
@@ -402,25 +425,7 @@ func (a *appInstance) beforeCommit(records int) error {
 // committed yet).
 func (a *appInstance) awaitConsumed(ctx context.Context, t *testing.T, n int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	for {
-		a.mu.Lock()
-		c := a.consumed
-		a.mu.Unlock()
-		if c >= n {
-			return
-		}
-		select {
-		case <-a.restored:
-		case r := <-a.ended:
-			a.dumpLog(t)
-			t.Fatalf("%s: the job ended %v (errors %q, %v) while awaiting its cycles", a.name, r.state, r.errs, r.err)
-		case <-ctx.Done():
-			a.dumpLog(t)
-			t.Fatalf("%s: %d records consumed by the deadline, want %d", a.name, c, n)
-		}
-	}
+	a.await(ctx, t, fmt.Sprintf("%d records consumed", n), func() bool { return a.consumed >= n })
 }
 
 // submit runs the application's pipeline on this instance, with its own
@@ -436,8 +441,12 @@ func (a *appInstance) submit(ctx context.Context, t *testing.T, opts map[string]
 		t.Fatalf("%s: submit: %v", a.name, err)
 	}
 	a.jobID = id
-	a.ended = make(chan jobEnd, 1)
-	go func() { r, err := wait(ctx, a.client, id); a.ended <- jobEnd{r.State, r.Errors, err} }()
+	a.ended = make(chan struct{})
+	go func() {
+		defer close(a.ended)
+		r, err := wait(ctx, a.client, id)
+		a.endedAs = jobEnd{r.State, r.Errors, err}
+	}()
 }
 
 // restoredWithState counts the restores after since that replayed
@@ -473,7 +482,8 @@ func (a *appInstance) cancel(ctx context.Context, t *testing.T) {
 	if _, err := a.client.Cancel(ctx, &jobpb.CancelJobRequest{JobId: a.jobID}); err != nil {
 		t.Fatalf("%s: Cancel: %v", a.name, err)
 	}
-	if r := <-a.ended; r.err != nil || r.state != jobpb.JobState_CANCELLED {
+	<-a.ended
+	if r := a.endedAs; r.err != nil || r.state != jobpb.JobState_CANCELLED {
 		t.Fatalf("%s: job ended %v (errors %q, %v), want CANCELLED", a.name, r.state, r.errs, r.err)
 	}
 }
@@ -554,4 +564,153 @@ func (a *appInstance) dumpLog(t *testing.T) {
 		}
 	})
 	t.Logf("%s's log (%s), in part:\n%s", a.name, a.logFile, strings.Join(lines, "\n"))
+}
+
+// TestLostMembershipMidCycle: an instance that loses its group membership
+// in the middle of a commit cycle (as when its session expires while a
+// cycle runs long: here the test removes the static member from the group,
+// KIP-345, just before the cycle commits) drops that cycle's work and
+// carries on: it joins again and finishes the input, and the job does not
+// fail. exactly_once: the cycle's transaction aborts (its offsets cannot
+// commit), the output is exact. at_least_once: the cycle's offsets and
+// state do not commit and its input is processed again, but what it
+// produced stays (shuffle records among them), so the output holds every
+// window, some perhaps twice, with sums that may count some input twice
+// but never miss any.
+func TestLostMembershipMidCycle(t *testing.T) {
+	for _, guarantee := range []string{"exactly_once", "at_least_once"} {
+		t.Run(guarantee, func(t *testing.T) {
+			ctx := testContext(t, 3*time.Minute)
+			bootstrap, in, out := windowTopics(t)
+			input := windowInput(time.Now().Add(-2*time.Hour), 3000, windowPartitions)
+			want := input.sums()
+			appID := kafkatest.UniqueName(t, "lost")
+
+			a := startAppInstance(t, "only")
+			a.pipe = kafkaSumPipeline(t, a.pool, in, out, time.Second, nil)
+			adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+			kicked := make(chan struct{})
+			a.faultAfter = len(input.recs) / 2
+			a.fault = func() error {
+				defer close(kicked)
+				id, err := os.ReadFile(filepath.Join(a.stateDir, appID, "instance-id"))
+				if err != nil {
+					return err
+				}
+				gid := appID + "-" + strings.TrimSpace(string(id))
+				resps, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(appID).InstanceIDs(gid).Reason("test: the member's session expired"))
+				if err == nil {
+					err = resps.Error()
+				}
+				if err != nil {
+					t.Errorf("removing member %s from the group: %v", gid, err)
+				}
+				return nil
+			}
+
+			produced := make(chan struct{})
+			pctx, stopProducing := context.WithCancel(ctx)
+			t.Cleanup(func() { stopProducing(); <-produced })
+			go func() {
+				defer close(produced)
+				input.produce(pctx, t, bootstrap, in, 0, len(input.recs))
+			}()
+			a.submit(ctx, t, map[string]string{
+				"application_id": appID, "bootstrap_servers": bootstrap, "processing_guarantee": guarantee,
+				"internal_parallelism": "4", "source_idle_timeout_ms": "3600000",
+			})
+			select {
+			case <-kicked:
+			case <-a.ended:
+				t.Fatalf("the job ended %v (errors %q, %v) before the fault", a.endedAs.state, a.endedAs.errs, a.endedAs.err)
+			case <-ctx.Done():
+				t.Fatal("no commit cycle consumed half the input by the deadline")
+			}
+			<-produced
+			input.produceClosing(ctx, t, bootstrap, in)
+
+			// Every window, unless the job fails first.
+			rctx, stopReading := context.WithCancel(ctx)
+			go func() {
+				select {
+				case <-a.ended:
+				case <-rctx.Done():
+				}
+				stopReading()
+			}()
+			got := map[string][]int64{}
+			kafkatest.ReadTopic(rctx, &failFast{T: t, job: a}, bootstrap, out, func() bool { return len(got) >= len(want) }, func(r *kgo.Record) {
+				got[string(r.Key)] = append(got[string(r.Key)], int64(binary.BigEndian.Uint64(r.Value)))
+			})
+			stopReading()
+			a.cancel(ctx, t) // not FAILED: CANCELLED
+			all := readAll(ctx, t, bootstrap, out)
+			twice, over := 0, 0
+			for k, vs := range all {
+				if len(vs) > 1 {
+					twice++
+				}
+				for _, v := range vs {
+					// at_least_once: the cycle's shuffle records stay
+					// and are produced again, so a sum may count some
+					// input twice, but never less than all of it.
+					if v != want[k] && (guarantee == "exactly_once" || v < want[k]) {
+						t.Errorf("window %s: sum %d, want %d", k, v, want[k])
+					}
+					if v > want[k] {
+						over++
+					}
+				}
+			}
+			for k := range want {
+				if len(all[k]) == 0 {
+					t.Errorf("window %s: missing", k)
+				}
+			}
+			if guarantee == "exactly_once" && twice > 0 {
+				t.Errorf("%d windows written more than once under exactly_once", twice)
+			}
+			// exactly_once: the session aborts the cycle, the group loop
+			// reports the loss. at_least_once: the offset commit fails,
+			// and franz-go rejoins the static member with its partitions.
+			lost := a.logCount("lost its partitions", time.Now())
+			aborted := a.logCount(`msg="transaction aborted`, time.Now()) + a.logCount(`msg="offsets not committed`, time.Now())
+			t.Logf("%s: %d windows, %d written more than once, %d sums over; the instance reported %d losses of its partitions, %d aborted cycles", guarantee, len(all), twice, over, lost, aborted)
+			if aborted == 0 || guarantee == "exactly_once" && lost == 0 {
+				t.Errorf("the instance reported %d losses and %d aborted cycles: the fault did not hit a cycle", lost, aborted)
+			}
+			if t.Failed() {
+				a.dumpLog(t)
+			}
+		})
+	}
+}
+
+// readAll reads topic whole, read_committed: key → every Long value.
+func readAll(ctx context.Context, t *testing.T, bootstrap, topic string) map[string][]int64 {
+	t.Helper()
+	all := map[string][]int64{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, topic, nil, func(r *kgo.Record) {
+		all[string(r.Key)] = append(all[string(r.Key)], int64(binary.BigEndian.Uint64(r.Value)))
+	})
+	return all
+}
+
+// failFast is the test, for a wait that ends early because the job ended:
+// its failure names how the job ended.
+type failFast struct {
+	*testing.T
+	job *appInstance
+}
+
+func (f *failFast) Fatalf(format string, args ...any) {
+	f.T.Helper()
+	select {
+	case <-f.job.ended:
+		r := f.job.endedAs
+		f.job.dumpLog(f.T)
+		f.T.Fatalf("%s: the job ended %v (errors %q, %v) before its output was complete", f.job.name, r.state, r.errs, r.err)
+	default:
+	}
+	f.T.Fatalf(format, args...)
 }

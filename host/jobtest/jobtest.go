@@ -319,6 +319,11 @@ func (k *Hooks) ServerOption() host.ServerOption {
 				h.Restored(sub, partition, records)
 			}
 		},
+		Assigned: func(sub int, partition int32) {
+			if h := k.cur.Load(); h != nil && h.Assigned != nil {
+				h.Assigned(sub, partition)
+			}
+		},
 		MaxPollRecords: func() int {
 			if h := k.cur.Load(); h != nil && h.MaxPollRecords != nil {
 				return h.MaxPollRecords()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,9 +30,10 @@ import (
 // bundles, fires what its watermark allows and produces its state changes to
 // its changelog; then exactly_once ends the transaction (which commits the
 // consumed offsets) and applies the tasks' state batches only if it
-// committed; at_least_once flushes, applies the batches and commits the
-// offsets. Rebalances only happen between iterations (BlockRebalanceOnPoll),
-// so a task never moves with a bundle or a transaction open.
+// committed; at_least_once flushes, commits the offsets and applies the
+// batches. Rebalances only happen between iterations (BlockRebalanceOnPoll),
+// so a task never moves with a bundle or a transaction open; group.go says
+// how a rebalance, a lost membership and leaving the group are handled.
 type instance struct {
 	cfg    Config
 	topics *topics.Set
@@ -189,10 +189,6 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
 	opts = append(opts, cfg.groupOpts()...)
-	if os.Getenv("KSRUNNER_KGO_DEBUG") != "" { // TEMPORARY
-		id := i.ident.id
-		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, func() string { return "KGO " + id + " " })))
-	}
 	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
 		i.admin.Close()
 		db.Close()
@@ -379,12 +375,12 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 // stays in the local store with its changelog position: if a task comes
 // back, its restore replays only the changelog's tail (restoreTask).
 func (i *instance) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	if i.sess != nil {
+		i.rebalance.revokedNow(cl, len(revoked), !i.cfg.consumerProtocol())
+	}
 	if i.failed.Load() || i.sess != nil {
 		// A task failed (its failed input is no longer pending): committing
 		// now would commit the offsets of input that was never processed.
-		if i.sess != nil {
-			i.rebalance.revokedNow(cl, len(revoked), !i.cfg.consumerProtocol())
-		}
 		i.dropTasks(revoked)
 		return
 	}

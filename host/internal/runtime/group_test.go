@@ -1,0 +1,141 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// The group options the client gets: cooperative-sticky always (explicit);
+// classic sends session_timeout_ms and heartbeats every third of it, at
+// most every 3 s; consumer opts into KIP-848 and leaves the session to the
+// broker.
+func TestGroupOpts(t *testing.T) {
+	for _, tc := range []struct {
+		cfg        Config
+		serverSide bool
+		session    time.Duration
+		heartbeat  time.Duration
+	}{
+		{Config{}, false, 45 * time.Second, 3 * time.Second},
+		{Config{GroupProtocol: GroupProtocolClassic, SessionTimeout: 6 * time.Second}, false, 6 * time.Second, 2 * time.Second},
+		{Config{GroupProtocol: GroupProtocolConsumer, SessionTimeout: 6 * time.Second}, true, 45 * time.Second, 3 * time.Second}, // franz-go's defaults: unused
+	} {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, tc.cfg.groupOpts()...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("protocol %q session %v", tc.cfg.GroupProtocol, tc.cfg.SessionTimeout)
+		if got := cl.OptValue(kgo.ServerSideBalancer); got != tc.serverSide {
+			t.Errorf("%s: ServerSideBalancer %v, want %v", name, got, tc.serverSide)
+		}
+		if got := cl.OptValue(kgo.SessionTimeout); got != tc.session {
+			t.Errorf("%s: SessionTimeout %v, want %v", name, got, tc.session)
+		}
+		if got := cl.OptValue(kgo.HeartbeatInterval); got != tc.heartbeat {
+			t.Errorf("%s: HeartbeatInterval %v, want %v", name, got, tc.heartbeat)
+		}
+		if b, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer); len(b) != 1 || b[0].ProtocolName() != "cooperative-sticky" || !b[0].IsCooperative() {
+			t.Errorf("%s: balancers %v, want cooperative-sticky alone", name, b)
+		}
+		cl.Close()
+	}
+}
+
+// What the group management loop injects into a poll: a lost membership,
+// a moving coordinator or a broken connection is recovered by joining
+// again (nil); a session timeout the broker refuses fails, naming the
+// option; another process with this instance's group.instance.id fails,
+// naming it.
+func TestGroupSessionError(t *testing.T) {
+	i := &instance{cfg: Config{ApplicationID: "app", SessionTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, ident: identity{id: "0123456789abcdef", stable: true}}
+	for _, tc := range []struct {
+		err  error
+		want string // "": recovered
+	}{
+		{kerr.UnknownMemberID, ""},
+		{kerr.IllegalGeneration, ""},
+		{kerr.FencedMemberEpoch, ""},
+		{kerr.UnreleasedInstanceID, ""},
+		{kerr.CoordinatorNotAvailable, ""},
+		{kerr.NotCoordinator, ""},
+		{io.EOF, ""},
+		{kerr.InvalidSessionTimeout, "option session_timeout_ms: 2000: the broker refuses it"},
+		{kerr.FencedInstanceID, "another process joined with this instance's group.instance.id app-0123456789abcdef"},
+		{kerr.GroupAuthorizationFailed, "consumer group app: GROUP_AUTHORIZATION_FAILED"},
+	} {
+		err := i.groupSessionError(&kgo.ErrGroupSession{Err: tc.err})
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v, want it recovered", tc.err, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, tc.err)):
+			t.Errorf("%v: %v, want an error wrapping it with %q", tc.err, err, tc.want)
+		}
+	}
+}
+
+// Under the consumer protocol a session_timeout_ms other than the default
+// becomes the group's consumer.session.timeout.ms; one outside the broker's
+// group.consumer.min/max.session.timeout.ms fails, naming the option (kfake
+// does not check the range); the default and classic leave the group's
+// configs alone.
+func TestSetGroupSessionTimeout(t *testing.T) {
+	bootstrap := kafkatest.Broker(t)
+	admin := kafkatest.Client(t, bootstrap)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	groupConfig := func(group string) string {
+		req := kmsg.NewPtrDescribeConfigsRequest()
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+		r.ResourceName = group
+		r.ConfigNames = []string{groupConsumerSessionTimeout}
+		req.Resources = append(req.Resources, r)
+		resp, err := req.RequestWith(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, res := range resp.Resources {
+			for _, c := range res.Configs {
+				if c.Name == groupConsumerSessionTimeout && c.Value != nil && c.Source == kmsg.ConfigSourceGroupConfig {
+					return *c.Value
+				}
+			}
+		}
+		return ""
+	}
+	for _, tc := range []struct {
+		protocol string
+		session  time.Duration
+		want     string // the group's config afterwards
+	}{
+		{GroupProtocolConsumer, 50 * time.Second, "50000"},
+		{GroupProtocolConsumer, DefaultSessionTimeout, ""},
+		{GroupProtocolClassic, 50 * time.Second, ""},
+	} {
+		group := kafkatest.UniqueName(t, "g")
+		if err := setGroupSessionTimeout(ctx, admin, Config{ApplicationID: group, GroupProtocol: tc.protocol, SessionTimeout: tc.session}); err != nil {
+			t.Fatalf("%s %v: %v", tc.protocol, tc.session, err)
+		}
+		if got := groupConfig(group); got != tc.want {
+			t.Errorf("%s %v: the group's %s is %q, want %q", tc.protocol, tc.session, groupConsumerSessionTimeout, got, tc.want)
+		}
+	}
+	if kafkatest.IsReal() {
+		err := setGroupSessionTimeout(ctx, admin, Config{ApplicationID: kafkatest.UniqueName(t, "g"), GroupProtocol: GroupProtocolConsumer, SessionTimeout: 6 * time.Second})
+		if err == nil || !strings.Contains(err.Error(), "option session_timeout_ms: 6000: under group_protocol=consumer") {
+			t.Errorf("6 s under the consumer protocol: %v, want the broker's refusal naming the option", err)
+		}
+	}
+}
