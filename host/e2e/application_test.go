@@ -93,10 +93,8 @@ func ownPool(ctx context.Context, t *testing.T) func(context.Context) string {
 func TestWorkerJoinsApplication(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	bootstrap := kafkatest.Broker(t)
-	in, out := kafkatest.UniqueName(t, "win"), kafkatest.UniqueName(t, "wout")
 	const partitions, n = 4, 400
-	kafkatest.CreateTopic(t, bootstrap, in, partitions)
-	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	in, out := countTopics(t, bootstrap, "win", partitions)
 	data := newCountData(n, partitions)
 	want1, want2 := data.halves(t)
 	appID := kafkatest.UniqueName(t, "worker")
@@ -178,10 +176,8 @@ func TestWorkerJoinsApplication(t *testing.T) {
 func TestJobServerResumes(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	bootstrap := kafkatest.Broker(t)
-	in, out := kafkatest.UniqueName(t, "rin"), kafkatest.UniqueName(t, "rout")
 	const partitions, n = 4, 400
-	kafkatest.CreateTopic(t, bootstrap, in, partitions)
-	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	in, out := countTopics(t, bootstrap, "rin", partitions)
 	data := newCountData(n, partitions)
 	want1, want2 := data.halves(t)
 	appID := kafkatest.UniqueName(t, "resumed")

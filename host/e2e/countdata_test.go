@@ -86,3 +86,13 @@ func (d countData) halves(t *testing.T) (want1, want2 map[string]int64) {
 	}
 	return want1, want2
 }
+
+// countTopics creates the input topic (partitions partitions) and the
+// output topic of a count pipeline, named after the test and name.
+func countTopics(t *testing.T, bootstrap, name string, partitions int32) (in, out string) {
+	t.Helper()
+	in, out = kafkatest.UniqueName(t, name+"-in"), kafkatest.UniqueName(t, name+"-out")
+	kafkatest.CreateTopic(t, bootstrap, in, partitions)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	return in, out
+}

@@ -134,10 +134,8 @@ type faultApp struct {
 func startFaultApp(t *testing.T, name string, extra map[string]string) *faultApp {
 	t.Helper()
 	a := &faultApp{ctx: testContext(t, 4*time.Minute), bootstrap: kafkatest.Broker(t)}
-	a.in, a.out = kafkatest.UniqueName(t, name+"-in"), kafkatest.UniqueName(t, name+"-out")
 	const partitions = 4
-	kafkatest.CreateTopic(t, a.bootstrap, a.in, partitions)
-	kafkatest.CreateTopic(t, a.bootstrap, a.out, kafkatest.CountOutPartitions)
+	a.in, a.out = countTopics(t, a.bootstrap, name, partitions)
 	a.data = newCountData(600, partitions)
 	a.appID = kafkatest.UniqueName(t, name)
 	opts := map[string]string{

@@ -180,10 +180,8 @@ func openTransaction(ctx context.Context, t *testing.T, adm *kadm.Client, topics
 func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
-	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
 	const partitions, n = 4, 400
-	kafkatest.CreateTopic(t, bootstrap, in, partitions)
-	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	in, out := countTopics(t, bootstrap, "kin", partitions)
 	base := time.Now().Add(-2 * time.Hour).Truncate(time.Minute).UnixMilli()
 	type rec struct {
 		key       string

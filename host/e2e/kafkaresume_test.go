@@ -30,10 +30,8 @@ import (
 func TestKafkaCancelAndResume(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	bootstrap := kafkatest.Broker(t)
-	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
 	const partitions, n = 4, 400
-	kafkatest.CreateTopic(t, bootstrap, in, partitions)
-	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	in, out := countTopics(t, bootstrap, "kin", partitions)
 	data := newCountData(n, partitions)
 	appID := kafkatest.UniqueName(t, "resume")
 	pipe := kafkaCountPipeline(t, in, out)
