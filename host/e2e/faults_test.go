@@ -191,15 +191,23 @@ func (a *faultApp) finish(t *testing.T) {
 	checkCounts(t, "output", readCommitted(a.ctx, t, a.bootstrap, a.out, -1), want)
 }
 
+// workerJoins starts a worker on stateDir, waits until both processes hold
+// tasks, and runs the second third of the data through the two.
+func (a *faultApp) workerJoins(t *testing.T, stateDir string) *workerProcess {
+	t.Helper()
+	w := startWorker(t, a.bootstrap, a.appID, stateDir)
+	waitMembers(a.ctx, t, a.bootstrap, a.appID, 2, 90*time.Second)
+	a.produceThird(t, 1)
+	a.awaitThird(t, 1)
+	return w
+}
+
 // TestFaultKillWorker: kill -9 one of the application's two processes
 // mid-stream: the survivor takes its tasks once its session expires,
 // restores their state and finishes; nothing is lost or counted twice.
 func TestFaultKillWorker(t *testing.T) {
 	a := startFaultApp(t, "fkill", nil)
-	w := startWorker(t, a.bootstrap, a.appID, t.TempDir())
-	waitMembers(a.ctx, t, a.bootstrap, a.appID, 2, 90*time.Second)
-	a.produceThird(t, 1)
-	a.awaitThird(t, 1)
+	w := a.workerJoins(t, t.TempDir())
 
 	w.stop(t, syscall.SIGKILL)
 	killed := time.Now()
@@ -220,10 +228,7 @@ func TestFaultKillWorker(t *testing.T) {
 func TestFaultWipedStateDir(t *testing.T) {
 	a := startFaultApp(t, "fwipe", nil)
 	dir := t.TempDir()
-	w := startWorker(t, a.bootstrap, a.appID, dir)
-	waitMembers(a.ctx, t, a.bootstrap, a.appID, 2, 90*time.Second)
-	a.produceThird(t, 1)
-	a.awaitThird(t, 1)
+	w := a.workerJoins(t, dir)
 
 	w.stop(t, syscall.SIGTERM)
 	if err := os.RemoveAll(dir); err != nil {
@@ -258,10 +263,7 @@ func TestFaultWipedStateDir(t *testing.T) {
 // Each window is in the output once.
 func TestFaultPausedWorker(t *testing.T) {
 	a := startFaultApp(t, "fpause", nil)
-	w := startWorker(t, a.bootstrap, a.appID, t.TempDir())
-	waitMembers(a.ctx, t, a.bootstrap, a.appID, 2, 90*time.Second)
-	a.produceThird(t, 1)
-	a.awaitThird(t, 1)
+	w := a.workerJoins(t, t.TempDir())
 
 	w.signal(t, syscall.SIGSTOP)
 	paused := time.Now()
