@@ -67,6 +67,12 @@ type Topic struct {
 	name    string // the Kafka name
 	brokers []string
 	adm     *kadm.Client
+
+	// The manifest as of end offset cachedEnd (Manifest); a Topic is used
+	// by one goroutine at a time.
+	cached         bool
+	cachedEnd      int64
+	cachedManifest *Manifest
 }
 
 // Open opens the pipeline topic of application appID on brokers (a
@@ -132,19 +138,9 @@ func (t *Topic) create(ctx context.Context, replication int) error {
 func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	ends, err := t.adm.ListEndOffsets(ctx, t.name)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline topic %s: end offset: %w", t.name, err)
-	}
-	end, ok := ends.Lookup(t.name, 0)
-	if !ok || errors.Is(end.Err, kerr.UnknownTopicOrPartition) {
-		return nil, nil
-	}
-	if end.Err != nil {
-		return nil, fmt.Errorf("pipeline topic %s: end offset: %w", t.name, end.Err)
-	}
-	if end.Offset == 0 {
-		return nil, nil
+	endOffset, err := t.endOffset(ctx)
+	if err != nil || endOffset <= 0 {
+		return nil, err
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(t.brokers...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.name: {0: kgo.NewOffset().AtStart()}}),
@@ -157,10 +153,10 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 	defer cl.Close()
 	latest := map[string][]byte{}
 	next := int64(0)
-	for next < end.Offset {
+	for next < endOffset {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("pipeline topic %s: reading up to offset %d (at %d): %w", t.name, end.Offset, next, context.Cause(ctx))
+			return nil, fmt.Errorf("pipeline topic %s: reading up to offset %d (at %d): %w", t.name, endOffset, next, context.Cause(ctx))
 		}
 		if err := fetches.Err0(); err != nil {
 			return nil, fmt.Errorf("pipeline topic %s: %w", t.name, err)
@@ -171,8 +167,8 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 				next = r.Offset + 1
 			}
 			// Compaction may have removed the records before the end.
-			if len(p.Records) == 0 && p.HighWatermark >= end.Offset && p.LastStableOffset >= end.Offset {
-				next = end.Offset
+			if len(p.Records) == 0 && p.HighWatermark >= endOffset && p.LastStableOffset >= endOffset {
+				next = endOffset
 			}
 		})
 	}
@@ -180,13 +176,43 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 }
 
 // Manifest returns the topic's manifest, or nil when there is none (no
-// application, or its topics were deleted).
+// application, or its topics were deleted). The topic is read again only
+// when its end offset moved: a worker asks every second, and the pieces
+// (artifacts, modules) can be large.
 func (t *Topic) Manifest(ctx context.Context) (*Manifest, error) {
+	end, err := t.endOffset(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if t.cached && end == t.cachedEnd {
+		return t.cachedManifest, nil
+	}
 	all, err := t.readAll(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return manifestOf(t.name, all)
+	m, err := manifestOf(t.name, all)
+	if err != nil {
+		return nil, err
+	}
+	t.cached, t.cachedEnd, t.cachedManifest = true, end, m
+	return m, nil
+}
+
+// endOffset is the topic's end offset (-1: no topic).
+func (t *Topic) endOffset(ctx context.Context) (int64, error) {
+	ends, err := t.adm.ListEndOffsets(ctx, t.name)
+	if err != nil {
+		return 0, fmt.Errorf("pipeline topic %s: end offset: %w", t.name, err)
+	}
+	end, ok := ends.Lookup(t.name, 0)
+	if !ok || errors.Is(end.Err, kerr.UnknownTopicOrPartition) {
+		return -1, nil
+	}
+	if end.Err != nil {
+		return 0, fmt.Errorf("pipeline topic %s: end offset: %w", t.name, end.Err)
+	}
+	return end.Offset, nil
 }
 
 func manifestOf(topic string, all map[string][]byte) (*Manifest, error) {
