@@ -120,7 +120,49 @@ func setGroupSessionTimeout(ctx context.Context, admin *kgo.Client, cfg Config) 
 		return fmt.Errorf("option session_timeout_ms: %s: under group_protocol=consumer the broker owns the session, and it refuses it as group %s's %s (it must lie within the broker's group.consumer.min.session.timeout.ms and group.consumer.max.session.timeout.ms, 45000 and 60000 by default): %w",
 			ms, cfg.ApplicationID, groupConsumerSessionTimeout, err)
 	}
-	return nil
+	// The controller accepted the config; brokers learn it from the
+	// metadata log a moment later. A member that joined before its
+	// coordinator knew would get the broker's default session, so wait
+	// (briefly: the join itself is not wrong, only slower to fail over)
+	// until a describe shows it.
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for {
+		if v, err := describeGroupConfig(wait, admin, cfg.ApplicationID, groupConsumerSessionTimeout); err == nil && v == ms {
+			return nil
+		}
+		select {
+		case <-wait.Done():
+			return nil
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// describeGroupConfig is the value of a config set on group (not a
+// broker default), "" when none is.
+func describeGroupConfig(ctx context.Context, admin *kgo.Client, group, name string) (string, error) {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	r := kmsg.NewDescribeConfigsRequestResource()
+	r.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	r.ResourceName = group
+	r.ConfigNames = []string{name}
+	req.Resources = append(req.Resources, r)
+	resp, err := req.RequestWith(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	for _, res := range resp.Resources {
+		if err := kerr.ErrorForCode(res.ErrorCode); err != nil {
+			return "", err
+		}
+		for _, c := range res.Configs {
+			if c.Name == name && c.Value != nil && c.Source == kmsg.ConfigSourceGroupConfig {
+				return *c.Value, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // groupError names the option at fault when the group refuses the member:

@@ -12,7 +12,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
@@ -96,24 +95,11 @@ func TestSetGroupSessionTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	groupConfig := func(group string) string {
-		req := kmsg.NewPtrDescribeConfigsRequest()
-		r := kmsg.NewDescribeConfigsRequestResource()
-		r.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-		r.ResourceName = group
-		r.ConfigNames = []string{groupConsumerSessionTimeout}
-		req.Resources = append(req.Resources, r)
-		resp, err := req.RequestWith(ctx, admin)
+		v, err := describeGroupConfig(ctx, admin, group, groupConsumerSessionTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, res := range resp.Resources {
-			for _, c := range res.Configs {
-				if c.Name == groupConsumerSessionTimeout && c.Value != nil && c.Source == kmsg.ConfigSourceGroupConfig {
-					return *c.Value
-				}
-			}
-		}
-		return ""
+		return v
 	}
 	for _, tc := range []struct {
 		protocol string

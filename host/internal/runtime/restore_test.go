@@ -120,6 +120,42 @@ func newChangelogWriter(t testing.TB, a *changelogApp, p int32) *changelogWriter
 	return w
 }
 
+// settledEnd is the partition's end offset once the transaction's marker
+// is in it: a real broker answers EndTransaction when its coordinator has
+// logged the outcome and writes the partition's marker after that, so the
+// end read straight away may lack the marker's offset. The marker is in
+// when the last stable offset (read_committed) has caught up with the high
+// watermark.
+func (w *changelogWriter) settledEnd(ctx context.Context) (int64, error) {
+	adm := kadm.NewClient(w.cl)
+	for {
+		hwm, err := adm.ListEndOffsets(ctx, w.topic)
+		if err == nil {
+			err = hwm.Error()
+		}
+		if err != nil {
+			return 0, err
+		}
+		lso, err := adm.ListCommittedOffsets(ctx, w.topic)
+		if err == nil {
+			err = lso.Error()
+		}
+		if err != nil {
+			return 0, err
+		}
+		h, _ := hwm.Lookup(w.topic, w.partition)
+		l, _ := lso.Lookup(w.topic, w.partition)
+		if h.Offset == l.Offset {
+			return h.Offset, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("partition %d of %s: last stable offset %d never reached the end %d: %w", w.partition, w.topic, l.Offset, h.Offset, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // txn writes one transaction of about size bytes: values of 1-4 KiB under
 // keys of a keyspace of keys keys (so some keys are overwritten), one
 // record in twenty a delete; abort aborts it.
@@ -153,15 +189,11 @@ func (w *changelogWriter) txn(ctx context.Context, size, keys int, abort bool) e
 	if err := w.cl.EndTransaction(ctx, commit); err != nil {
 		return err
 	}
-	ends, err := kadm.NewClient(w.cl).ListEndOffsets(ctx, w.topic)
-	if err == nil {
-		err = ends.Error()
-	}
+	end, err := w.settledEnd(ctx)
 	if err != nil {
 		return err
 	}
-	end, _ := ends.Lookup(w.topic, w.partition)
-	w.end = end.Offset
+	w.end = end
 	if abort {
 		return nil
 	}
