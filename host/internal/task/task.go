@@ -150,13 +150,18 @@ func (sr *stageRun) appendPending(raw []byte) {
 }
 
 // newChunk is an empty buffer for a chunk starting with an element of n
-// bytes: a free one if there is one, else a new one.
+// bytes: a free one if there is one, else a new one, small if it is the
+// stage's first pending chunk (most stages get little input per cycle) and
+// whole if one filled up already (it will be too: growing it would copy).
 func (sr *stageRun) newChunk(n int) []byte {
 	if k := len(sr.free); k > 0 && cap(sr.free[k-1]) >= n {
 		b := sr.free[k-1]
 		sr.free[k-1] = nil
 		sr.free = sr.free[:k-1]
 		return b
+	}
+	if len(sr.pending) > 0 {
+		return make([]byte, 0, max(processBatchBytes, n))
 	}
 	return make([]byte, 0, max(firstChunkBytes, n))
 }
