@@ -26,7 +26,11 @@ func main() {
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
 	}
-	var err error
+	stopProfile, err := profileFromEnv(cmd)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ksrunner:", err)
+		os.Exit(1)
+	}
 	switch cmd {
 	case "jobserver":
 		err = runJobServer(ctx, args, os.Stdout)
@@ -42,8 +46,27 @@ func main() {
 	default:
 		err = fmt.Errorf("unknown command %q (want jobserver, worker, broker or bench)", cmd)
 	}
+	if stopProfile != nil {
+		stopProfile()
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ksrunner:", err)
 		os.Exit(1)
 	}
+}
+
+// profileFromEnv starts a CPU profile of this process when
+// KSRUNNER_CPUPROFILE is set, to the file $KSRUNNER_CPUPROFILE.<command>.<pid>:
+// the processes a bench starts (instances, SDK worker pools) inherit the
+// variable, so one setting profiles each of them until it exits (SIGTERM
+// included; not SIGKILL). The returned function stops it; nil if unset.
+func profileFromEnv(cmd string) (func() error, error) {
+	base := os.Getenv("KSRUNNER_CPUPROFILE")
+	if base == "" {
+		return nil, nil
+	}
+	if len(os.Args) > 2 && cmd == "bench" {
+		cmd += "-" + os.Args[2]
+	}
+	return startCPUProfile(fmt.Sprintf("%s.%s.%d", base, cmd, os.Getpid()))
 }

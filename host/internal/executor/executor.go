@@ -58,6 +58,8 @@ func Release(e Executor) {
 
 // Bundle is one open bundle of a stage.
 type Bundle interface {
+	// Process hands the bundle whole encoded elements. data is only read
+	// during the call: the task reuses its buffer afterwards.
 	Process(data []byte) error
 	// ProcessTimers delivers fired timers (encoded in the family's timer
 	// coder) to a stateful transform of the stage.

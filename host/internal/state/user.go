@@ -45,6 +45,20 @@ type User struct {
 	mu     sync.Mutex
 	batch  *pebble.Batch
 	seq    uint64
+	// due bounds the fire times of the pending timers per domain (0 event
+	// time, 1 processing time), so DueTimers does not walk the tombstones
+	// of the timers fired before (Floor). A User lives for one opening
+	// of its task: an aborted cycle reopens the task, and with it the
+	// store, so the floors never cover writes that were dropped.
+	due [2]Floor
+}
+
+// dueFloor is the floor of a domain's timers.
+func (u *User) dueFloor(domain byte) *Floor {
+	if domain == 'e' {
+		return &u.due[0]
+	}
+	return &u.due[1]
 }
 
 // NewUser opens the user store of the task whose keys start with prefix.
@@ -328,6 +342,7 @@ func (u *User) SetTimers(fam translate.TimerFamily, codec *shuffle.TimerCodec, d
 			if err := u.batch.Set(u.key(UserTimers, when, id), one, nil); err != nil {
 				return err
 			}
+			u.dueFloor(when[0]).Wrote(tm.Fire)
 		}
 		data = data[len(tm.Raw):]
 	}
@@ -369,8 +384,15 @@ func (u *User) DueTimers(inputWM, now int64) ([]DueTimer, error) {
 	defer u.mu.Unlock()
 	var out []DueTimer
 	scan := func(domain byte, upTo int64) error {
-		lower := u.key(UserTimers, []byte{domain})
-		upper := binary.BigEndian.AppendUint64(append([]byte(nil), lower...), EventTimeBits(upTo))
+		prefix := u.key(UserTimers, []byte{domain})
+		upper := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), EventTimeBits(upTo))
+		floor := u.dueFloor(domain)
+		lower := floor.Lower(prefix)
+		if bytes.Compare(lower, upper) >= 0 {
+			return nil // nothing pending before upTo
+		}
+		// Every timer found is deleted below: none is left before upTo.
+		defer floor.Raise(upTo)
 		it, err := u.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			return err
@@ -378,7 +400,7 @@ func (u *User) DueTimers(inputWM, now int64) ([]DueTimer, error) {
 		defer it.Close()
 		for it.First(); it.Valid(); it.Next() {
 			k := append([]byte(nil), it.Key()...)
-			id := k[len(lower)+8:]
+			id := k[len(prefix)+8:]
 			tr, rest, err := ReadLP(id)
 			if err != nil {
 				return err

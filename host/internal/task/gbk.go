@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -100,6 +101,8 @@ type gbkRuns struct {
 	full  []fullRun             // runs of this interval that reached maxStoredValue
 	kw    []byte                // scratch
 	key   []byte                // scratch state key
+	// timers indexes the pending end-of-window timers (gbktimers.go).
+	timers gbkTimers
 	// droppedLate counts the late elements of this cycle (fire adds them
 	// to the job's metrics).
 	droppedLate int64
@@ -177,14 +180,22 @@ func (t *Task) writeRun(kw string, r *gbkRun) error {
 	k = append(k, byte(state.Buffer))
 	k = append(k, kw...)
 	k = binary.BigEndian.AppendUint64(k, uint64(r.first))
+	g.key = k
 	if err := t.batch.Set(k, r.data, nil); err != nil {
 		return err
+	}
+	if g.timers.has(maxTs, kw) {
+		return nil // set by an earlier run of the window, not fired yet
 	}
 	k = append(k[:len(t.prefix)], byte(state.Timer))
 	k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(maxTs))
 	k = append(k, kw...)
 	g.key = k
-	return t.batch.Set(k, nil, nil)
+	if err := t.batch.Set(k, nil, nil); err != nil {
+		return err
+	}
+	g.timers.add(maxTs, kw)
+	return nil
 }
 
 // earliestTimer is the smallest pending end-of-window timer, or the maximum
@@ -193,16 +204,7 @@ func (t *Task) earliestTimer() (int64, error) {
 	if err := t.flushBuffered(); err != nil {
 		return 0, err
 	}
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Timer), UpperBound: t.key(state.Timer + 1)})
-	if err != nil {
-		return 0, err
-	}
-	defer it.Close()
-	if !it.First() {
-		return maxWatermark, it.Error()
-	}
-	k := it.Key()[len(t.prefix)+1:]
-	return int64(binary.BigEndian.Uint64(k) ^ (1 << 63)), nil
+	return t.gbk.timers.earliest(), nil
 }
 
 // fire emits every key and window whose maximum timestamp the input
@@ -215,25 +217,43 @@ func (t *Task) fire(inputWM int64) error {
 		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(t.sub.Root.TransformID, "dropped_late_elements", n)})
 		t.gbk.droppedLate = 0
 	}
-	upper := t.key(state.Timer, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(inputWM)))
-	timers, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Timer), UpperBound: upper})
+	due := t.gbk.timers.takeBefore(inputWM)
+	if len(due) == 0 {
+		return nil
+	}
+	// One iterator over the buffered runs for every group: a new iterator
+	// per group cost a seek through every level of the store each, and
+	// the groups come in key order within a window, so each seek moves
+	// forward. It sees the batch as of now; the runs read are deleted
+	// after it closes.
+	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Buffer), UpperBound: t.key(state.Buffer + 1)})
 	if err != nil {
 		return err
 	}
-	type due struct{ timerKey, kw []byte }
-	var fired []due
-	for timers.First(); timers.Valid(); timers.Next() {
-		k := timers.Key()
-		fired = append(fired, due{timerKey: append([]byte(nil), k...), kw: append([]byte(nil), k[len(t.prefix)+1+8:]...)})
-	}
-	if err := timers.Close(); err != nil {
-		return err
-	}
-	for _, d := range fired {
-		if err := t.emitGroup(d.kw); err != nil {
+	var stored [][]byte
+	for _, d := range due {
+		if stored, err = t.emitGroup(it, []byte(d.kw), stored); err != nil {
+			it.Close()
 			return err
 		}
-		if err := t.batch.Delete(d.timerKey, nil); err != nil {
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	// Point deletions of the runs read, not a range deletion: every range
+	// deletion in a batch makes the next iterator on it fragment all of
+	// them again, which made firing many keys quadratic.
+	for _, k := range stored {
+		if err := t.batch.Delete(k, nil); err != nil {
+			return err
+		}
+	}
+	k := append([]byte(nil), t.prefix...)
+	for _, d := range due {
+		k = append(k[:len(t.prefix)], byte(state.Timer))
+		k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(d.maxTs))
+		k = append(k, d.kw...)
+		if err := t.batch.Delete(k, nil); err != nil {
 			return err
 		}
 	}
@@ -254,18 +274,16 @@ func splitKeyWindow(kw []byte) (key, win []byte, maxTs int64, err error) {
 	return key, win, maxTs, err
 }
 
-// emitGroup emits KV<key, [values...]> for one key and window and clears it.
-func (t *Task) emitGroup(kw []byte) error {
+// emitGroup emits KV<key, [values...]> for one key and window, reading its
+// runs with it (an iterator over the task's 'B' range), and returns stored
+// with the state keys of the runs it read appended, for the caller to
+// delete.
+func (t *Task) emitGroup(it *pebble.Iterator, kw []byte, stored [][]byte) ([][]byte, error) {
 	key, win, maxTs, err := splitKeyWindow(kw)
 	if err != nil {
-		return err
+		return stored, err
 	}
 	lower := t.key(state.Buffer, kw)
-	upper := state.PrefixEnd(lower)
-	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return err
-	}
 	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), state.EventTimeBits(maxTs))
 	out = binary.BigEndian.AppendUint32(out, 1)
 	out = append(out, win...)
@@ -278,10 +296,12 @@ func (t *Task) emitGroup(kw []byte) error {
 	// shows up in a later run with an offset at or below the last one
 	// taken, so it is skipped: every value counts once.
 	n, last := 0, int64(-1)
-	var stored []byte // the state keys of the runs, concatenated
 	var paged *pagedGroup
-	for it.First(); it.Valid(); it.Next() {
+	for valid := it.SeekGE(lower); valid; valid = it.Next() {
 		k := it.Key()
+		if !bytes.HasPrefix(k, lower) {
+			break
+		}
 		if len(k) != len(lower)+8 {
 			continue // a longer key sharing this prefix
 		}
@@ -292,38 +312,28 @@ func (t *Task) emitGroup(kw []byte) error {
 		if paged != nil {
 			r, err := t.pagedRun(k, it.Value(), first)
 			if err != nil {
-				it.Close()
-				return err
+				return stored, err
 			}
 			paged.runs = append(paged.runs, r)
 		} else {
 			var m int
 			out, m, err = appendRun(out, it.Value(), first, &last)
 			if err != nil {
-				it.Close()
-				return err
+				return stored, err
 			}
 			n += m
 		}
-		stored = append(stored, k...)
+		stored = append(stored, append([]byte(nil), k...))
 	}
-	if err := it.Close(); err != nil {
-		return err
+	if err := it.Error(); err != nil {
+		return stored, err
 	}
 	if paged != nil {
 		out = pagedIterable(out, countAt, n, t.pages.add(paged))
 	} else {
 		binary.BigEndian.PutUint32(out[countAt:], uint32(n))
 	}
-	// Point deletions of the runs read, not a range deletion: every range
-	// deletion in a batch makes the next iterator on it fragment all of
-	// them again, which made firing many keys quadratic.
-	for kl := len(lower) + 8; len(stored) > 0; stored = stored[kl:] {
-		if err := t.batch.Delete(stored[:kl], nil); err != nil {
-			return err
-		}
-	}
-	return t.route(t.sub.Root.Output, out)
+	return stored, t.route(t.sub.Root.Output, out)
 }
 
 // appendRun appends to out the values of a stored run (gbkRun.data) whose

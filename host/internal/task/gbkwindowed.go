@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 
@@ -53,6 +54,35 @@ type windowedGBK struct {
 	mergeOut *shuffle.ElementCodec
 	winLen   func([]byte) (int, error)
 	pending  []pendingElement
+
+	// floors bound the times in the event-timer, processing-timer and
+	// hold indexes (state.Floor), so firing and the output watermark do
+	// not walk what those indexes deleted before. Writes to the indexes
+	// go through store, which keeps them; the windowedGBK lives for one
+	// opening of its task (an aborted cycle reopens it).
+	floors map[state.Kind]*state.Floor
+}
+
+// floor is the floor of one of the indexes.
+func (g *windowedGBK) floor(store state.Kind) *state.Floor {
+	f := g.floors[store]
+	if f == nil {
+		if g.floors == nil {
+			g.floors = map[state.Kind]*state.Floor{}
+		}
+		f = &state.Floor{}
+		g.floors[store] = f
+	}
+	return f
+}
+
+// setIndex sets an index entry and keeps the index's floor.
+func (g *windowedGBK) setIndex(store state.Kind, at mtime.Time, key, win []byte) error {
+	if err := g.t.batch.Set(g.indexKey(store, at, key, win), nil, nil); err != nil {
+		return err
+	}
+	g.floor(store).Wrote(int64(at))
+	return nil
 }
 
 func newWindowedGBK(t *Task) (*windowedGBK, error) {
@@ -164,7 +194,7 @@ func (g *windowedGBK) store(key, win []byte, old storedWindow, st windowing.Wind
 		flags |= 1
 		v = binary.BigEndian.AppendUint64(v, state.EventTimeBits(int64(timers.EventTime)))
 		if !old.timers.HasEventTime || old.timers.EventTime != timers.EventTime {
-			if err := b.Set(g.indexKey(state.EventTimer, timers.EventTime, key, win), nil, nil); err != nil {
+			if err := g.setIndex(state.EventTimer, timers.EventTime, key, win); err != nil {
 				return err
 			}
 		}
@@ -173,7 +203,7 @@ func (g *windowedGBK) store(key, win []byte, old storedWindow, st windowing.Wind
 		flags |= 2
 		v = binary.BigEndian.AppendUint64(v, state.EventTimeBits(int64(timers.ProcessingTime)))
 		if !old.timers.HasProcessingTime || old.timers.ProcessingTime != timers.ProcessingTime {
-			if err := b.Set(g.indexKey(state.ProcTimer, timers.ProcessingTime, key, win), nil, nil); err != nil {
+			if err := g.setIndex(state.ProcTimer, timers.ProcessingTime, key, win); err != nil {
 				return err
 			}
 		}
@@ -182,7 +212,7 @@ func (g *windowedGBK) store(key, win []byte, old storedWindow, st windowing.Wind
 		flags |= 4
 		v = binary.BigEndian.AppendUint64(v, state.EventTimeBits(int64(hold)))
 		if !old.hasHold || old.hold != hold {
-			if err := b.Set(g.indexKey(state.Hold, hold, key, win), nil, nil); err != nil {
+			if err := g.setIndex(state.Hold, hold, key, win); err != nil {
 				return err
 			}
 		}
@@ -553,30 +583,50 @@ func (g *windowedGBK) fire(in, now int64) error {
 func (g *windowedGBK) due(store state.Kind, upper int64) ([][]byte, error) {
 	lo := g.t.key(store)
 	hi := g.t.key(store, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(upper)))
-	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	floor := g.floor(store)
+	lower := floor.Lower(lo)
+	if bytes.Compare(lower, hi) >= 0 {
+		return nil, nil
+	}
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: hi})
 	if err != nil {
 		return nil, err
 	}
 	var out [][]byte
+	first := upper // nothing live before the first entry found, or before upper
 	for it.First(); it.Valid(); it.Next() {
+		if out == nil {
+			first = int64(binary.BigEndian.Uint64(it.Key()[len(lo):]) ^ (1 << 63))
+		}
 		out = append(out, append([]byte(nil), it.Key()[len(lo)+8:]...))
 	}
-	return out, it.Close()
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	floor.Raise(first)
+	return out, nil
 }
 
 // earliestHold is the smallest output watermark hold, or the maximum
 // watermark when no window holds.
 func (g *windowedGBK) earliestHold() (int64, error) {
 	lo := g.t.key(state.Hold)
-	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: g.t.key(state.Hold + 1)})
+	floor := g.floor(state.Hold)
+	it, err := g.t.batch.NewIter(&pebble.IterOptions{LowerBound: floor.Lower(lo), UpperBound: g.t.key(state.Hold + 1)})
 	if err != nil {
 		return 0, err
 	}
 	defer it.Close()
 	if !it.First() {
-		return maxWatermark, it.Error()
+		if err := it.Error(); err != nil {
+			return 0, err
+		}
+		floor.Raise(math.MaxInt64) // no hold at all
+		return maxWatermark, nil
 	}
-	return int64(binary.BigEndian.Uint64(it.Key()[len(lo):]) ^ (1 << 63)), nil
+	h := int64(binary.BigEndian.Uint64(it.Key()[len(lo):]) ^ (1 << 63))
+	floor.Raise(h)
+	return h, nil
 }
 
 // flushMetrics adds the dropped-element counts to the job's metrics.

@@ -132,11 +132,25 @@ func kafkaKV(plan *translate.Plan, pcoll string) (key, value string, err error) 
 	return kv.GetComponentCoderIds()[0], kv.GetComponentCoderIds()[1], nil
 }
 
+// data implements root; Handle sends a source's records to handleSource,
+// which calls emit.
 func (s *kafkaSource) data(rec *kgo.Record) error {
+	emitted, err := s.emit(rec, s.t.now())
+	if emitted {
+		s.lastRecord = s.t.now()
+	}
+	return err
+}
+
+// emit emits one record's element; now is the time the Handle call the
+// record is in started (reading the clock once per record was a tenth of an
+// instance's CPU at 200,000 records/s). It reports whether it emitted it:
+// the caller then sets lastRecord, once per call.
+func (s *kafkaSource) emit(rec *kgo.Record, now time.Time) (bool, error) {
 	t := s.t
-	if s.bound.ended(t.now()) {
+	if s.bound != nil && s.bound.ended(now) {
 		s.bound.drop(rec) // neither emitted nor committed (SourceEnd)
-		return nil
+		return false, nil
 	}
 	ts := rec.Timestamp.UnixMilli()
 	if s.read.TimestampPolicy == translate.TimestampProcessingTime {
@@ -150,25 +164,24 @@ func (s *kafkaSource) data(rec *kgo.Record) error {
 	} else if s.payload != nil {
 		var err error
 		if b, err = s.payload(b, rec); err != nil {
-			return err
+			return false, err
 		}
 	} else {
 		var err error
 		if b, err = s.key(b, rec.Key); err != nil {
-			return &decodeError{"key", err}
+			return false, &decodeError{"key", err}
 		}
 		if b, err = s.val(b, rec.Value); err != nil {
-			return &decodeError{"value", err}
+			return false, &decodeError{"value", err}
 		}
 	}
 	s.scratch = b
 	s.maxTs = max(s.maxTs, ts)
 	s.next = rec.Offset + 1
-	s.lastRecord = t.now()
 	if s.bound != nil {
 		s.bound.emitted++
 	}
-	return t.route(t.sub.Root.Output, b)
+	return true, t.route(t.sub.Root.Output, b)
 }
 
 // fetched records a fetch of the partition: its high watermark and how many
@@ -259,8 +272,11 @@ func (t *Task) Polled(at time.Time, complete bool) {
 // on, the rest of recs untouched.
 func (t *Task) handleSource(ctx context.Context, s *kafkaSource, recs []*kgo.Record) error {
 	var bad error
+	now, emitted := t.now(), false
 	for _, r := range recs {
-		if err := s.data(r); err != nil {
+		ok, err := s.emit(r, now)
+		emitted = emitted || ok
+		if err != nil {
 			if err = t.badSourceRecord(s, r, err); err != nil {
 				if _, ok := err.(*BadRecordError); !ok {
 					return err
@@ -269,6 +285,11 @@ func (t *Task) handleSource(ctx context.Context, s *kafkaSource, recs []*kgo.Rec
 				break
 			}
 		}
+	}
+	if emitted {
+		// When it last handled a record, as idleness counts it: after the
+		// records, not when the call started.
+		s.lastRecord = t.now()
 	}
 	t.flushBadRecords(s)
 	if err := t.flushStages(ctx, false); err != nil {

@@ -47,7 +47,7 @@ func newRoot(t *Task) (root, error) {
 		if r.Windowed {
 			return windowedRoot{t.ev}, nil
 		}
-		return groupByKeyRoot{t}, nil
+		return groupByKeyRoot{t}, t.loadTimers()
 	case translate.RootTestStream:
 		return testStreamSource{t.ev}, nil
 	case translate.RootKafkaSource:
