@@ -365,6 +365,11 @@ func (j *job) execute(ctx context.Context) error {
 		Hooks:                 j.server.hooks,
 		OnRunning:             func() { j.events.setState(jobpb.JobState_RUNNING) },
 		Progress:              func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg) },
+
+		// The brokers out of reach: retried, told to the client as
+		// warnings, and the job's error after this long.
+		BrokerUnavailableTimeout: time.Duration(opts.BrokerUnavailableTimeoutMs) * time.Millisecond,
+		Warning:                  func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_WARNING, msg) },
 	})
 }
 
