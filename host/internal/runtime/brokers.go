@@ -47,8 +47,10 @@ type reach struct {
 	logger  *slog.Logger
 	// warn and info tell the job's client (Config.Warning, Progress).
 	warn, info func(string)
-	// now is the clock (tests).
-	now func() time.Time
+	// now is the clock; notice and reminder are brokerNotice and
+	// brokerReminder (tests shorten them).
+	now              func() time.Time
+	notice, reminder time.Duration
 
 	lastOK   atomic.Int64 // unix ns of the latest response read from a broker
 	lastFail atomic.Int64 // unix ns of the latest failed dial, write or read
@@ -88,6 +90,9 @@ func newReach(cfg Config) *reach {
 		warn:    cfg.Warning,
 		info:    cfg.Progress,
 		now:     time.Now,
+
+		notice:   brokerNotice,
+		reminder: brokerReminder,
 	}
 	r.lastOK.Store(r.now().UnixNano())
 	r.ctx, r.fail = context.WithCancelCause(context.Background())
@@ -105,8 +110,12 @@ func (r *reach) opts() []kgo.Opt {
 	return []kgo.Opt{kgo.WithHooks(r)}
 }
 
+// OnBrokerConnect counts a failed dial; a connection made is not yet an
+// answer (a broker that closes every connection is out of reach too).
 func (r *reach) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
-	r.observe(err)
+	if err != nil {
+		r.observe(err)
+	}
 }
 
 func (r *reach) OnBrokerWrite(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
@@ -197,12 +206,12 @@ func (r *reach) watch(ctx context.Context) {
 			r.logger.Error(err.Error())
 			r.fail(err)
 			return
-		case d >= brokerNotice && (reported == 0 || d-reported >= brokerReminder):
+		case d >= r.notice && (reported == 0 || d-reported >= r.reminder):
 			msg := fmt.Sprintf("cannot reach the Kafka brokers %s for %v (last error: %s); retrying with backoff: the job resumes by itself when they are back, and fails if they stay out of reach for %v (option broker_unavailable_timeout_ms)",
-				r.brokers, d.Round(time.Second), r.lastError(), r.timeout)
+				r.brokers, d.Round(100*time.Millisecond), r.lastError(), r.timeout)
 			if reported != 0 {
 				msg = fmt.Sprintf("still cannot reach the Kafka brokers %s, for %v now (last error: %s); the job fails after %v without them (option broker_unavailable_timeout_ms)",
-					r.brokers, d.Round(time.Second), r.lastError(), r.timeout)
+					r.brokers, d.Round(100*time.Millisecond), r.lastError(), r.timeout)
 			}
 			if reported == 0 {
 				okBefore = r.lastOK.Load()
