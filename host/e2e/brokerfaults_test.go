@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -11,11 +12,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
@@ -166,6 +170,44 @@ func TestBrokerStoppedAndRestartedTwice(t *testing.T) {
 	msgs := strings.Join(a.finishAndMessages(t), "\n")
 	logFaultMessages(t, msgs)
 	for _, want := range []string{"cannot reach the Kafka brokers " + k.bootstrap, "answer again"} {
+		if !strings.Contains(msgs, want) {
+			t.Errorf("the job's messages do not say %q:\n%s", want, msgs)
+		}
+	}
+}
+
+// TestBrokerOutageKfake: the in-process broker closes every connection
+// for 6 seconds while the job has input to process, twice in one job (as
+// a broker stopped and started again looks to the clients): the job stays
+// RUNNING, resumes by itself and ends with every window's sum exactly
+// once. Without Java; the same faults as TestBrokerStoppedAndRestartedTwice.
+func TestBrokerOutageKfake(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var off atomic.Bool
+	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if off.Load() {
+			return nil, errors.New("switched off by the test"), true
+		}
+		return nil, nil, false
+	})
+	bootstrap := c.ListenAddrs()[0]
+	in, out := countTopics(t, bootstrap, "boutage", faultPartitions)
+	a := startFaultAppOn(t, bootstrap, in, out, "boutage", map[string]string{"broker_unavailable_timeout_ms": brokerFaultTimeout})
+	for round := 1; round <= 2; round++ {
+		a.produceThird(t, round)
+		off.Store(true)
+		time.Sleep(6 * time.Second) // the outage
+		off.Store(false)
+		a.checkRecovered(t, round, fmt.Sprintf("outage %d", round), time.Now())
+	}
+	msgs := strings.Join(a.finishAndMessages(t), "\n")
+	logFaultMessages(t, msgs)
+	for _, want := range []string{"cannot reach the Kafka brokers " + bootstrap, "answer again"} {
 		if !strings.Contains(msgs, want) {
 			t.Errorf("the job's messages do not say %q:\n%s", want, msgs)
 		}
