@@ -167,6 +167,14 @@ func startFaultAppOn(t *testing.T, bootstrap, in, out, name string, extra map[st
 	}
 	a.jobID = id
 	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	t.Cleanup(func() { // before the Cancel: what the job said, if the test failed
+		if t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			r, err := wait(ctx, ksrunner, id)
+			t.Logf("job %s: %v (%v); its messages:\n%s", id, r.State, err, strings.Join(r.Messages, "\n"))
+		}
+	})
 	a.awaitThird(t, 0)
 	return a
 }
