@@ -313,8 +313,10 @@ up() {
     return
   fi
   fetch
-  local k
+  local k pids=()
+  # one cluster id for every node; the nodes format at once (a JVM each)
   CLUSTER_ID=
+  [[ $NODES == 1 ]] || CLUSTER_ID=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
   for k in $(seq 1 "$NODES"); do
     node "$k"
     if [[ ${KSRUNNER_KAFKA_KEEP_DATA:-} == 1 && -f $DATA/meta.properties ]]; then
@@ -322,8 +324,12 @@ up() {
       log "keeping data in $DATA"
     else
       rm -rf "$DATA" "$LOGS"
-      format "$CLUSTER_ID" # one cluster id for every node
+      format "$CLUSTER_ID" &
+      pids+=($!)
     fi
+  done
+  for k in "${pids[@]}"; do
+    wait "$k" || die "formatting the storage failed"
   done
   for k in $(seq 1 "$NODES"); do
     node "$k"

@@ -68,6 +68,8 @@ func startOwnKafka(t *testing.T, nodes int) *ownKafka {
 		"KSRUNNER_KAFKA_DIR="+t.TempDir(),
 		"KSRUNNER_KAFKA_KEEP_DATA=",
 		"KSRUNNER_KAFKA_HEAP=-Xms128m -Xmx512m",
+		// a loaded machine starts three JVMs slowly (two minutes seen)
+		"KSRUNNER_KAFKA_READY_TIMEOUT=300",
 	)
 	t.Cleanup(func() {
 		for n := 1; n <= nodes; n++ {
@@ -157,7 +159,6 @@ func (a *faultApp) finishAndMessages(t *testing.T) []string {
 // stays RUNNING, tells its client that the brokers are out of reach and
 // back, resumes by itself and ends with every window's sum exactly once.
 func TestBrokerStoppedAndRestartedTwice(t *testing.T) {
-	t.Parallel() // with TestCoordinatorBrokerKilled: most of either is waiting for a JVM
 	k := startOwnKafka(t, 1)
 	in, out := countTopics(t, k.bootstrap, "brestart", faultPartitions)
 	a := startFaultAppOn(t, k.bootstrap, in, out, "brestart", map[string]string{"broker_unavailable_timeout_ms": brokerFaultTimeout})
@@ -221,7 +222,6 @@ func TestBrokerOutageKfake(t *testing.T) {
 // another broker; the job goes on by itself and ends with every window's
 // sum exactly once.
 func TestCoordinatorBrokerKilled(t *testing.T) {
-	t.Parallel()
 	k := startOwnKafka(t, 3)
 	in, out := kafkatest.UniqueName(t, "bcoord-in"), kafkatest.UniqueName(t, "bcoord-out")
 	createReplicated(t, k.bootstrap, map[string]int32{in: faultPartitions, out: kafkatest.CountOutPartitions})
