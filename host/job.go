@@ -188,17 +188,28 @@ func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM
 	if err != nil {
 		return fmt.Errorf("encoding the job's options: %w", err)
 	}
-	t, err := application.Open(ctx, opts.BootstrapServers, opts.ApplicationID, opts.TopicReplicationFactor, true)
-	if err != nil {
+	// The pipeline topic's calls retry brokers out of reach (franz-go
+	// retries produces without end): bounded like the job's own.
+	limit := time.Duration(opts.BrokerUnavailableTimeoutMs) * time.Millisecond
+	pctx, cancel := context.WithTimeoutCause(ctx, limit, fmt.Errorf("cannot publish the job on its pipeline topic: the Kafka brokers %s did not answer within %v (option broker_unavailable_timeout_ms)", opts.BootstrapServers, limit))
+	defer cancel()
+	withCause := func(err error) error {
+		if pctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("%w (%v)", context.Cause(pctx), err)
+		}
 		return err
 	}
+	t, err := application.Open(pctx, opts.BootstrapServers, opts.ApplicationID, opts.TopicReplicationFactor, true)
+	if err != nil {
+		return withCause(err)
+	}
 	defer t.Close()
-	out, replaced, err := t.Publish(ctx, &application.Spec{
+	out, replaced, err := t.Publish(pctx, &application.Spec{
 		JobID: j.spec.ID, JobName: j.spec.Name, Pipeline: submitted, RawOptions: j.spec.RawOptions,
 		Options: encoded, Modules: modules, Artifacts: artifacts, Topology: opts.topology(),
 	})
 	if err != nil {
-		return err
+		return withCause(err)
 	}
 	var msg string
 	switch {
@@ -365,6 +376,11 @@ func (j *job) execute(ctx context.Context) error {
 		Hooks:                 j.server.hooks,
 		OnRunning:             func() { j.events.setState(jobpb.JobState_RUNNING) },
 		Progress:              func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg) },
+
+		// The brokers out of reach: retried, told to the client as
+		// warnings, and the job's error after this long.
+		BrokerUnavailableTimeout: time.Duration(opts.BrokerUnavailableTimeoutMs) * time.Millisecond,
+		Warning:                  func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_WARNING, msg) },
 	})
 }
 

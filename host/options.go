@@ -119,6 +119,12 @@ type Options struct {
 	// default is set as the group's consumer.session.timeout.ms, within the
 	// broker's group.consumer.min/max.session.timeout.ms.
 	SessionTimeoutMs int `koanf:"session_timeout_ms"`
+	// BrokerUnavailableTimeoutMs is how long a job goes on without
+	// reaching any of its Kafka brokers before it fails, naming them.
+	// Until then it retries (with backoff), tells the client in job
+	// messages, and resumes by itself when they are back, redoing a commit
+	// cycle the outage aborted.
+	BrokerUnavailableTimeoutMs int `koanf:"broker_unavailable_timeout_ms"`
 }
 
 // DefaultOptions are the built-in defaults.
@@ -139,6 +145,7 @@ func DefaultOptions() Options {
 		TransactionTimeoutMs:       int(runtime.DefaultTransactionTimeout / time.Millisecond),
 		GroupProtocol:              runtime.GroupProtocolClassic,
 		SessionTimeoutMs:           int(runtime.DefaultSessionTimeout / time.Millisecond),
+		BrokerUnavailableTimeoutMs: int(runtime.DefaultBrokerUnavailableTimeout / time.Millisecond),
 	}
 }
 
@@ -246,9 +253,15 @@ func (o Options) validateGroup(src string) error {
 		return fmt.Errorf("%s group_protocol: %q, must be %s or %s", src, o.GroupProtocol, runtime.GroupProtocolClassic, runtime.GroupProtocolConsumer)
 	case o.SessionTimeoutMs < 1:
 		return fmt.Errorf("%s session_timeout_ms: %d, must be positive (and within the broker's limits, 6000 to 1800000 by default)", src, o.SessionTimeoutMs)
+	case o.BrokerUnavailableTimeoutMs < minBrokerUnavailableTimeoutMs:
+		return fmt.Errorf("%s broker_unavailable_timeout_ms: %d, must be at least %d", src, o.BrokerUnavailableTimeoutMs, minBrokerUnavailableTimeoutMs)
 	}
 	return nil
 }
+
+// minBrokerUnavailableTimeoutMs is the least broker_unavailable_timeout_ms:
+// a client takes about a second to notice a lost connection and retry it.
+const minBrokerUnavailableTimeoutMs = 1000
 
 // validTopicName reports whether Kafka accepts name as a topic's.
 func validTopicName(name string) bool {
@@ -414,6 +427,8 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"transaction_timeout_ms":     &o.TransactionTimeoutMs,
 		"num_standby_replicas":       &o.NumStandbyReplicas,
 		"session_timeout_ms":         &o.SessionTimeoutMs,
+
+		"broker_unavailable_timeout_ms": &o.BrokerUnavailableTimeoutMs,
 	} {
 		if err := num(name, dst); err != nil {
 			return o, err
@@ -481,6 +496,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("num_standby_replicas", NumStandbyReplicasHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.NumStandbyReplicas)),
 		d("group_protocol", GroupProtocolHelp, jobpb.PipelineOptionType_STRING, def.GroupProtocol),
 		d("session_timeout_ms", SessionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SessionTimeoutMs)),
+		d("broker_unavailable_timeout_ms", BrokerUnavailableTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.BrokerUnavailableTimeoutMs)),
 	}
 }
 
@@ -495,6 +511,7 @@ const (
 	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
 	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"
 	SessionTimeoutMsHelp           = "how long the group waits for a silent instance before moving its tasks to the others; classic: the member's session timeout (within the broker's group.min/max.session.timeout.ms); consumer: set, if not the default, as the group's consumer.session.timeout.ms (within group.consumer.min/max.session.timeout.ms)"
+	BrokerUnavailableTimeoutMsHelp = "how long a job goes on without reaching any of its Kafka brokers (retrying with backoff; it resumes by itself when they are back) before it fails, naming them"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 

@@ -253,3 +253,29 @@ func wantPipelineOptionErrors(t *testing.T, cases []pipelineOptionError) {
 		}
 	}
 }
+
+// TestBrokerUnavailableTimeoutOption: broker_unavailable_timeout_ms
+// defaults to three minutes; a job's pipeline option sets it; a value
+// under a second is refused naming the option and where it came from.
+func TestBrokerUnavailableTimeoutOption(t *testing.T) {
+	d := DefaultOptions()
+	if d.BrokerUnavailableTimeoutMs != 180000 || d.Validate() != nil {
+		t.Errorf("default broker_unavailable_timeout_ms %d (valid: %v), want 180000", d.BrokerUnavailableTimeoutMs, d.Validate())
+	}
+	var s structpb.Struct
+	if err := protojson.Unmarshal([]byte(`{"beam:option:broker_unavailable_timeout_ms:v1": "30000"}`), &s); err != nil {
+		t.Fatal(err)
+	}
+	if o, err := d.WithPipelineOptions(&s); err != nil || o.BrokerUnavailableTimeoutMs != 30000 {
+		t.Errorf("pipeline option broker_unavailable_timeout_ms=30000: %d, %v", o.BrokerUnavailableTimeoutMs, err)
+	}
+	wantPipelineOptionErrors(t, []pipelineOptionError{
+		{`{"beam:option:broker_unavailable_timeout_ms:v1": 500}`, `pipeline option broker_unavailable_timeout_ms: 500, must be at least 1000`},
+		{`{"beam:option:broker_unavailable_timeout_ms:v1": "3m"}`, `pipeline option broker_unavailable_timeout_ms: "3m" is not an integer`},
+	})
+	bad := DefaultOptions()
+	bad.BrokerUnavailableTimeoutMs = 0
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "option broker_unavailable_timeout_ms: 0, must be at least 1000") {
+		t.Errorf("Validate: %v, want an error naming broker_unavailable_timeout_ms", err)
+	}
+}

@@ -65,6 +65,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.Int("num_standby_replicas", def.NumStandbyReplicas, host.NumStandbyReplicasHelp)
 	fs.String("group_protocol", def.GroupProtocol, host.GroupProtocolHelp)
 	fs.Int("session_timeout_ms", def.SessionTimeoutMs, host.SessionTimeoutMsHelp)
+	fs.Int("broker_unavailable_timeout_ms", def.BrokerUnavailableTimeoutMs, host.BrokerUnavailableTimeoutMsHelp)
 	if err := fs.Parse(args); err != nil {
 		return serverConfig{}, err
 	}
@@ -123,7 +124,8 @@ func knownKey(key string) bool {
 		"topic_replication_factor", "max_bundle_size", "max_bundle_time_ms", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
 		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms",
-		"transaction_timeout_ms", "num_standby_replicas", "group_protocol", "session_timeout_ms":
+		"transaction_timeout_ms", "num_standby_replicas", "group_protocol", "session_timeout_ms",
+		"broker_unavailable_timeout_ms":
 		return true
 	}
 	return false

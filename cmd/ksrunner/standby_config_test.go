@@ -28,3 +28,20 @@ func TestNumStandbyReplicasConfig(t *testing.T) {
 		t.Errorf("config file with -1: %v, want an error of the job server configuration naming num_standby_replicas", err)
 	}
 }
+
+// TestBrokerUnavailableTimeoutConfig: broker_unavailable_timeout_ms comes
+// from a flag or the environment, and a value under a second is an error
+// of the job server's configuration naming it.
+func TestBrokerUnavailableTimeoutConfig(t *testing.T) {
+	if cfg, err := loadServerConfig([]string{"--broker_unavailable_timeout_ms=60000"}); err != nil || cfg.BrokerUnavailableTimeoutMs != 60000 {
+		t.Fatalf("flag: %d, %v", cfg.BrokerUnavailableTimeoutMs, err)
+	}
+	t.Setenv("KSRUNNER_BROKER_UNAVAILABLE_TIMEOUT_MS", "90000")
+	if cfg, err := loadServerConfig(nil); err != nil || cfg.BrokerUnavailableTimeoutMs != 90000 {
+		t.Fatalf("env: %d, %v", cfg.BrokerUnavailableTimeoutMs, err)
+	}
+	_, err := loadServerConfig([]string{"--broker_unavailable_timeout_ms=10"})
+	if err == nil || !strings.Contains(err.Error(), "option broker_unavailable_timeout_ms: 10, must be at least 1000") || !strings.Contains(err.Error(), "job server configuration") {
+		t.Errorf("flag 10: %v, want an error of the job server configuration naming broker_unavailable_timeout_ms", err)
+	}
+}

@@ -131,12 +131,22 @@ type faultApp struct {
 	jobID              string
 }
 
+// faultPartitions is the partition count of a fault test's input topic.
+const faultPartitions = 4
+
 func startFaultApp(t *testing.T, name string, extra map[string]string) *faultApp {
 	t.Helper()
-	a := &faultApp{ctx: testContext(t, 4*time.Minute), bootstrap: kafkatest.Broker(t)}
-	const partitions = 4
-	a.in, a.out = countTopics(t, a.bootstrap, name, partitions)
-	a.data = newCountData(600, partitions)
+	bootstrap := kafkatest.Broker(t)
+	in, out := countTopics(t, bootstrap, name, faultPartitions)
+	return startFaultAppOn(t, bootstrap, in, out, name, extra)
+}
+
+// startFaultAppOn starts a fault test's application on bootstrap, reading
+// in (faultPartitions partitions) and writing out.
+func startFaultAppOn(t *testing.T, bootstrap, in, out, name string, extra map[string]string) *faultApp {
+	t.Helper()
+	a := &faultApp{ctx: testContext(t, 4*time.Minute), bootstrap: bootstrap, in: in, out: out}
+	a.data = newCountData(600, faultPartitions)
 	a.appID = kafkatest.UniqueName(t, name)
 	opts := map[string]string{
 		"application_id": a.appID, "bootstrap_servers": a.bootstrap, "state_dir": t.TempDir(),
@@ -157,6 +167,14 @@ func startFaultApp(t *testing.T, name string, extra map[string]string) *faultApp
 	}
 	a.jobID = id
 	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	t.Cleanup(func() { // before the Cancel: what the job said, if the test failed
+		if t.Failed() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			r, err := wait(ctx, ksrunner, id)
+			t.Logf("job %s: %v (%v); its messages:\n%s", id, r.State, err, strings.Join(r.Messages, "\n"))
+		}
+	})
 	a.awaitThird(t, 0)
 	return a
 }

@@ -77,8 +77,13 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	// Bounded, and ended when the brokers are given up: a restore that
+	// fails while they are out of reach fails the cycle as an outage, and
+	// the instance's successor restores again (brokers.go).
 	ctx, cancel := context.WithTimeout(ctx, i.restoreTimeout())
 	defer cancel()
+	ctx, rcancel := i.cfg.reach.bound(ctx)
+	defer rcancel()
 	ts := i.topics
 	names := map[string]bool{}
 	for _, id := range ids {
@@ -186,9 +191,9 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 			return err
 		}
 	}
-	cl, err := kgo.NewClient(append(changelogReaderOpts(i.cfg.BootstrapServers),
+	cl, err := kgo.NewClient(append(append(changelogReaderOpts(i.cfg.BootstrapServers),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(pos)}}),
-	)...)
+	), i.cfg.reach.opts()...)...)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -249,6 +250,12 @@ func (i *instance) groupSessionError(gs *kgo.ErrGroupSession) error {
 		}
 		return fmt.Errorf("consumer group %s: %w", i.cfg.ApplicationID, i.cfg.groupError(err))
 	}
+	if i.cfg.reach.down() > 0 {
+		// Once per failed attempt to reach the coordinator: the outage is
+		// reported by reach.watch, not per attempt.
+		i.cfg.Logger.Debug("consumer group: the group management loop failed while the brokers are out of reach; it joins again", "group", i.cfg.ApplicationID, "error", err)
+		return nil
+	}
 	i.progress(fmt.Sprintf("consumer group %s: this instance lost its partitions (%v); their tasks are dropped, with their uncommitted work, and the instance joins again", i.cfg.ApplicationID, err))
 	return nil
 }
@@ -349,7 +356,11 @@ func (i *instance) afterRebalance(ctx context.Context) error {
 	i.cl.AllowRebalance()
 	from := i.rebalance.revokedIn.Swap(-1)
 	if from < 0 {
-		i.cfg.Logger.Info("rebalance: partitions revoked or lost; the polled records are fetched again")
+		level := slog.LevelInfo
+		if i.cfg.reach.down() > 0 {
+			level = slog.LevelDebug // once per attempt to rejoin: reach.watch reports the outage
+		}
+		i.cfg.Logger.Log(ctx, level, "rebalance: partitions revoked or lost; the polled records are fetched again")
 		return nil
 	}
 	start := time.Now()
@@ -376,9 +387,11 @@ func (i *instance) afterRebalance(ctx context.Context) error {
 // flushing and ending, leaving the transaction open on the broker, so that
 // every read_committed reader of its partitions (the next owner's changelog
 // restore among them) waits out transaction_timeout_ms; bounded by that
-// timeout instead.
+// timeout instead, and ended when the brokers are given up (brokers.go).
 func (i *instance) endContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), i.cfg.transactionTimeout())
+	rctx, rcancel := i.cfg.reach.bound(context.WithoutCancel(ctx))
+	tctx, tcancel := context.WithTimeout(rctx, i.cfg.transactionTimeout())
+	return tctx, func() { tcancel(); rcancel() }
 }
 
 // onBlocked is told, on a goroutine of its own, that a rebalance callback
@@ -391,8 +404,15 @@ func (i *instance) endContext(ctx context.Context) (context.Context, context.Can
 // endTransaction does not try to commit, and a running End is interrupted
 // and its transaction aborted anew. (Under classic the heartbeat loop keeps
 // running through a rebalance, and a cycle commits; see afterRebalance.)
+//
+// Under either protocol, a callback blocked while the brokers are out of
+// reach is the group management loop's error path (franz-go's
+// manageFailWait calls OnPartitionsLost): its heartbeat loop has ended,
+// and a running End would wait for it until transaction_timeout_ms. It is
+// interrupted; the cycle fails as an outage and a new instance redoes it
+// (brokers.go).
 func (i *instance) onBlocked(context.Context, *kgo.Client) {
-	if i.sess == nil || !i.cfg.consumerProtocol() {
+	if i.sess == nil || (!i.cfg.consumerProtocol() && i.cfg.reach.down() == 0) {
 		return
 	}
 	r := &i.rebalance
@@ -424,6 +444,11 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	r.endMu.Unlock()
 	if !interrupted || err == nil {
 		return committed, err
+	}
+	if i.cfg.reach.troubleSince(i.cycleMark) {
+		// The outcome of an interrupted commit is not known: a new
+		// instance redoes what did not commit (brokers.go).
+		return false, err
 	}
 	// Interrupted, End could not confirm its abort; franz-go keeps the
 	// transaction's state for this retry, which fences the broker's

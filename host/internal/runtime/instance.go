@@ -65,6 +65,12 @@ type instance struct {
 	ident    identity
 	joinedAt time.Time   // when the client was created, joining the group
 	assigned atomic.Bool // the group has assigned partitions once
+	// restarted: this process ran the job in an earlier instance, which
+	// an outage ended (runInstances).
+	restarted bool
+	// cycleMark is the brokers' failure count when the running cycle
+	// began (reach.troubleSince; only the loop touches it).
+	cycleMark int64
 }
 
 type taskID struct {
@@ -76,13 +82,16 @@ type taskID struct {
 // that stateDir outlives the process (an explicit state_dir), so it keeps
 // the instance's identity; under exactly_once the new producer fences the
 // transactions of any predecessor with that identity before it returns.
-func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir string, stable bool) (*instance, error) {
+// prev is the identity of the instance this one replaces in this process
+// (runInstances), nil for the first: it keeps that identity and fences it.
+func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir string, stable bool, prev *identity) (*instance, error) {
 	i := &instance{
 		cfg:        cfg,
 		topics:     ts,
 		codecs:     map[string]*shuffle.ElementCodec{},
 		subByTopic: map[string]*translate.SubTopology{},
 		tasks:      map[taskID]*task.Task{},
+		restarted:  prev != nil,
 	}
 	i.rebalance.init()
 	coders := cfg.Plan.Pipeline.GetComponents().GetCoders()
@@ -112,16 +121,20 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	i.db = db
 	// After Open: Pebble's lock on stateDir keeps a second process from
 	// taking the same identity.
-	if stable {
+	switch {
+	case prev != nil:
+		i.ident = *prev
+	case stable:
 		i.ident, err = loadIdentity(stateDir)
 		if err != nil {
 			db.Close()
 			return nil, err
 		}
-	} else {
+		i.reportIdentity()
+	default:
 		i.ident = randomIdentity()
+		i.reportIdentity()
 	}
-	i.reportIdentity()
 	if i.side, err = newSideInputReader(i); err != nil {
 		db.Close()
 		return nil, err
@@ -158,7 +171,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		i.env.Now = cfg.Hooks.Now
 	}
 	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
-	if i.admin, err = kgo.NewClient(seeds); err != nil {
+	if i.admin, err = kgo.NewClient(append([]kgo.Opt{seeds}, cfg.reach.opts()...)...); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -205,6 +218,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	}
 	i.storedAt = time.Now()
 	opts = append(opts, cfg.groupOpts(i.stored.get)...)
+	opts = append(opts, cfg.reach.opts()...)
 	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
 		i.admin.Close()
 		db.Close()
@@ -247,17 +261,18 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	i.progress(fmt.Sprintf("joining consumer group %s; waiting for its partitions", cfg.ApplicationID))
-	// Only a stable identity has a predecessor to fence; a random one
-	// initializes its producer lazily, at its first transaction, as before
-	// (an early init racing the group join is suspected of a rare
-	// INVALID_TXN_STATE on kfake).
-	if cfg.ExactlyOnce && i.ident.stable {
+	// Only a stable identity, or an instance replacing one of this
+	// process, has a predecessor to fence; a random one initializes its
+	// producer lazily, at its first transaction, as before (an early init
+	// racing the group join is suspected of a rare INVALID_TXN_STATE on
+	// kfake).
+	if cfg.ExactlyOnce && (i.ident.stable || i.restarted) {
 		if err := i.fence(ctx); err != nil {
-			i.close(false)
+			i.closeForRestart()
 			return nil, err
 		}
 	}
+	i.progress(fmt.Sprintf("joining consumer group %s; waiting for its partitions", cfg.ApplicationID))
 	return i, nil
 }
 
@@ -284,9 +299,12 @@ func (i *instance) fence(ctx context.Context) error {
 		return fmt.Errorf("initializing the transactional producer %s: %w", txnID, err)
 	}
 	took := time.Since(start).Round(time.Millisecond)
-	if i.ident.stable && !i.ident.created {
+	switch {
+	case i.restarted:
+		i.progress(fmt.Sprintf("transactional id %s: fenced this process's previous instance (its open transaction, if any, is aborted) in %v", txnID, took))
+	case i.ident.stable && !i.ident.created:
 		i.progress(fmt.Sprintf("transactional id %s: fenced the previous process of this state_dir (its open transaction, if any, is aborted) in %v", txnID, took))
-	} else {
+	default:
 		i.progress(fmt.Sprintf("transactional id %s initialized in %v", txnID, took))
 	}
 	return nil
@@ -314,6 +332,21 @@ func (i *instance) progress(msg string) {
 		i.cfg.Progress(msg)
 	}
 }
+
+// closeForRestart closes the instance for another to replace it in this
+// process (runInstances): a dynamic member leaves the group, for at most
+// restartLeaveTimeout (the coordinator may be out of reach: its session
+// then expires), a static one keeps its membership for its successor.
+func (i *instance) closeForRestart() {
+	i.cl.AllowRebalance()
+	ctx, cancel := context.WithTimeout(context.Background(), restartLeaveTimeout)
+	i.cl.LeaveGroupContext(ctx)
+	cancel()
+	i.close(false)
+}
+
+// restartLeaveTimeout bounds closeForRestart's leaving the group.
+const restartLeaveTimeout = 5 * time.Second
 
 // close closes the client, the tasks and the store. leave says that the job
 // ends on purpose, so a static member leaves the group too (group.go); else
@@ -478,11 +511,15 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if err != nil {
 			// The tasks' current work failed: closing must not commit it.
 			i.failed.Store(true)
+			// A cycle the brokers' outage failed is redone by a new
+			// instance, whose producer fences this one's transaction.
+			err = i.outage(err)
 		}
-		if i.inTxn {
+		var outage *outageError
+		if i.inTxn && !errors.As(err, &outage) {
 			// Abort now rather than leave the transaction to time out,
 			// holding back read_committed readers of its partitions.
-			actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			actx, cancel := i.endContext(ctx)
 			if _, aerr := i.sess.End(actx, kgo.TryAbort); aerr != nil {
 				i.cfg.Logger.Warn("aborting the open transaction", "error", aerr)
 			}
@@ -513,6 +550,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		pollTime = i.cfg.CommitInterval
 	}
 	for {
+		i.cycleMark = i.cfg.reach.mark()
 		pollCtx, cancel := context.WithTimeout(ctx, pollTime)
 		maxRecords := i.cfg.MaxPollRecords
 		if maxRecords <= 0 {
@@ -592,6 +630,16 @@ func (i *instance) run(ctx context.Context) (err error) {
 		}
 		i.cl.AllowRebalance()
 	}
+}
+
+// outage makes err, a failure of the running cycle, an outageError if the
+// brokers could not be reached during the cycle (brokers.go).
+func (i *instance) outage(err error) error {
+	var outage *outageError
+	if err == nil || errors.As(err, &outage) || !i.cfg.reach.troubleSince(i.cycleMark) {
+		return err
+	}
+	return &outageError{err}
 }
 
 // rewindTo moves the consumed (and to be committed) offsets of the bad
@@ -764,6 +812,11 @@ func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, e
 	if err := i.prepareTasks(ctx); err != nil {
 		return false, err
 	}
+	// Not bounded here: a slow broker that answers decides (under
+	// exactly_once it aborts a transaction past transaction_timeout_ms,
+	// failing its records; a fresh three-broker cluster took more than
+	// 10 s for a first cycle's records, well within the transaction's own
+	// clock). ctx ends when the brokers are given up (brokers.go).
 	if err := i.cl.Flush(ctx); err != nil {
 		return false, fmt.Errorf("flushing the producer: %w", err)
 	}

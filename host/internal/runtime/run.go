@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
@@ -69,6 +70,14 @@ type Config struct {
 	Hooks   *Hooks // nil: none
 	// OnRunning is called once the instance is open and starts consuming.
 	OnRunning func()
+	// Warning, if set, is told what the job's client should know but is
+	// not a failure (the brokers out of reach, brokers.go); it is logged
+	// too.
+	Warning func(msg string)
+	// BrokerUnavailableTimeout is how long the instance goes on without
+	// reaching any broker (retrying, brokers.go) before the job fails;
+	// zero: DefaultBrokerUnavailableTimeout.
+	BrokerUnavailableTimeout time.Duration
 	// Progress, if set, is told each step of the instance's start and
 	// recovery (its identity, fencing its predecessor, joining the group,
 	// restoring state), which are logged too: the job server shows them to
@@ -95,6 +104,8 @@ type Config struct {
 	// readBounds are the ends of the bounded Kafka reads, fixed by Run
 	// (readBounds in kafkaio.go).
 	readBounds map[int]*task.ReadBound
+	// reach watches the brokers for Run's clients (brokers.go).
+	reach *reach
 }
 
 // DefaultMaxPollRecords is Config.MaxPollRecords when unset.
@@ -147,23 +158,37 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := checkKafkaIO(cfg); err != nil {
 		return err
 	}
+	// Brokers out of reach for broker_unavailable_timeout_ms end every
+	// wait of the job with an error naming them (brokers.go).
+	r := newReach(cfg)
+	cfg.reach = r
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		r.watch(ctx)
+	}()
+	defer func() { stop(nil); <-watchDone }()
+	defer context.AfterFunc(r.ctx, func() { stop(context.Cause(r.ctx)) })()
+	// brokersLost is the error naming the brokers when they were given
+	// up: it is why anything failed then.
+	brokersLost := func(err error) error {
+		if lost := r.failure(); lost != nil && parent.Err() == nil {
+			return lost
+		}
+		return err
+	}
+
 	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
 	if cfg.BadRecords == task.PolicyDeadLetter {
 		ts.SetDeadLetter(cfg.DeadLetterTopic, cfg.CreateDeadLetterTopic)
 	}
-	admin, err := topics.NewAdmin(cfg.BootstrapServers)
+	admin, err := topics.NewAdmin(cfg.BootstrapServers, r.opts()...)
 	if err != nil {
 		return err
 	}
 	defer admin.Close()
-	if err := ts.Discover(ctx, admin); err != nil {
-		return err
-	}
-	if cfg.readBounds, err = readBounds(ctx, cfg, ts, admin, time.Now()); err != nil {
-		return err
-	}
-	if err := ts.Create(ctx, admin); err != nil {
-		return err
+	if err := setUpTopics(ctx, &cfg, ts, admin); err != nil {
+		return brokersLost(err)
 	}
 	if cfg.Plan.Bounded && !cfg.KeepInternalTopics {
 		defer func() {
@@ -173,9 +198,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 				}
 			}
 		}()
-	}
-	if err := ts.WriteImpulses(ctx, cfg.BootstrapServers); err != nil {
-		return err
 	}
 
 	// Only an explicit state_dir outlives the process: it alone can keep
@@ -192,21 +214,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	stateDir = filepath.Join(stateDir, cfg.ApplicationID)
 
-	inst, err := newInstance(ctx, cfg, ts, stateDir, stable)
-	if err != nil {
-		return err
-	}
-	defer func() { inst.close(err == nil || errors.Is(context.Cause(parent), ErrEnded)) }()
-
-	if cfg.OnRunning != nil {
-		cfg.OnRunning()
-	}
+	// The instance the goroutine below runs last, closed after it ended
+	// (deferred before wg.Wait, so it runs after).
+	var inst *instance
+	defer func() {
+		if inst != nil {
+			inst.close(err == nil || errors.Is(context.Cause(parent), ErrEnded))
+		}
+	}()
 	var wg sync.WaitGroup
 	instErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		instErr <- inst.run(ctx)
+		instErr <- runInstances(ctx, cfg, ts, stateDir, stable, &inst)
 	}()
 	defer wg.Wait()
 
@@ -229,7 +250,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if err == nil {
 			err = errors.New("instance stopped before the job was done")
 		}
-		return err
+		return brokersLost(err)
 	case err := <-doneErr:
 		if err != nil {
 			stop(err)
@@ -237,11 +258,90 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			if parent.Err() != nil {
 				return context.Cause(parent)
 			}
-			return err
+			return brokersLost(err)
 		}
 		stop(nil)
 		<-instErr
 		return nil
+	}
+}
+
+// setUpTopics finds the user's topics, fixes the bounded reads' ends,
+// creates the internal topics and writes the impulses. Each step is
+// idempotent, so the whole is tried again, with backoff, while the
+// brokers cannot be reached (until ctx ends: broker_unavailable_timeout_ms).
+func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *kadm.Client) error {
+	for failed := 0; ; failed++ {
+		mark := cfg.reach.mark()
+		err := func() (err error) {
+			if err := ts.Discover(ctx, admin); err != nil {
+				return err
+			}
+			if cfg.readBounds, err = readBounds(ctx, *cfg, ts, admin, time.Now()); err != nil {
+				return err
+			}
+			if err := ts.Create(ctx, admin); err != nil {
+				return err
+			}
+			return ts.WriteImpulses(ctx, cfg.BootstrapServers, cfg.reach.opts()...)
+		}()
+		if err == nil || ctx.Err() != nil || !cfg.reach.troubleSince(mark) {
+			return err
+		}
+		cfg.Logger.Debug("setting up the topics while the brokers cannot be reached; trying again", "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff(failed)):
+		}
+	}
+}
+
+// runInstances runs the instance until the job is done, ctx ends or it
+// fails. An instance whose start, restore or commit cycle failed while the
+// brokers could not be reached (outageError) is closed, keeping its group
+// membership, and started again with the same identity, after a backoff
+// (brokers.go says why a new instance rather than reset tasks). *cur is
+// the instance running, left open for the caller to close.
+func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir string, stable bool, cur **instance) error {
+	var prev *identity
+	failed := 0
+	for {
+		mark := cfg.reach.mark()
+		inst, err := newInstance(ctx, cfg, ts, stateDir, stable, prev)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if !cfg.reach.troubleSince(mark) {
+				return err
+			}
+			cfg.Logger.Debug("starting the instance while the brokers cannot be reached; trying again", "error", err)
+		} else {
+			*cur = inst
+			if prev == nil && cfg.OnRunning != nil {
+				cfg.OnRunning()
+			}
+			prev = &inst.ident
+			started := time.Now()
+			err = inst.run(ctx)
+			var outage *outageError
+			if !errors.As(err, &outage) || ctx.Err() != nil {
+				return err
+			}
+			if time.Since(started) > brokerReminder {
+				failed = 0
+			}
+			inst.progress(fmt.Sprintf("the instance stops and starts again, in this process, from the last committed cycle: a commit cycle failed %v", err))
+			inst.closeForRestart()
+			*cur = nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff(failed)):
+		}
+		failed++
 	}
 }
 

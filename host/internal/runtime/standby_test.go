@@ -304,7 +304,7 @@ func (a *changelogApp) join(t *testing.T, ctx context.Context, replicas int) *gr
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks:              &Hooks{Restored: m.restored.hook},
 	}
-	i, err := newInstance(ctx, cfg, a.topics, t.TempDir(), false)
+	i, err := newInstance(ctx, cfg, a.topics, t.TempDir(), false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -258,9 +258,10 @@ func (t *Set) TaskCount() int {
 	return n
 }
 
-// NewAdmin is an admin client of brokers (a comma-separated list).
-func NewAdmin(brokers string) (*kadm.Client, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+// NewAdmin is an admin client of brokers (a comma-separated list), with
+// opts besides.
+func NewAdmin(brokers string, opts ...kgo.Opt) (*kadm.Client, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", brokers, err)
 	}
@@ -414,9 +415,10 @@ func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
 }
 
 // WriteImpulses writes the impulse record of every impulse topic that is
-// still empty, so a restarted application does not replay its impulses.
-func (t *Set) WriteImpulses(ctx context.Context, brokers string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.RecordPartitioner(shuffle.Partitioner()))
+// still empty, so a restarted application does not replay its impulses;
+// opts are client options besides.
+func (t *Set) WriteImpulses(ctx context.Context, brokers string, opts ...kgo.Opt) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.RecordPartitioner(shuffle.Partitioner())}, opts...)...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,251 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// switchedBroker is an in-process broker that a test can put out of reach:
+// while off, it closes every connection at its first request, as a stopped
+// broker's clients see it (a dial refused or a connection reset).
+type switchedBroker struct {
+	addr string
+	off  atomic.Bool
+}
+
+func newSwitchedBroker(t *testing.T) *switchedBroker {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1), kfake.SeedTopics(1, "polled"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	b := &switchedBroker{addr: c.ListenAddrs()[0]}
+	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if b.off.Load() {
+			return nil, errors.New("switched off by the test"), true
+		}
+		return nil, nil, false
+	})
+	return b
+}
+
+// messages collects what an instance tells the job's client.
+type messages struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (m *messages) add(s string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.list = append(m.list, s)
+}
+
+// matching returns the messages that contain sub.
+func (m *messages) matching(sub string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, s := range m.list {
+		if strings.Contains(s, sub) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after %v", what, within)
+		}
+	}
+}
+
+// TestReachReportsAndGivesUp: reach reports an outage once it has lasted
+// its notice, again at every reminder (not at every failed attempt), and
+// when a broker answers again; an outage as long as
+// broker_unavailable_timeout_ms ends its context with an error naming the
+// brokers and the option.
+func TestReachReportsAndGivesUp(t *testing.T) {
+	b := newSwitchedBroker(t)
+	var warned, told messages
+	r := newReach(Config{
+		BootstrapServers:         b.addr,
+		BrokerUnavailableTimeout: 2 * time.Second,
+		Logger:                   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Warning:                  warned.add,
+		Progress:                 told.add,
+	})
+	r.notice, r.reminder = 200*time.Millisecond, 500*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// A consumer keeps asking the broker, as an instance does; it retries
+	// every 50ms and refreshes its metadata as often, rather than backing
+	// off to 5s, so that the short outage ends within the timeout.
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.addr), kgo.ConsumeTopics("polled"), kgo.FetchMaxWait(100 * time.Millisecond),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }), kgo.MetadataMinAge(50 * time.Millisecond)}, r.opts()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		r.watch(ctx)
+	}()
+	answered := func() bool { return r.lastOK.Load() > r.lastFail.Load() && r.failures.Load() == 0 }
+	waitFor(t, "the broker answers", 10*time.Second, answered)
+
+	// A short outage: reported, then its end; the brokers are not given up.
+	b.off.Store(true)
+	waitFor(t, "the outage reported", 5*time.Second, func() bool { return len(warned.matching("cannot reach the Kafka brokers "+b.addr)) > 0 })
+	b.off.Store(false)
+	waitFor(t, "the end of the outage reported", 10*time.Second, func() bool { return len(told.matching("answer again")) > 0 })
+	if err := r.failure(); err != nil {
+		t.Fatalf("given up after a short outage: %v", err)
+	}
+	if n := len(warned.matching("")); n > 3 {
+		t.Errorf("a short outage reported %d times, want about once (notice 200ms, reminder 500ms): %q", n, warned.matching(""))
+	}
+
+	// A long one: reported at the notice and each reminder, then given up.
+	before := len(warned.matching(""))
+	b.off.Store(true)
+	start := time.Now()
+	select {
+	case <-r.ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the brokers not given up 10s into an outage (broker_unavailable_timeout_ms 2000)")
+	}
+	took := time.Since(start)
+	err = r.failure()
+	for _, want := range []string{"cannot reach the Kafka brokers " + b.addr, "broker_unavailable_timeout_ms 2000", "last error: "} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("the error giving up: %v, want it to say %q", err, want)
+		}
+	}
+	if took < 2*time.Second || took > 5*time.Second {
+		t.Errorf("given up %v into the outage, want 2s (broker_unavailable_timeout_ms) and a little", took)
+	}
+	// notice at 200ms, reminders at 700, 1200, 1700 ms: 3 to 4 by 2s,
+	// however many attempts the client made.
+	long := warned.matching("")[before:]
+	if len(long) < 2 || len(long) > 5 || !strings.HasPrefix(long[1], "still cannot reach") {
+		t.Errorf("a 2s outage reported %d times, want 3 or 4 (a notice, then reminders): %q", len(long), long)
+	}
+	t.Logf("given up after %v; reports: %q", took.Round(time.Millisecond), long)
+}
+
+// runSwitched runs an application of a changelogApp's plan on a switched
+// broker until the test ends, with broker_unavailable_timeout; told gets
+// the messages for the job's client, assigned the Assigned hook. done
+// receives Run's error.
+func runSwitched(t *testing.T, timeout time.Duration, told *messages, assigned func()) (b *switchedBroker, done chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	b = newSwitchedBroker(t)
+	a := newChangelogApp(t, b.addr, 2)
+	cfg := Config{
+		Plan: a.plan, BootstrapServers: b.addr, ApplicationID: a.app, ReplicationFactor: 1, Parallelism: 2,
+		StateDir: t.TempDir(), ExactlyOnce: true, CommitInterval: 50 * time.Millisecond,
+		TransactionTimeout:       10 * time.Second,
+		BrokerUnavailableTimeout: timeout,
+		Logger:                   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Warning:                  told.add,
+		Progress:                 told.add,
+		Hooks:                    &Hooks{Assigned: func(int, int32) { assigned() }},
+	}
+	done = make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not end 30s after its context")
+		}
+	})
+	return b, done
+}
+
+// TestRunGivesUpOnBrokers: Run fails an instance whose brokers stay out of
+// reach for broker_unavailable_timeout_ms, with the error naming them; it
+// told the job's client once, not at every attempt.
+func TestRunGivesUpOnBrokers(t *testing.T) {
+	var told messages
+	var assigned atomic.Int32
+	b, done := runSwitched(t, 3*time.Second, &told, func() { assigned.Add(1) })
+	waitFor(t, "tasks assigned", 30*time.Second, func() bool { return assigned.Load() == 2 })
+	b.off.Store(true)
+	start := time.Now()
+	var err error
+	select {
+	case err = <-done:
+		done <- err // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run still runs 20s into an outage (broker_unavailable_timeout_ms 3000)")
+	}
+	took := time.Since(start)
+	for _, want := range []string{"cannot reach the Kafka brokers " + b.addr, "broker_unavailable_timeout_ms 3000"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Run's error: %v, want it to say %q", err, want)
+		}
+	}
+	if took < 3*time.Second || took > 8*time.Second {
+		t.Errorf("Run failed %v into the outage, want 3s (broker_unavailable_timeout_ms) and a little", took)
+	}
+	if w := told.matching("cannot reach the Kafka brokers"); len(w) != 1 {
+		t.Errorf("the outage was reported %d times in 3s, want once (at 2s; then every 30s): %q", len(w), w)
+	}
+	t.Logf("Run failed %v into the outage: %v", took.Round(time.Millisecond), err)
+}
+
+// TestRunRidesOutAnOutage: an instance whose brokers are out of reach for
+// less than broker_unavailable_timeout_ms goes on: it gets its tasks back
+// when they answer, and Run does not fail.
+func TestRunRidesOutAnOutage(t *testing.T) {
+	var told messages
+	var assigned atomic.Int32
+	b, done := runSwitched(t, 30*time.Second, &told, func() { assigned.Add(1) })
+	waitFor(t, "tasks assigned", 30*time.Second, func() bool { return assigned.Load() == 2 })
+	b.off.Store(true)
+	waitFor(t, "the outage reported", 10*time.Second, func() bool { return len(told.matching("cannot reach the Kafka brokers")) > 0 })
+	time.Sleep(2 * time.Second) // an outage of about 4s
+	b.off.Store(false)
+	back := time.Now()
+	waitFor(t, "the tasks assigned again", 30*time.Second, func() bool { return assigned.Load() >= 4 })
+	t.Logf("tasks assigned again %v after the broker answers again", time.Since(back).Round(time.Millisecond))
+	if len(told.matching("answer again")) == 0 {
+		t.Errorf("the end of the outage was not told: %q", told.matching(""))
+	}
+	select {
+	case err := <-done:
+		done <- err
+		t.Fatalf("Run ended after a 4s outage: %v", err)
+	default:
+	}
+}
