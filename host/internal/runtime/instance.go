@@ -62,6 +62,7 @@ type instance struct {
 	ident    identity
 	joinedAt time.Time   // when the client was created, joining the group
 	assigned atomic.Bool // the group has assigned partitions once
+	sizedAt  time.Time   // when observe last measured the tasks' state (observe.go)
 }
 
 type taskID struct {
@@ -119,6 +120,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		i.ident = randomIdentity()
 	}
 	i.reportIdentity()
+	cfg.Observer.SetID(i.ident.id)
 	if i.side, err = newSideInputReader(i); err != nil {
 		db.Close()
 		return nil, err
@@ -189,6 +191,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
 	opts = append(opts, cfg.groupOpts()...)
+	opts = append(opts, i.clientID()) // before the Kafka IO settings: a read's client.id wins
 	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
 		i.admin.Close()
 		db.Close()
@@ -351,7 +354,7 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 		i.progress(fmt.Sprintf("state of %d tasks restored in %v", len(ids), time.Since(start).Round(time.Millisecond)))
 	}
 	for _, id := range ids {
-		t, err := task.New(i.env, i.subByTopic[id.topic], id.partition)
+		t, err := task.New(i.taskEnv(id), i.subByTopic[id.topic], id.partition)
 		if err != nil {
 			i.setProduceErr(fmt.Errorf("opening task %s/%d: %w", id.topic, id.partition, err))
 			continue
@@ -430,7 +433,7 @@ func (i *instance) resetTasks() {
 	}
 	for _, id := range ids {
 		delete(i.tasks, id)
-		nt, err := task.New(i.env, i.subByTopic[id.topic], id.partition)
+		nt, err := task.New(i.taskEnv(id), i.subByTopic[id.topic], id.partition)
 		if err != nil {
 			i.setProduceErr(fmt.Errorf("reopening task %s/%d: %w", id.topic, id.partition, err))
 			continue
@@ -567,6 +570,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			return errors.Join(errs...)
 		}
+		i.observe()
 		i.cl.AllowRebalance()
 	}
 }
@@ -604,6 +608,7 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt ti
 			hw = p.HighWatermark
 		}
 		t.Fetched(hw, len(p.Records))
+		i.observeFetch(i.subByTopic[p.Topic].ID, p, hw)
 		if len(p.Records) == 0 {
 			return
 		}
@@ -720,9 +725,11 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 		// instance carries on, and the group reports the loss at the
 		// next AllowRebalance (onLost).
 		i.cfg.Logger.Info("transaction aborted: tasks restart from the last committed cycle", "injected", abort, "error", err)
+		i.cfg.Observer.Cycle(false)
 		i.resetTasks()
 		return i.failure()
 	}
+	i.cfg.Observer.Cycle(true)
 	for _, t := range i.tasks {
 		if err := t.CommitState(); err != nil {
 			return err
@@ -771,6 +778,7 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 	if abort {
 		// As a crash after the flush would: the output stays, the state
 		// and offsets do not.
+		i.cfg.Observer.Cycle(false)
 		i.resetTasks()
 		i.rewind()
 		return i.failure()
@@ -780,10 +788,12 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 			return fmt.Errorf("committing offsets: %w", err)
 		}
 		i.cfg.Logger.Info("offsets not committed: the group moved on; the cycle's state is dropped and its input redone by the partitions' owner", "error", err)
+		i.cfg.Observer.Cycle(false)
 		i.resetTasks()
 		i.rewind()
 		return i.failure()
 	}
+	i.cfg.Observer.Cycle(true)
 	for _, t := range i.tasks {
 		if err := t.CommitState(); err != nil {
 			return err
