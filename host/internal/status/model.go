@@ -41,12 +41,12 @@ type Job struct {
 	Aborts  int64 `json:"aborts"`
 	// Cancel and Drain are what the buttons do; when not possible, the
 	// reason says why (the page shows the button disabled with it).
-	CanCancel          bool   `json:"can_cancel"`
-	CancelUnavailable  string `json:"cancel_unavailable,omitempty"`
-	CanDrain           bool   `json:"can_drain"`
-	DrainUnavailable   string `json:"drain_unavailable,omitempty"`
-	Topology           *Topology    `json:"topology,omitempty"`
-	Tasks              []Task       `json:"tasks"`
+	CanCancel         bool      `json:"can_cancel"`
+	CancelUnavailable string    `json:"cancel_unavailable,omitempty"`
+	CanDrain          bool      `json:"can_drain"`
+	DrainUnavailable  string    `json:"drain_unavailable,omitempty"`
+	Topology          *Topology `json:"topology,omitempty"`
+	Tasks             []Task    `json:"tasks"`
 	// ClusterError says why the application's view from Kafka (owners,
 	// committed lag, other instances' watermarks) is missing, if it is.
 	ClusterError string       `json:"cluster_error,omitempty"`

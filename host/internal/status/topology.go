@@ -36,7 +36,7 @@ type Edge struct {
 	Side  bool   `json:"side,omitempty"`
 }
 
-func subNode(id int) string      { return fmt.Sprintf("st-%d", id) }
+func subNode(id int) string         { return fmt.Sprintf("st-%d", id) }
 func kafkaNode(topic string) string { return "kafka-" + topic }
 
 // RootName names a root kind as the page shows it.

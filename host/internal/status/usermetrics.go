@@ -88,7 +88,6 @@ func UserMetrics(attempted, committed []*pipepb.MonitoringInfo) []UserMetric {
 	return out
 }
 
-
 // gauge is a latest_int64 payload: a timestamp (Unix millis) and the
 // value, both varints.
 func gauge(b []byte) ([]int64, error) {
