@@ -126,12 +126,15 @@ func DescribeTasks(ctx context.Context, cl *kgo.Client, appID string, inputs map
 		return nil, stable, err
 	}
 	for _, m := range members {
-		inst := strings.TrimPrefix(m.id, appID+"-")
-		if inst == m.id {
-			inst = strings.TrimPrefix(m.client, appID+"-")
-			if inst == m.client {
-				inst = ""
-			}
+		// A static member's group.instance.id, else its client id, is
+		// <application id>-<instance id> (instance.go, clientID).
+		named := m.client
+		if m.id != m.member {
+			named = m.id
+		}
+		inst, ok := strings.CutPrefix(named, appID+"-")
+		if !ok {
+			inst = ""
 		}
 		for _, t := range m.tasks {
 			owners = append(owners, TaskOwner{SubTopology: inputs[t.topic], Partition: t.partition, Instance: inst, Member: m.member})
