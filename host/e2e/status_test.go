@@ -378,6 +378,15 @@ func TestStatusPageBrowser(t *testing.T) {
 		t.Errorf("graph labels %q: want the kafka-read and group-by-key sub-topologies", graphText)
 	}
 
+	if path := os.Getenv("KSRUNNER_STATUS_SCREENSHOT"); path != "" { // to look at the page
+		var png []byte
+		if err := chromedp.Run(bctx, chromedp.EmulateViewport(1300, 1000), chromedp.Sleep(time.Second), chromedp.FullScreenshot(&png, 100)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := chromedp.Run(bctx,
 		chromedp.Click(`#cancel`, chromedp.ByID),
 		chromedp.WaitVisible(`#job-state.CANCELLED`, chromedp.ByQuery),

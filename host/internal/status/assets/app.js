@@ -28,7 +28,7 @@ function fmtWatermark(t) {
   if (!t.has_watermark) return "–";
   if (t.watermark >= 9223371950454775) return "+∞ (done)";
   if (t.watermark <= -9223371950454775) return "−∞";
-  return new Date(t.watermark).toISOString().replace("T", " ").replace("Z", "");
+  return new Date(t.watermark).toISOString().replace("T", " ").replace("Z", " UTC");
 }
 
 async function getJSON(url) {
@@ -117,13 +117,13 @@ function renderGraph(j) {
     .concat(top.edges.map((e, i) => ({ data: { id: "e" + i, source: e.from, target: e.to, label: e.topic, side: e.side ? "yes" : "no" } })));
   graph = cytoscape({
     container: $("graph"), elements, wheelSensitivity: 0.3,
-    layout: { name: "dagre", rankDir: "LR", nodeSep: 30, rankSep: 80 },
+    layout: { name: "dagre", rankDir: "TB", nodeSep: 40, rankSep: 45 }, maxZoom: 1.5,
     style: [
       { selector: "node", style: { "shape": "round-rectangle", "label": "data(label)", "text-wrap": "wrap", "text-valign": "center",
-        "font-size": 10, "width": "label", "height": "label", "padding": "8px", "background-color": "#e3f2fd", "border-width": 1, "border-color": "#1565c0" } },
+        "font-size": 12, "width": "label", "height": "label", "padding": "8px", "background-color": "#e3f2fd", "border-width": 1, "border-color": "#1565c0" } },
       { selector: "node[kind = 'kafka']", style: { "shape": "barrel", "background-color": "#fff3e0", "border-color": "#ef6c00" } },
       { selector: "edge", style: { "curve-style": "bezier", "target-arrow-shape": "triangle", "width": 1.5, "label": "data(label)",
-        "font-size": 8, "text-rotation": "autorotate", "color": "#555", "line-color": "#90a4ae", "target-arrow-color": "#90a4ae" } },
+        "font-size": 10, "text-rotation": "none", "text-background-color": "#fff", "text-background-opacity": 1, "color": "#555", "line-color": "#90a4ae", "target-arrow-color": "#90a4ae" } },
       { selector: "edge[side = 'yes']", style: { "line-style": "dashed" } },
     ],
   });
