@@ -62,7 +62,7 @@ type instance struct {
 	ident    identity
 	joinedAt time.Time   // when the client was created, joining the group
 	assigned atomic.Bool // the group has assigned partitions once
-	sizedAt  time.Time   // when observe last measured the tasks' state (observe.go)
+	observed observed    // what observe measured last (observe.go)
 }
 
 type taskID struct {

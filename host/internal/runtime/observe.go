@@ -24,6 +24,12 @@ const stateSizeEvery = 10 * time.Second
 
 func ref(sub int, p int32) metrics.TaskRef { return metrics.TaskRef{SubTopology: sub, Partition: p} }
 
+// observed is what observe measured last.
+type observed struct {
+	sizedAt time.Time                // when it measured every task's state
+	sized   map[metrics.TaskRef]bool // tasks measured since they were assigned
+}
+
 // taskEnv is the environment of a task: the instance's, with its Produce
 // counting the task's data records when the instance is observed.
 func (i *instance) taskEnv(id taskID) *task.Env {
@@ -88,11 +94,17 @@ func (i *instance) observe() {
 	}
 	i.mu.Unlock()
 	obs.Owned(wms, owned)
-	if time.Since(i.sizedAt) < stateSizeEvery {
-		return
+	// Every stateSizeEvery, and for a task once as soon as it is assigned.
+	all := time.Since(i.observed.sizedAt) >= stateSizeEvery
+	if all {
+		i.observed.sizedAt = time.Now()
+		i.observed.sized = map[metrics.TaskRef]bool{}
 	}
-	i.sizedAt = time.Now()
 	for r := range owned {
+		if i.observed.sized[r] {
+			continue
+		}
+		i.observed.sized[r] = true
 		prefix := state.TaskPrefix(r.SubTopology, r.Partition)
 		if n, err := i.db.EstimateDiskUsage(prefix, state.PrefixEnd(prefix)); err == nil {
 			obs.StateBytes(r, int64(n))
