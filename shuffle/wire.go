@@ -383,7 +383,8 @@ func compileLength(coders map[string]*pipepb.Coder, id string) (lengthFunc, erro
 
 // iterableLength handles both encodings of Beam's iterable coder: a known
 // count (int32 >= 0) followed by the elements, or -1 followed by blocks of
-// varint count + elements, ended by a zero count.
+// varint count + elements, ended by a zero count or by varint(-1) and a
+// length-prefixed state token (a state-backed iterable).
 func iterableLength(elem lengthFunc) lengthFunc {
 	return func(b []byte) (int, error) {
 		if len(b) < 4 {
@@ -421,6 +422,22 @@ func iterableLength(elem lengthFunc) lengthFunc {
 			off += l
 			if cnt == 0 {
 				return off, nil
+			}
+			if cnt == math.MaxUint64 {
+				// varint(-1): the rest of the iterable is runner
+				// state (a paged group), behind a length-prefixed
+				// token that ends the encoding.
+				tl, l := binary.Uvarint(b[off:])
+				if l == 0 {
+					return 0, ErrShort
+				}
+				if l < 0 || tl > uint64(len(b)-off-l) {
+					if l < 0 {
+						return 0, errors.New("iterable: state token length overflows")
+					}
+					return 0, ErrShort
+				}
+				return off + l + int(tl), nil
 			}
 			if cnt > uint64(len(b)-off) {
 				return 0, ErrShort

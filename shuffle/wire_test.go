@@ -81,6 +81,16 @@ func TestElementCodec(t *testing.T) {
 		key:      []byte("\x01k"),
 		elem:     []byte("\x01k\x00\x00\x00\x02\x3f\xf0\x00\x00\x00\x00\x00\x00\x40\x00\x00\x00\x00\x00\x00\x00"),
 	}, {
+		// A paged group (host/internal/task/gbkpages.go): one value inline,
+		// the rest behind the state token "tok".
+		name:     "KV<bytes, iterable<double>> state-backed",
+		wv:       "wv_kvit",
+		raw:      append(encode(t, coder.NewBytes(), coder.NewGlobalWindow(), mtime.MinTimestamp, window.SingleGlobalWindow, typex.NoFiringPane(), &exec.FullValue{Elm: []byte("k")}), 0xff, 0xff, 0xff, 0xff, 1, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1, 3, 't', 'o', 'k'),
+		ts:       int64(mtime.MinTimestamp),
+		nWindows: 1,
+		key:      []byte("\x01k"),
+		elem:     []byte("\x01k\xff\xff\xff\xff\x01\x3f\xf0\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01\x03tok"),
+	}, {
 		name:     "string in the global window, no firing pane (Locate's fast path)",
 		wv:       "wv_str",
 		raw:      encode(t, coder.NewString(), coder.NewGlobalWindow(), 77, window.SingleGlobalWindow, typex.NoFiringPane(), &exec.FullValue{Elm: "quick brown fox"}),

@@ -141,6 +141,11 @@ func (t *translator) buildDescriptor(s *Stage) error {
 	// The input PCollection carries the host-parseable element coder, as
 	// the data source decodes it with (Prism does the same).
 	inWire := t.wireCoders[s.Input]
+	if s.PagedGroups {
+		if paged, ok := t.pagedCoder(s.Input, true); ok {
+			inWire = paged
+		}
+	}
 	d.Pcollections[s.Input].CoderId = t.comps.GetCoders()[inWire].GetComponentCoderIds()[0]
 	addCoder(inWire)
 	// Side input values are served as the host stores them: in the wire

@@ -75,7 +75,7 @@ func checkCoderHostParseable(coders map[string]*pipepb.Coder, id string) error {
 		return fmt.Errorf("coder %q missing", id)
 	}
 	urn := c.GetSpec().GetUrn()
-	if !hostCoderURNs[urn] {
+	if !hostCoderURNs[urn] && urn != urnCoderStateBackedIterable { // the host writes it (PagedGroups)
 		return fmt.Errorf("coder %q (%s) is not host-parseable", id, urn)
 	}
 	for _, cc := range c.GetComponentCoderIds() {
@@ -376,8 +376,11 @@ func checkDescriptor(t testing.TB, p *Plan, s *Stage) {
 			}
 			if tr.GetSpec().GetUrn() == urnDataSource {
 				sources = append(sources, id)
-				if port.GetCoderId() != p.WireCoders[s.Input] {
+				if !s.PagedGroups && port.GetCoderId() != p.WireCoders[s.Input] {
 					t.Errorf("stage %s: source coder %q, want wire coder %q", s.ID, port.GetCoderId(), p.WireCoders[s.Input])
+				}
+				if s.PagedGroups && !pagedLike(d.GetCoders(), p.Pipeline.GetComponents().GetCoders(), port.GetCoderId(), p.WireCoders[s.Input]) {
+					t.Errorf("stage %s: source coder %q, want wire coder %q with its iterable state-backed", s.ID, port.GetCoderId(), p.WireCoders[s.Input])
 				}
 			} else {
 				sinks = append(sinks, id)
@@ -416,4 +419,24 @@ func errContains(t testing.TB, err error, parts ...string) {
 			t.Errorf("error %q does not mention %q", err, part)
 		}
 	}
+}
+
+// pagedLike reports whether coder got (in d) is coder want (in comps) with
+// exactly one iterable, the value of its KV, declared state-backed.
+func pagedLike(d, comps map[string]*pipepb.Coder, got, want string) bool {
+	g, w := d[got], comps[want]
+	if g == nil || w == nil || len(g.GetComponentCoderIds()) != len(w.GetComponentCoderIds()) {
+		return false
+	}
+	switch gu, wu := g.GetSpec().GetUrn(), w.GetSpec().GetUrn(); {
+	case gu == urnCoderStateBackedIterable && wu == urnCoderIterable:
+		return g.GetComponentCoderIds()[0] == w.GetComponentCoderIds()[0]
+	case gu != wu:
+		return false
+	case gu == urnCoderKV:
+		return g.GetComponentCoderIds()[0] == w.GetComponentCoderIds()[0] && pagedLike(d, comps, g.GetComponentCoderIds()[1], w.GetComponentCoderIds()[1])
+	case gu == urnCoderWindowedValue:
+		return g.GetComponentCoderIds()[1] == w.GetComponentCoderIds()[1] && pagedLike(d, comps, g.GetComponentCoderIds()[0], w.GetComponentCoderIds()[0])
+	}
+	return false
 }

@@ -2,9 +2,11 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // subBuilder accumulates one sub-topology.
@@ -291,6 +293,7 @@ func (t *translator) layout() (*Plan, error) {
 		}
 	}
 	for _, st := range plan.SubTopologies {
+		t.pageGroups(st)
 		for _, s := range st.Stages {
 			if err := t.buildDescriptor(s); err != nil {
 				return nil, fmt.Errorf("stage %s: %w", s.ID, err)
@@ -513,4 +516,99 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 		}
 	}
 	return nil
+}
+
+// pageGroups sets PagedGroups on a GroupByKey root and the stages reading
+// its output when every consumer can take state-backed iterables: harness
+// stages whose input is consumed at once (no side inputs, no time sorting,
+// no splittable DoFn), reading a wire coder of KV<K, iterable<V>>. A
+// flatten, a sink or a WASM stage reading the output gets whole groups.
+func (t *translator) pageGroups(st *SubTopology) {
+	if st.Root.Kind != RootGroupByKey || st.Root.Windowed {
+		return
+	}
+	if _, ok := t.pagedCoder(st.Root.Output, false); !ok {
+		return
+	}
+	for _, f := range st.Flattens {
+		if slices.Contains(f.Inputs, st.Root.Output) {
+			return
+		}
+	}
+	for _, sk := range st.Sinks {
+		if sk.PCollection == st.Root.Output {
+			return
+		}
+	}
+	var readers []*Stage
+	for _, s := range st.Stages {
+		if s.Input != st.Root.Output {
+			continue
+		}
+		if s.Executor != ExecutorHarness || len(s.SideInputs) > 0 || s.TimeSortedInput || t.splits(s) {
+			return
+		}
+		readers = append(readers, s)
+	}
+	if len(readers) == 0 {
+		return
+	}
+	st.Root.PagedGroups = true
+	for _, s := range readers {
+		s.PagedGroups = true
+	}
+}
+
+// splits reports whether a stage runs a splittable DoFn, whose residuals
+// would carry its input elements past the cycle.
+func (t *translator) splits(s *Stage) bool {
+	for _, id := range s.Transforms {
+		if t.comps.GetTransforms()[id].GetSpec().GetUrn() == urnSDFProcessSizedElements {
+			return true
+		}
+	}
+	return false
+}
+
+// pagedCoder is the wire coder of pcoll (a windowed KV<K, iterable<V>>)
+// with the iterable declared state-backed, as coders added (when add is
+// set) to the pipeline's components under ids derived from the originals;
+// ok is false when the wire coder is not of that shape.
+func (t *translator) pagedCoder(pcoll string, add bool) (id string, ok bool) {
+	coders := t.comps.GetCoders()
+	wv := coders[t.wireCoders[pcoll]]
+	if wv.GetSpec().GetUrn() != urnCoderWindowedValue || len(wv.GetComponentCoderIds()) != 2 {
+		return "", false
+	}
+	kv := coders[wv.GetComponentCoderIds()[0]]
+	if kv.GetSpec().GetUrn() != urnCoderKV || len(kv.GetComponentCoderIds()) != 2 {
+		return "", false
+	}
+	it := coders[kv.GetComponentCoderIds()[1]]
+	if it.GetSpec().GetUrn() != urnCoderIterable || len(it.GetComponentCoderIds()) != 1 {
+		return "", false
+	}
+	if !add {
+		return "", true
+	}
+	put := func(base string, c *pipepb.Coder) string {
+		id := base + "_paged"
+		for n := 1; coders[id] != nil && !proto.Equal(coders[id], c); n++ {
+			id = fmt.Sprintf("%s_paged%d", base, n)
+		}
+		coders[id] = c
+		return id
+	}
+	sbi := put(kv.GetComponentCoderIds()[1], &pipepb.Coder{
+		Spec:              &pipepb.FunctionSpec{Urn: urnCoderStateBackedIterable},
+		ComponentCoderIds: []string{it.GetComponentCoderIds()[0]},
+	})
+	pkv := put(wv.GetComponentCoderIds()[0], &pipepb.Coder{
+		Spec:              proto.Clone(kv.GetSpec()).(*pipepb.FunctionSpec),
+		ComponentCoderIds: []string{kv.GetComponentCoderIds()[0], sbi},
+	})
+	return put(t.wireCoders[pcoll], &pipepb.Coder{
+		Spec:              proto.Clone(wv.GetSpec()).(*pipepb.FunctionSpec),
+		ComponentCoderIds: []string{pkv, wv.GetComponentCoderIds()[1]},
+	}), true
 }

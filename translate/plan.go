@@ -154,6 +154,12 @@ type Root struct {
 	// with END_OF_WINDOW timestamps and zero allowed lateness: one ON_TIME
 	// pane per key and window.
 	Windowed bool
+	// PagedGroups (RootGroupByKey, not Windowed) says every consumer of
+	// Output is a stage with PagedGroups: the host may send a large group
+	// as a state-backed iterable, its first values inline and the rest
+	// served in pages through the Fn API state API (StateKey.Runner), so no
+	// group is ever whole in memory.
+	PagedGroups bool
 	// TestStream (RootTestStream only) is the TestStream's payload. Its
 	// elements are encoded with CoderId, which encodes like the element coder
 	// of Output's wire coder (translate checks it), or, when
@@ -217,6 +223,13 @@ type Stage struct {
 	ID         string
 	Executor   ExecutorKind
 	Transforms []string // ids of the pipeline transforms fused into this stage
+	// PagedGroups says the stage's input is a GroupByKey root's output that
+	// its descriptor declares as KV<K, state_backed_iterable<V>>: the SDK
+	// reads a group's values past the inline ones through the state API.
+	// Set for harness stages that neither park their input (side inputs,
+	// time-sorted input) nor split it (splittable DoFns): a parked or split
+	// element would outlive the commit cycle that serves its pages.
+	PagedGroups bool
 	// Input is the PCollection the stage consumes (its parallel input).
 	Input string
 	// Outputs are the PCollections that leave the stage (consumed by another

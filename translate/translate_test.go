@@ -944,3 +944,56 @@ func TestStableInput(t *testing.T) {
 		t.Errorf("ParDo with side inputs requiring stable input: topics %v, want %v as without", got, want)
 	}
 }
+
+func joinWithSide(k string, vs func(*int) bool, side []string) string { return k }
+
+func init() { register.Function3x1(joinWithSide) }
+
+// A GroupByKey's groups are paged (Root and Stage PagedGroups, the stage's
+// descriptor reading a state-backed iterable: checkPlan checks the coder)
+// only when every reader is a harness stage that consumes its input at once.
+func TestPagedGroups(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(s beam.Scope, kvs beam.PCollection)
+		opts  Options
+		want  bool
+	}{
+		{"a harness stage", func(s beam.Scope, kvs beam.PCollection) {
+			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
+		}, Options{}, true},
+		{"a WASM stage", func(s beam.Scope, kvs beam.PCollection) {
+			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
+		}, Options{StageWASM: map[string]string{"translate.joinFn2": "j.wasm"}}, false},
+		{"a stage with a side input", func(s beam.Scope, kvs beam.PCollection) {
+			beam.ParDo(s, joinWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: beam.Create(s, "x")})
+		}, Options{}, false},
+		{"merging windows", func(s beam.Scope, kvs beam.PCollection) {
+			beam.ParDo(s, joinFn2, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
+		}, Options{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, s := beam.NewPipelineWithRoot()
+			tc.build(s, beam.ParDo(s, pairWithOne, beam.Create(s, "a", "b")))
+			plan := mustTranslate(t, marshal(t, p), tc.opts)
+			var roots int
+			for _, st := range plan.SubTopologies {
+				if st.Root.Kind != RootGroupByKey {
+					continue
+				}
+				roots++
+				if st.Root.PagedGroups != tc.want {
+					t.Errorf("root PagedGroups %v, want %v", st.Root.PagedGroups, tc.want)
+				}
+				for _, stg := range st.Stages {
+					if stg.Input == st.Root.Output && stg.PagedGroups != tc.want {
+						t.Errorf("stage %s PagedGroups %v, want %v", stg.ID, stg.PagedGroups, tc.want)
+					}
+				}
+			}
+			if roots != 1 {
+				t.Fatalf("%d GroupByKey roots, want 1", roots)
+			}
+		})
+	}
+}

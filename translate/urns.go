@@ -40,18 +40,21 @@ var (
 	urnDataSource               = "beam:runner:source:v1"
 	urnDataSink                 = "beam:runner:sink:v1"
 
-	urnCoderBytes          = beamURN(pipepb.StandardCoders_BYTES)
-	urnCoderStringUTF8     = beamURN(pipepb.StandardCoders_STRING_UTF8)
-	urnCoderVarInt         = beamURN(pipepb.StandardCoders_VARINT)
-	urnCoderDouble         = beamURN(pipepb.StandardCoders_DOUBLE)
-	urnCoderBool           = beamURN(pipepb.StandardCoders_BOOL)
-	urnCoderKV             = beamURN(pipepb.StandardCoders_KV)
-	urnCoderIterable       = beamURN(pipepb.StandardCoders_ITERABLE)
-	urnCoderLengthPrefix   = beamURN(pipepb.StandardCoders_LENGTH_PREFIX)
-	urnCoderGlobalWindow   = beamURN(pipepb.StandardCoders_GLOBAL_WINDOW)
-	urnCoderIntervalWindow = beamURN(pipepb.StandardCoders_INTERVAL_WINDOW)
-	urnCoderWindowedValue  = beamURN(pipepb.StandardCoders_WINDOWED_VALUE)
-	urnCoderTimer          = beamURN(pipepb.StandardCoders_TIMER)
+	urnCoderBytes      = beamURN(pipepb.StandardCoders_BYTES)
+	urnCoderStringUTF8 = beamURN(pipepb.StandardCoders_STRING_UTF8)
+	urnCoderVarInt     = beamURN(pipepb.StandardCoders_VARINT)
+	urnCoderDouble     = beamURN(pipepb.StandardCoders_DOUBLE)
+	urnCoderBool       = beamURN(pipepb.StandardCoders_BOOL)
+	urnCoderKV         = beamURN(pipepb.StandardCoders_KV)
+	urnCoderIterable   = beamURN(pipepb.StandardCoders_ITERABLE)
+	// urnCoderStateBackedIterable is only declared by translate, to the SDK,
+	// for groups it may page (Stage.PagedGroups); no pipeline's coder.
+	urnCoderStateBackedIterable = beamURN(pipepb.StandardCoders_STATE_BACKED_ITERABLE)
+	urnCoderLengthPrefix        = beamURN(pipepb.StandardCoders_LENGTH_PREFIX)
+	urnCoderGlobalWindow        = beamURN(pipepb.StandardCoders_GLOBAL_WINDOW)
+	urnCoderIntervalWindow      = beamURN(pipepb.StandardCoders_INTERVAL_WINDOW)
+	urnCoderWindowedValue       = beamURN(pipepb.StandardCoders_WINDOWED_VALUE)
+	urnCoderTimer               = beamURN(pipepb.StandardCoders_TIMER)
 
 	urnReqSplittableDoFn     = beamURN(pipepb.StandardRequirements_REQUIRES_SPLITTABLE_DOFN)
 	urnReqStatefulProcessing = beamURN(pipepb.StandardRequirements_REQUIRES_STATEFUL_PROCESSING)

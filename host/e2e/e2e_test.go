@@ -35,6 +35,7 @@ var pipelines = []struct {
 	{"wordcount", wordcountPipeline},
 	{"multi", multiPipeline},
 	{"readfiles", readFilesPipeline},
+	{"hotkey", hotKeyPipeline},
 }
 
 // runToLines runs build's pipeline on client and returns the sorted lines

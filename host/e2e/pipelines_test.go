@@ -38,7 +38,51 @@ func init() {
 	register.DoFn2x0[[]byte, func(int)](&panicFn{})
 	register.Emitter1[int]()
 	register.DoFn2x0[context.Context, []byte](&blockFn{})
+	register.Function1x2(hotPair)
+	register.Function2x1(summarizeOnce)
+	register.Function2x1(summarizeAgain)
+	register.Iter1[string]()
 }
+
+// hotKeyPipeline groups 4,000 values of about 1 KiB on one key (a group
+// of 4 MB, which the host pages: host/internal/task/gbkpages.go) and a
+// few small keys, and summarizes each group twice, in two ParDos reading
+// the same group (the SDK opens its state twice). Each summary counts the
+// values and checks their sum of indices, so a value lost or read twice
+// shows.
+func hotKeyPipeline(out string) *beam.Pipeline {
+	var ns []int
+	for i := range 4000 {
+		ns = append(ns, i)
+	}
+	p, s := beam.NewPipelineWithRoot()
+	groups := beam.GroupByKey(s, beam.ParDo(s, hotPair, beam.CreateList(s, ns)))
+	textio.Write(s, out, beam.Flatten(s, beam.ParDo(s, summarizeOnce, groups), beam.ParDo(s, summarizeAgain, groups)))
+	return p
+}
+
+func hotPair(n int) (string, string) {
+	key := "hot"
+	if n%100 == 0 {
+		key = fmt.Sprintf("cold%d", n/100%3)
+	}
+	return key, fmt.Sprintf("%06d%s", n, strings.Repeat("v", 1000))
+}
+
+func summarize(key string, vs func(*string) bool) string {
+	var n, sum, bytes int
+	var v string
+	for vs(&v) {
+		var i int
+		fmt.Sscanf(v[:6], "%d", &i)
+		n, sum, bytes = n+1, sum+i, bytes+len(v)
+	}
+	return fmt.Sprintf("%s values=%d sum=%d bytes=%d", key, n, sum, bytes)
+}
+
+func summarizeOnce(key string, vs func(*string) bool) string { return "once " + summarize(key, vs) }
+
+func summarizeAgain(key string, vs func(*string) bool) string { return "again " + summarize(key, vs) }
 
 // wordcountPipeline is examples/wordcount on its built-in text plus
 // generated lines (enough words to spread over every partition), written

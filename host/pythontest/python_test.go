@@ -95,10 +95,11 @@ func TestCustomWindowFns(t *testing.T) {
 // The model's main features from Python: multiple outputs, side inputs
 // (singleton, list, dict), combines, Flatten and CoGroupByKey over inputs
 // of different coders, Reshuffle, fixed, sliding and session windows, and a
-// stateful DoFn with bag state and an event-time timer.
+// stateful DoFn with bag state and an event-time timer, and a group of 3 MB
+// (paged: host/internal/task/gbkpages.go).
 func TestFeatures(t *testing.T) {
 	matchDirectRunner(t, "features.py", map[string]int{
-		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50,
+		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1,
 	})
 }
 

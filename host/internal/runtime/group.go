@@ -62,19 +62,20 @@ func (c Config) sessionTimeout() time.Duration {
 
 func (c Config) consumerProtocol() bool { return c.GroupProtocol == GroupProtocolConsumer }
 
-// groupOpts are the client's consumer-group options. The balancer is
-// explicit although it is franz-go's default: the revocation handling of
-// instance.go (only the revoked tasks are dropped) relies on it being
-// cooperative, and the KIP-848 uniform assignor is chosen through it.
-func (c Config) groupOpts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer())}
+// groupOpts are the client's consumer-group options. The balancers are
+// cooperative: the revocation handling of instance.go (only the revoked
+// tasks are dropped) relies on it. Under the classic protocol the first is
+// stateBalancer (tasks land where their stores are, balancer.go), stored
+// giving this member's; the KIP-848 uniform assignor is chosen through
+// ServerSideBalancer.
+func (c Config) groupOpts(stored func() map[string][]int32) []kgo.Opt {
 	if c.consumerProtocol() {
 		// The broker owns the session and the heartbeat interval
 		// (setGroupSessionTimeout).
-		return append(opts, kgo.ServerSideBalancer())
+		return []kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.ServerSideBalancer()}
 	}
 	session := c.sessionTimeout()
-	return append(opts,
+	return append([]kgo.Opt{kgo.Balancers(newStateBalancer(stored), kgo.CooperativeStickyBalancer())},
 		kgo.SessionTimeout(session),
 		// Kafka's rule of thumb, at most a third of the session, so that
 		// a short session survives a lost heartbeat; franz-go's 3 s

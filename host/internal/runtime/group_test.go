@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestGroupOpts(t *testing.T) {
 		{Config{GroupProtocol: GroupProtocolClassic, SessionTimeout: 6 * time.Second}, false, 6 * time.Second, 2 * time.Second},
 		{Config{GroupProtocol: GroupProtocolConsumer, SessionTimeout: 6 * time.Second}, true, 45 * time.Second, 3 * time.Second}, // franz-go's defaults: unused
 	} {
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, tc.cfg.groupOpts()...)...)
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, tc.cfg.groupOpts(func() map[string][]int32 { return nil })...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,8 +46,20 @@ func TestGroupOpts(t *testing.T) {
 		if got := cl.OptValue(kgo.HeartbeatInterval); got != tc.heartbeat {
 			t.Errorf("%s: HeartbeatInterval %v, want %v", name, got, tc.heartbeat)
 		}
-		if b, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer); len(b) != 1 || b[0].ProtocolName() != "cooperative-sticky" || !b[0].IsCooperative() {
-			t.Errorf("%s: balancers %v, want cooperative-sticky alone", name, b)
+		var names []string
+		b, _ := cl.OptValue(kgo.Balancers).([]kgo.GroupBalancer)
+		for _, b := range b {
+			if !b.IsCooperative() {
+				t.Errorf("%s: balancer %s is not cooperative", name, b.ProtocolName())
+			}
+			names = append(names, b.ProtocolName())
+		}
+		want := []string{stateBalancerProtocol, "cooperative-sticky"}
+		if tc.serverSide {
+			want = want[1:] // the broker assigns
+		}
+		if !slices.Equal(names, want) {
+			t.Errorf("%s: balancers %v, want %v", name, names, want)
 		}
 		cl.Close()
 	}

@@ -48,6 +48,9 @@ type instance struct {
 	side       *sideInputReader
 	purge      *purger
 	standby    *standby // nil: num_standby_replicas 0
+	stored     *storedTasks
+	// storedAt is when the commit loop last refreshed stored.
+	storedAt time.Time
 	// timerCodecs parse the timers of each (transform, family).
 	timerCodecs map[[2]string]*shuffle.TimerCodec
 
@@ -190,7 +193,20 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.OnPartitionsCallbackBlocked(i.onBlocked),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
 	}
-	opts = append(opts, cfg.groupOpts()...)
+	inputs := map[uint32]string{}
+	for _, st := range cfg.Plan.SubTopologies {
+		if statefulSubTopology(st) {
+			inputs[uint32(st.ID)] = ts.Full(st.Input)
+		}
+	}
+	i.stored = newStoredTasks(inputs)
+	if err := i.stored.refresh(db); err != nil {
+		i.admin.Close()
+		db.Close()
+		return nil, fmt.Errorf("state store %s: listing the stored tasks: %w", stateDir, err)
+	}
+	i.storedAt = time.Now()
+	opts = append(opts, cfg.groupOpts(i.stored.get)...)
 	opts = append(opts, i.clientID()) // before the Kafka IO settings: a read's client.id wins
 	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
 		i.admin.Close()
@@ -562,6 +578,13 @@ func (i *instance) run(ctx context.Context) (err error) {
 				return nil
 			}
 			return err
+		}
+		if time.Since(i.storedAt) >= storedRefresh {
+			// Between commits: the stores are as the changelogs say.
+			if err := i.stored.refresh(i.db); err != nil {
+				return fmt.Errorf("listing the stored tasks: %w", err)
+			}
+			i.storedAt = time.Now()
 		}
 		if len(bad) > 0 {
 			errs := make([]error, len(bad))

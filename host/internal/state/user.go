@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
@@ -148,8 +149,13 @@ func (s *StageHandler) prefix(key *fnpb.StateKey) (store Kind, prefix []byte, ke
 	return 0, nil, false, false
 }
 
-// Get implements harness.StateHandler. User state is served whole (bundles
-// see their own writes), side inputs in pages.
+// userPageBytes is the size a page of bag or multimap values stops growing
+// at.
+const userPageBytes = 1 << 20
+
+// Get implements harness.StateHandler. Bag and multimap values are served
+// in pages (bundles see their own writes: the pages read the user batch),
+// ordered lists and multimap keys whole, side inputs in pages.
 func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
 	if k := key.GetOrderedListUserState(); k != nil && s.user != nil {
 		lower, upper := s.orderedRange(k)
@@ -173,9 +179,16 @@ func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte
 		}
 		return s.side.Get(ctx, key, token)
 	}
+	lower := prefix
+	if len(token) > 0 {
+		if keysOnly || !bytes.HasPrefix(token, prefix) {
+			return nil, nil, fmt.Errorf("%s state: continuation token does not belong to this state", harness.StateKeyType(key))
+		}
+		lower = token
+	}
 	s.user.mu.Lock()
 	defer s.user.mu.Unlock()
-	it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: PrefixEnd(prefix)})
+	it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: PrefixEnd(prefix)})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,6 +196,11 @@ func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte
 	var out, last []byte
 	for it.First(); it.Valid(); it.Next() {
 		if !keysOnly {
+			// Values page like side inputs: the token is the store key
+			// to go on from, so a bag of any size is never whole here.
+			if len(out) >= userPageBytes {
+				return out, slices.Clone(it.Key()), it.Error()
+			}
 			out = append(out, it.Value()...)
 			continue
 		}

@@ -466,3 +466,43 @@ func TestConcurrentRequests(t *testing.T) {
 		}
 	}
 }
+
+// A bag of several MB is read in pages of about userPageBytes, each a run
+// of whole values, that together are the bag in append order; a
+// continuation token of another cell is refused.
+func TestBagPaging(t *testing.T) {
+	base, nb := cells(t)
+	h := NewStageHandler(newUser(t, memDB(t), testPrefix), nil, nil)
+	var want []byte
+	for i := range 40 {
+		v := str(t, strings.Repeat(string(rune('a'+i%26)), 100<<10))
+		mustAppend(t, h, base.bag(), v)
+		want = append(want, v...)
+	}
+	mustAppend(t, h, nb["other key"].bag(), str(t, "x"))
+	var got, token []byte
+	pages := 0
+	for {
+		data, next, err := h.Get(context.Background(), base.bag(), token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pages++; len(data) > userPageBytes+(101<<10) {
+			t.Errorf("page %d of %d bytes", pages, len(data))
+		}
+		got = append(got, data...)
+		if next == nil {
+			break
+		}
+		token = next
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("bag read in %d pages: %d bytes, want %d", pages, len(got), len(want))
+	}
+	if pages < 3 {
+		t.Errorf("a bag of %d bytes read in %d pages", len(want), pages)
+	}
+	if _, _, err := h.Get(context.Background(), nb["other key"].bag(), token); err == nil {
+		t.Error("another bag's continuation token was accepted")
+	}
+}

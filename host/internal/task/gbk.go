@@ -279,24 +279,42 @@ func (t *Task) emitGroup(kw []byte) error {
 	// taken, so it is skipped: every value counts once.
 	n, last := 0, int64(-1)
 	var stored []byte // the state keys of the runs, concatenated
+	var paged *pagedGroup
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
 		if len(k) != len(lower)+8 {
 			continue // a longer key sharing this prefix
 		}
-		var m int
-		out, m, err = appendRun(out, it.Value(), int64(binary.BigEndian.Uint64(k[len(lower):])), &last)
-		if err != nil {
-			it.Close()
-			return err
+		first := int64(binary.BigEndian.Uint64(k[len(lower):]))
+		if paged == nil && t.sub.Root.PagedGroups && len(out)-countAt-4 >= inlineGroupBytes {
+			paged = &pagedGroup{last: last}
 		}
-		n += m
+		if paged != nil {
+			r, err := t.pagedRun(k, it.Value(), first)
+			if err != nil {
+				it.Close()
+				return err
+			}
+			paged.runs = append(paged.runs, r)
+		} else {
+			var m int
+			out, m, err = appendRun(out, it.Value(), first, &last)
+			if err != nil {
+				it.Close()
+				return err
+			}
+			n += m
+		}
 		stored = append(stored, k...)
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
-	binary.BigEndian.PutUint32(out[countAt:], uint32(n))
+	if paged != nil {
+		out = pagedIterable(out, countAt, n, t.pages.add(paged))
+	} else {
+		binary.BigEndian.PutUint32(out[countAt:], uint32(n))
+	}
 	// Point deletions of the runs read, not a range deletion: every range
 	// deletion in a batch makes the next iterator on it fragment all of
 	// them again, which made firing many keys quadratic.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -560,18 +561,47 @@ func renderValue(coders map[string]*pipepb.Coder, id string, b []byte) (string, 
 		if len(b) < 4 {
 			return "", nil, fmt.Errorf("iterable: truncated")
 		}
-		n := int(binary.BigEndian.Uint32(b))
+		n := int32(binary.BigEndian.Uint32(b))
 		b = b[4:]
 		var vs []string
-		for range n {
-			var v string
-			var err error
-			if v, b, err = renderValue(coders, comps[0], b); err != nil {
+		each := func(n int) error {
+			for range n {
+				var v string
+				var err error
+				if v, b, err = renderValue(coders, comps[0], b); err != nil {
+					return err
+				}
+				vs = append(vs, v)
+			}
+			return nil
+		}
+		if n >= 0 {
+			if err := each(int(n)); err != nil {
 				return "", nil, err
 			}
-			vs = append(vs, v)
+			return "[" + strings.Join(vs, " ") + "]", b, nil
 		}
-		return "[" + strings.Join(vs, " ") + "]", b, nil
+		// Blocks, ended by 0 or by a state token (a paged group).
+		for {
+			cnt, l := binary.Uvarint(b)
+			if l <= 0 {
+				return "", nil, fmt.Errorf("iterable: truncated block count")
+			}
+			b = b[l:]
+			switch {
+			case cnt == 0:
+				return "[" + strings.Join(vs, " ") + "]", b, nil
+			case cnt == math.MaxUint64:
+				tl, l := binary.Uvarint(b)
+				if l <= 0 || uint64(len(b)-l) < tl {
+					return "", nil, fmt.Errorf("iterable: truncated state token")
+				}
+				return "[" + strings.Join(append(vs, fmt.Sprintf("state(%x)", b[l:l+int(tl)])), " ") + "]", b[l+int(tl):], nil
+			}
+			if err := each(int(cnt)); err != nil {
+				return "", nil, err
+			}
+		}
 	case "beam:coder:interval_window:v1":
 		if len(b) < 9 {
 			return "", nil, fmt.Errorf("interval window: truncated")

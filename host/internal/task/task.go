@@ -83,6 +83,8 @@ type Task struct {
 	root root       // how the task takes its input (root.go)
 	ev   *eventTime // windowed GBK, TestStream, synthetic clock (eventtime.go); nil if unused
 	gbk  gbkRuns    // group-by-key root only: values not yet in batch (gbk.go)
+	// pages are the cycle's paged groups (Root.PagedGroups; gbkpages.go).
+	pages groupPages
 
 	mu sync.Mutex
 }
@@ -159,6 +161,7 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		batch:      env.DB.NewIndexedBatch(),
 	}
 	t.prefix = state.TaskPrefix(sub.ID, partition)
+	t.pages.db = env.DB
 	for _, s := range sub.Stages {
 		exec := env.Execs[s.ID]
 		if exec == nil {
@@ -192,6 +195,9 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 			sr.state = state.NewStageHandler(t.user, side, ordered)
 		case side != nil:
 			sr.state = side
+		}
+		if s.PagedGroups {
+			sr.state = pagedState{pages: &t.pages, next: sr.state}
 		}
 		t.stages = append(t.stages, sr)
 		t.consumers[s.Input] = append(t.consumers[s.Input], consumer{stage: sr})
@@ -691,6 +697,7 @@ func (t *Task) SendStatus() bool {
 }
 
 func (t *Task) CommitState() error {
+	t.pages.reset()
 	if t.user != nil {
 		if err := t.user.Commit(); err != nil {
 			return fmt.Errorf("task %s: committing user state: %w", t.producer, err)
@@ -712,6 +719,7 @@ func (t *Task) CommitState() error {
 // Abort drops the open bundles' state; their input is redelivered to the
 // partition's next owner because its offsets were not committed.
 func (t *Task) Abort() {
+	t.pages.reset()
 	t.batch.Close()
 	if t.user != nil {
 		t.user.Abort()

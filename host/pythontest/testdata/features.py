@@ -2,7 +2,8 @@
 Python tests (usage as windowfns.py): multiple outputs, side inputs (list,
 dict, singleton), CombineGlobally and CombinePerKey, Flatten, Reshuffle,
 CoGroupByKey, fixed and sliding windows, sessions, and a stateful DoFn with
-bag state and an event-time timer. Results are deterministic."""
+bag state and an event-time timer, and a GroupByKey of one 3 MB group.
+Results are deterministic."""
 import random
 import sys
 import threading
@@ -110,6 +111,14 @@ def main():
          | "Stateful" >> beam.ParDo(BufferUntilWindowEnd())
          | "StateWin" >> beam.Map(lambda kv, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam: (kv, str(w), ts.micros // 1000))
          | "WState" >> beam.Map(write("state")))
+        # A group of 3 MB on one key: ksrunner pages it (its values past
+        # 1 MiB reach the SDK through the state API); each value counts once.
+        (p
+         | "HotIndices" >> beam.Create(list(range(3000)))
+         | "HotPair" >> beam.Map(lambda i: ("hot", "%06d%s" % (i, "v" * 1000)))
+         | "HotGroup" >> beam.GroupByKey()
+         | "HotSummary" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1]), sum(len(v) for v in kv[1])))
+         | "WHot" >> beam.Map(write("hotkey")))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,250 @@
+package task
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ksrunner/ksrunner/harness"
+)
+
+// Paged groups: a GroupByKey's group is never whole in memory.
+//
+// Where translate allows it (Root.PagedGroups: every reader of the root's
+// output is a harness stage that consumes its input at once, and its
+// descriptor declares the iterable state-backed), emitGroup puts the
+// values of a group inline only up to inlineGroupBytes. The rest of the
+// group stays in the store, and the element carries a token instead, in
+// the Fn API's encoding of an iterable of unknown length:
+//
+//	int32(-1) varint(n) value×n varint(-1) varint(len(token)) token
+//
+// The SDK reads the rest through the state API (StateKey.Runner with the
+// token), page by page with continuation tokens, each page at most about
+// groupPageBytes, and may read it again from the start (a re-iterable).
+//
+// Invariants:
+//   - A paged group's runs are readable until the cycle ends. emitGroup
+//     deletes them in the task's batch, as for any group, so the pages are
+//     not read through the batch: a run already committed is read from the
+//     DB, which changes only when the cycle commits; a run written in this
+//     cycle (only in the batch) is copied when the group is emitted, at most
+//     one cycle's input of that key.
+//   - Every bundle of the cycle finishes before the cycle commits or aborts
+//     (bundles never straddle a commit), and the readers never park or
+//     split their input (translate), so no element holding a token outlives
+//     the cycle: CommitState and Abort drop every paged group.
+//   - Pages skip values delivered twice exactly as the inline part does
+//     (appendRun: a value at or below the last offset taken is a
+//     redelivery), carrying the last offset in the continuation token.
+//   - The pages are served from the SDK's goroutine while the task's goes
+//     on: they read only the DB and the copies, never the batch.
+
+// inlineGroupBytes is how much of a paged group's values travel inline.
+const inlineGroupBytes = 1 << 20
+
+// groupPageBytes is the size a page of a paged group stops growing at.
+const groupPageBytes = 1 << 20
+
+// groupPages are the paged groups of the task's current cycle.
+type groupPages struct {
+	db     *pebble.DB
+	mu     sync.Mutex
+	seq    uint64
+	groups map[string]*pagedGroup // by token
+}
+
+// pagedGroup is the part of a group that is served in pages.
+type pagedGroup struct {
+	runs []pagedRun
+	last int64 // the offset of the last value sent inline
+}
+
+// pagedRun is one stored run of a paged group.
+type pagedRun struct {
+	key   []byte // its store key, when the DB has it
+	data  []byte // else the run itself
+	first int64  // the offset of its first value
+}
+
+// add registers a group's remaining runs and returns its token.
+func (p *groupPages) add(g *pagedGroup) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	token := binary.BigEndian.AppendUint64([]byte("group/"), p.seq)
+	if p.groups == nil {
+		p.groups = map[string]*pagedGroup{}
+	}
+	p.groups[string(token)] = g
+	return token
+}
+
+// reset drops every paged group: the cycle ended.
+func (p *groupPages) reset() {
+	p.mu.Lock()
+	p.groups = nil
+	p.mu.Unlock()
+}
+
+// page returns the values of the group named by token from the position
+// in cont (nil: the start), and the continuation token of the next page
+// (nil: none).
+func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
+	p.mu.Lock()
+	g := p.groups[string(token)]
+	p.mu.Unlock()
+	if g == nil {
+		return nil, nil, fmt.Errorf("runner state %q: no such group in this cycle", token)
+	}
+	run, pos, last := 0, 0, g.last
+	if len(cont) > 0 {
+		if run, pos, last, err = decodeGroupCont(cont); err != nil {
+			return nil, nil, err
+		}
+	}
+	for ; run < len(g.runs); run, pos = run+1, 0 {
+		r := g.runs[run]
+		b := r.data
+		if b == nil {
+			v, closer, err := p.db.Get(r.key)
+			if err != nil {
+				return nil, nil, fmt.Errorf("runner state %q: run %x: %w", token, r.key, err)
+			}
+			b = v
+			defer closer.Close()
+		}
+		if pos > len(b) {
+			return nil, nil, fmt.Errorf("runner state %q: continuation at byte %d of a run of %d", token, pos, len(b))
+		}
+		var full bool
+		data, pos, full, err = pageRun(data, b, r.first, pos, &last)
+		if err != nil {
+			return nil, nil, err
+		}
+		if full && (pos < len(b) || run+1 < len(g.runs)) {
+			if pos == len(b) {
+				run, pos = run+1, 0
+			}
+			return data, encodeGroupCont(run, pos, last), nil
+		}
+	}
+	return data, nil, nil
+}
+
+// pageRun appends to out the values of run from byte pos on, as appendRun
+// does, until out holds groupPageBytes; it returns the position after the
+// last value read and whether the page is full.
+func pageRun(out, run []byte, first int64, pos int, last *int64) ([]byte, int, bool, error) {
+	for b := run[pos:]; len(b) > 0; {
+		if len(out) >= groupPageBytes {
+			return out, len(run) - len(b), true, nil
+		}
+		d, l1 := binary.Uvarint(b)
+		vl, l2 := uint64(0), 0
+		if l1 > 0 {
+			vl, l2 = binary.Uvarint(b[l1:])
+		}
+		if l1 <= 0 || l2 <= 0 || vl > uint64(len(b)-l1-l2) {
+			return out, 0, false, fmt.Errorf("corrupt buffered run of %d bytes", len(run))
+		}
+		b = b[l1+l2:]
+		if off := first + int64(d); off > *last {
+			out = append(out, b[:vl]...)
+			*last = off
+		}
+		b = b[vl:]
+	}
+	return out, len(run), len(out) >= groupPageBytes, nil
+}
+
+func encodeGroupCont(run, pos int, last int64) []byte {
+	b := binary.AppendUvarint(nil, uint64(run))
+	b = binary.AppendUvarint(b, uint64(pos))
+	return binary.AppendVarint(b, last)
+}
+
+func decodeGroupCont(b []byte) (run, pos int, last int64, err error) {
+	r, n1 := binary.Uvarint(b)
+	p, n2 := 0, 0
+	var pu uint64
+	if n1 > 0 {
+		pu, n2 = binary.Uvarint(b[n1:])
+		p = int(pu)
+	}
+	var n3 int
+	if n1 > 0 && n2 > 0 {
+		last, n3 = binary.Varint(b[n1+n2:])
+	}
+	if n1 <= 0 || n2 <= 0 || n3 <= 0 || n1+n2+n3 != len(b) || r > math.MaxInt32 || pu > math.MaxInt32 {
+		return 0, 0, 0, errors.New("bad continuation token of a paged group")
+	}
+	return int(r), p, last, nil
+}
+
+// pagedIterable rewrites a grouped element whose values end at the end of
+// out (the iterable's int32 count at countAt, n values after it) into the
+// encoding of an iterable of unknown length whose rest is behind token.
+func pagedIterable(out []byte, countAt, n int, token []byte) []byte {
+	values := out[countAt+4:]
+	res := make([]byte, 0, countAt+4+binary.MaxVarintLen64*3+len(values)+len(token))
+	res = append(res, out[:countAt]...)
+	res = binary.BigEndian.AppendUint32(res, math.MaxUint32) // int32(-1): chunks follow
+	if n > 0 {
+		res = binary.AppendUvarint(res, uint64(n))
+		res = append(res, values...)
+	}
+	res = binary.AppendUvarint(res, math.MaxUint64) // varint(-1): the rest is state
+	res = binary.AppendUvarint(res, uint64(len(token)))
+	return append(res, token...)
+}
+
+// pagedState serves the pages of the task's paged groups (StateKey.Runner)
+// to a stage reading them, and every other state request from next.
+type pagedState struct {
+	pages *groupPages
+	next  harness.StateHandler // nil: none
+}
+
+func (s pagedState) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
+	if r := key.GetRunner(); r != nil {
+		return s.pages.page(r.GetKey(), token)
+	}
+	return s.handler().Get(ctx, key, token)
+}
+
+func (s pagedState) Append(ctx context.Context, key *fnpb.StateKey, data []byte) error {
+	return s.handler().Append(ctx, key, data)
+}
+
+func (s pagedState) Clear(ctx context.Context, key *fnpb.StateKey) error {
+	return s.handler().Clear(ctx, key)
+}
+
+func (s pagedState) handler() harness.StateHandler {
+	if s.next == nil {
+		return harness.UnsupportedState{}
+	}
+	return s.next
+}
+
+// pagedRun is the run under store key k (value v, first offset first) of
+// a group being paged: its key if the DB has it, else a copy of it.
+func (t *Task) pagedRun(k, v []byte, first int64) (pagedRun, error) {
+	_, closer, err := t.env.DB.Get(k)
+	switch {
+	case err == nil:
+		closer.Close()
+		return pagedRun{key: slices.Clone(k), first: first}, nil
+	case errors.Is(err, pebble.ErrNotFound):
+		return pagedRun{data: slices.Clone(v), first: first}, nil
+	}
+	return pagedRun{}, err
+}
