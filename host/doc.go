@@ -50,7 +50,9 @@
 //     elements: the Kafka formats in the SDKs' coders, the with-metadata
 //     record row, the write-with-headers row and the schema transforms'
 //     payload rows.
-//   - host/internal/metrics: attempted and committed metrics.
+//   - host/internal/metrics: attempted and committed metrics, and an
+//     instance's live per-task figures.
+//   - host/internal/status: the status page and /metrics (WithStatus).
 //
 // A record's path from poll to commit: runtime/instance.go (run, process)
 // → task/task.go (Handle, route, flushStages) → task/root.go (the root of

@@ -59,6 +59,13 @@ func (l *eventLog) message(importance jobpb.JobMessage_MessageImportance, text s
 	l.append(event{text: text, importance: importance})
 }
 
+// snapshot copies the events so far.
+func (l *eventLog) snapshot() []event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]event(nil), l.events...)
+}
+
 func (l *eventLog) current() jobpb.JobState_Enum {
 	l.mu.Lock()
 	defer l.mu.Unlock()

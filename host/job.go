@@ -15,6 +15,7 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/application"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/runtime"
+	"github.com/ksrunner/ksrunner/host/internal/status"
 	"github.com/ksrunner/ksrunner/host/internal/task"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
@@ -71,6 +72,16 @@ type job struct {
 	events  *eventLog
 	metrics *metrics.Job
 	wasm    *executor.WASM // nil without WASM stages
+	// observer holds this process's instance figures, for the status
+	// page and /metrics (status.go); started is when the job started here.
+	observer *metrics.Instance
+	started  time.Time
+
+	// cluster is the application as Kafka shows it (status.go), made on
+	// first use and closed when the job ends.
+	clusterMu     sync.Mutex
+	cluster       *status.Cluster
+	clusterClosed bool
 
 	// fingerprint identifies the job's pipeline on its pipeline topic.
 	fingerprint string
@@ -131,6 +142,9 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		events:  newEventLog(),
 		metrics: metrics.NewJob(),
 		done:    make(chan struct{}),
+
+		observer: metrics.NewInstance(),
+		started:  time.Now(),
 	}
 	if j.fingerprint, err = (&application.Spec{Pipeline: spec.Pipeline, Topology: spec.Options.topology()}).Fingerprint(); err != nil {
 		return nil, err
@@ -296,6 +310,7 @@ func (j *job) Wait() { <-j.done }
 func (j *job) run(ctx context.Context) {
 	defer close(j.done)
 	defer j.wasm.Close()
+	defer j.closeCluster()
 	j.events.setState(jobpb.JobState_STARTING)
 	err := j.execute(ctx)
 	if ctx.Err() != nil {
@@ -373,6 +388,7 @@ func (j *job) execute(ctx context.Context) error {
 		Skip:                  skip,
 		Logger:                j.logger,
 		Metrics:               j.metrics,
+		Observer:              j.observer,
 		Hooks:                 j.server.hooks,
 		OnRunning:             func() { j.events.setState(jobpb.JobState_RUNNING) },
 		Progress:              func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg) },
@@ -446,7 +462,7 @@ func describePlan(plan *translate.Plan) []string {
 	}
 	var lines []string
 	for _, st := range plan.SubTopologies {
-		lines = append(lines, fmt.Sprintf("sub-topology %d reads topic %s; root %s (%s) emits %s", st.ID, st.Input, rootKindName(st.Root.Kind), trs[st.Root.TransformID].GetUniqueName(), st.Root.Output))
+		lines = append(lines, fmt.Sprintf("sub-topology %d reads topic %s; root %s (%s) emits %s", st.ID, st.Input, status.RootName(st.Root.Kind), trs[st.Root.TransformID].GetUniqueName(), st.Root.Output))
 		for _, s := range st.ExecutorStages() {
 			exec := "Fn API harness (environment " + s.EnvironmentID + ")"
 			if s.Executor == translate.ExecutorWASM {
@@ -470,18 +486,6 @@ func describePlan(plan *translate.Plan) []string {
 		}
 	}
 	return lines
-}
-
-func rootKindName(k translate.RootKind) string {
-	switch k {
-	case translate.RootImpulse:
-		return "impulse"
-	case translate.RootGroupByKey:
-		return "group-by-key"
-	case translate.RootPassthrough:
-		return "passthrough"
-	}
-	return fmt.Sprintf("kind %d", k)
 }
 
 // checkEnvironments refuses, at submission, stages whose SDK environment

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ksrunner/ksrunner/host/internal/application"
+	statuspage "github.com/ksrunner/ksrunner/host/internal/status"
 )
 
 // JobServer serves the Beam Job API and artifact staging on one port.
@@ -43,6 +44,8 @@ type JobServer struct {
 
 	embeddedMu sync.Mutex
 	embedded   *EmbeddedBroker
+
+	status *statuspage.Server // nil: no status page
 
 	mu       sync.Mutex
 	closed   bool                    // Stop was called: Run refuses new jobs
@@ -90,6 +93,13 @@ func NewJobServer(addr string, defaults Options, logger *slog.Logger, options ..
 		o(&s.cfg)
 	}
 	s.cfg.stageDir = dir
+	if s.cfg.status != nil {
+		if s.status, err = startStatus(serverStatus{s}, s.cfg.status, logger); err != nil {
+			lis.Close()
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("job server: %w", err)
+		}
+	}
 	jobpb.RegisterJobServiceServer(s.srv, s)
 	jobpb.RegisterArtifactStagingServiceServer(s.srv, s)
 	return s, nil
@@ -97,6 +107,14 @@ func NewJobServer(addr string, defaults Options, logger *slog.Logger, options ..
 
 // Endpoint is the address clients dial.
 func (s *JobServer) Endpoint() string { return s.lis.Addr().String() }
+
+// StatusURL is the address of the status page ("" without WithStatus).
+func (s *JobServer) StatusURL() string {
+	if s.status == nil {
+		return ""
+	}
+	return s.status.URL()
+}
 
 // Serve serves until Stop. It returns nil after Stop.
 func (s *JobServer) Serve() error {
@@ -130,6 +148,9 @@ func (s *JobServer) Stop() {
 		j.Wait()
 	}
 	s.srv.Stop()
+	if s.status != nil {
+		s.status.Close()
+	}
 	os.RemoveAll(s.stageDir)
 	s.embeddedMu.Lock()
 	if s.embedded != nil {

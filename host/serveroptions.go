@@ -11,6 +11,8 @@ type serverConfig struct {
 	// stageDir holds the artifacts staged for the jobs (a worker's: those
 	// read from pipeline topics).
 	stageDir string
+	// status: serve the status page and /metrics (WithStatus); nil: none.
+	status *StatusConfig
 }
 
 // WithStuckBundlePolicy sets what happens when a bundle of a

@@ -20,6 +20,7 @@ import (
 	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/host/internal/application"
 	"github.com/ksrunner/ksrunner/host/internal/runtime"
+	"github.com/ksrunner/ksrunner/host/internal/status"
 )
 
 // WorkerConfig is how a Worker joins an application.
@@ -59,6 +60,17 @@ type Worker struct {
 
 	mu  sync.Mutex
 	job *job // the latest job run; nil before the first
+
+	status *status.Server // nil: no status page (WithStatus)
+}
+
+// StatusURL is the address of the worker's status page and /metrics (""
+// without WithStatus).
+func (w *Worker) StatusURL() string {
+	if w.status == nil {
+		return ""
+	}
+	return w.status.URL()
 }
 
 // Job is the id and state of the job the worker runs or ran last ("" and
@@ -92,11 +104,21 @@ func NewWorker(cfg WorkerConfig, options ...ServerOption) (*Worker, error) {
 	for _, o := range options {
 		o(&w.server)
 	}
+	if w.server.status != nil {
+		var err error
+		if w.status, err = startStatus(workerStatus{w}, w.server.status, w.logger); err != nil {
+			return nil, fmt.Errorf("worker: %w", err)
+		}
+	}
 	return w, nil
 }
 
-// Run runs the application's job whenever it runs, until ctx ends.
+// Run runs the application's job whenever it runs, until ctx ends. The
+// status server (WithStatus) stops when it returns: call Run once.
 func (w *Worker) Run(ctx context.Context) error {
+	if w.status != nil {
+		defer w.status.Close()
+	}
 	t, err := application.Open(ctx, w.cfg.BootstrapServers, w.cfg.ApplicationID, 0, false)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)

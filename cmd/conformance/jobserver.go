@@ -55,7 +55,7 @@ func startJobServer(ctx context.Context, root string, prism bool, logdir string,
 		port = p
 		args = []string{"--job_port=" + strconv.Itoa(port), "--serve_http=false", "--log_level=warn"}
 	} else {
-		args = []string{"jobserver", "--job_port=0", "--expansion_port=0"}
+		args = []string{"jobserver", "--job_port=0", "--expansion_port=0", "--status_port=0"}
 	}
 	js := &jobServer{log: filepath.Join(logdir, name+".log"), done: make(chan struct{})}
 	logf, err := os.Create(js.log)

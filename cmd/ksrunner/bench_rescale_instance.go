@@ -175,7 +175,7 @@ func (b *rescaleBench) startInstance(ctx context.Context, stdout io.Writer) (*be
 	}
 	in.pool = pool
 	worker := in.n > 1 && b.cfg.AddAs == addAsWorker
-	args := []string{"jobserver", "--job_port=0", "--expansion_port=0",
+	args := []string{"jobserver", "--job_port=0", "--expansion_port=0", "--status_port=0",
 		"--bootstrap_servers=" + b.bootstrap, "--application_id=" + b.appID, "--state_dir=" + in.stateDir,
 		"--commit_interval_ms=" + strconv.Itoa(b.cfg.CommitMs), "--log_level=" + b.cfg.InstanceLogLevel}
 	args = append(args, b.cfg.InstanceFlags...)

@@ -25,12 +25,15 @@ type serverConfig struct {
 	JobPort      int    `koanf:"job_port"`
 	// ExpansionPort is the port of the KafkaIO expansion service, on
 	// JobHost.
-	ExpansionPort int    `koanf:"expansion_port"`
-	LogLevel      string `koanf:"log_level"`
+	ExpansionPort int `koanf:"expansion_port"`
+	// StatusPort is the port of the status page and /metrics, on
+	// JobHost; 0: none.
+	StatusPort int    `koanf:"status_port"`
+	LogLevel   string `koanf:"log_level"`
 }
 
 func defaultServerConfig() serverConfig {
-	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, LogLevel: "info"}
+	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, StatusPort: 8074, LogLevel: "info"}
 }
 
 // loadServerConfig merges, lowest first: defaults, the --config YAML file,
@@ -42,6 +45,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.String("job_host", def.JobHost, "host the job endpoint listens on")
 	fs.Int("job_port", def.JobPort, "port of the job endpoint (0 picks a free port)")
 	fs.Int("expansion_port", def.ExpansionPort, "port of the KafkaIO expansion service, on job_host (0 picks a free port)")
+	fs.Int("status_port", def.StatusPort, "port of the status page and Prometheus /metrics, on job_host (0: none)")
 	fs.String("log_level", def.LogLevel, "debug, info, warn or error")
 	fs.String("bootstrap_servers", def.BootstrapServers, `Kafka brokers, or "embedded" for an in-process broker (data in memory only)`)
 	fs.String("application_id", def.ApplicationID, "consumer group and internal topic prefix (required for unbounded pipelines)")
@@ -112,6 +116,9 @@ func loadServerConfig(args []string) (serverConfig, error) {
 			return serverConfig{}, fmt.Errorf("configuration: unknown option %q", key)
 		}
 	}
+	if cfg.StatusPort < 0 || cfg.StatusPort > 65535 {
+		return serverConfig{}, fmt.Errorf("job server configuration (defaults, --config file, KSRUNNER_* environment, flags): status_port: %d, want a port (0: no status page)", cfg.StatusPort)
+	}
 	if err := cfg.Options.Validate(); err != nil {
 		return serverConfig{}, fmt.Errorf("job server configuration (defaults, --config file, KSRUNNER_* environment, flags): %w", err)
 	}
@@ -120,7 +127,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 
 func knownKey(key string) bool {
 	switch key {
-	case "config", "job_host", "job_port", "expansion_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
+	case "config", "job_host", "job_port", "expansion_port", "status_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
 		"topic_replication_factor", "max_bundle_size", "max_bundle_time_ms", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
 		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms",

@@ -22,8 +22,11 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := host.NewJobServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.JobPort)), cfg.Options, logger,
-		host.WithStuckBundlePolicy(exitOnStuckBundle))
+	opts := []host.ServerOption{host.WithStuckBundlePolicy(exitOnStuckBundle)}
+	if cfg.StatusPort != 0 {
+		opts = append(opts, host.WithStatus(host.StatusConfig{Addr: net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.StatusPort))}))
+	}
+	srv, err := host.NewJobServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.JobPort)), cfg.Options, logger, opts...)
 	if err != nil {
 		return err
 	}
@@ -34,6 +37,9 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "job endpoint: %s\n", srv.Endpoint())
 	fmt.Fprintf(stdout, "expansion endpoint: %s\n", exp.Endpoint())
+	if u := srv.StatusURL(); u != "" {
+		fmt.Fprintf(stdout, "status page: %s (metrics: %smetrics)\n", u, u)
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve() }()
 	go func() { errc <- exp.Serve() }()

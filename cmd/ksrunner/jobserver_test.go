@@ -21,7 +21,7 @@ func TestJobServerServesExpansion(t *testing.T) {
 	r, w := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- runJobServer(ctx, []string{"--job_port=0", "--expansion_port=0", "--log_level=error"}, w)
+		done <- runJobServer(ctx, []string{"--job_port=0", "--expansion_port=0", "--status_port=0", "--log_level=error"}, w)
 		w.Close()
 	}()
 	endpoints := map[string]string{}
@@ -81,5 +81,33 @@ func TestExpansionPortConfig(t *testing.T) {
 	}
 	if _, err := loadServerConfig([]string{"--expansion_prot=1"}); err == nil {
 		t.Error("a misspelt flag: no error")
+	}
+}
+
+func TestStatusPortConfig(t *testing.T) {
+	cfg, err := loadServerConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.StatusPort != 8074 {
+		t.Errorf("default status_port %d, want 8074", cfg.StatusPort)
+	}
+	t.Setenv("KSRUNNER_STATUS_PORT", "9074")
+	if cfg, err = loadServerConfig(nil); err != nil || cfg.StatusPort != 9074 {
+		t.Errorf("env: status_port %d (%v), want 9074", cfg.StatusPort, err)
+	}
+	if cfg, err = loadServerConfig([]string{"--status_port=0"}); err != nil || cfg.StatusPort != 0 {
+		t.Errorf("flag over env: status_port %d (%v), want 0", cfg.StatusPort, err)
+	}
+	if _, err := loadServerConfig([]string{"--status_port=70000"}); err == nil || !strings.Contains(err.Error(), "status_port") {
+		t.Errorf("status_port 70000: error %v, want one naming status_port", err)
+	}
+	f, err := parseWorkerFlags([]string{"--application_id=a", "--bootstrap_servers=b"})
+	if err != nil || f.statusPort != 9074 {
+		t.Errorf("worker: status_port %d (%v), want 9074 from KSRUNNER_STATUS_PORT", f.statusPort, err)
+	}
+	t.Setenv("KSRUNNER_STATUS_PORT", "x")
+	if _, err := parseWorkerFlags(nil); err == nil || !strings.Contains(err.Error(), "KSRUNNER_STATUS_PORT") {
+		t.Errorf("worker: KSRUNNER_STATUS_PORT=x: error %v, want one naming the variable", err)
 	}
 }

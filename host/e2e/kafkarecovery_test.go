@@ -94,7 +94,7 @@ type jobServerProcess struct {
 // Its log goes to log (appended).
 func startJobServer(t *testing.T, bootstrap, log string) *jobServerProcess {
 	t.Helper()
-	cmd := exec.Command(ksrunnerBinary(t), "jobserver", "--job_port", "0", "--expansion_port", "0", "--bootstrap_servers", bootstrap)
+	cmd := exec.Command(ksrunnerBinary(t), "jobserver", "--job_port", "0", "--expansion_port", "0", "--status_port", "0", "--bootstrap_servers", bootstrap)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -100,8 +100,8 @@ func mergePayload(typ string, a, b []byte) ([]byte, bool) {
 		coder.EncodeDouble(x+y, &out)
 		return out.Bytes(), true
 	case "beam:metrics:distribution_int64:v1":
-		da, err1 := decodeVarInts(a, 4)
-		db, err2 := decodeVarInts(b, 4)
+		da, err1 := DecodeVarInts(a, 4)
+		db, err2 := DecodeVarInts(b, 4)
 		if err1 != nil || err2 != nil {
 			return nil, false
 		}
@@ -116,7 +116,8 @@ func mergePayload(typ string, a, b []byte) ([]byte, bool) {
 	return nil, false
 }
 
-func decodeVarInts(b []byte, n int) ([]int64, error) {
+// DecodeVarInts reads n varints, as the int64 payloads of Beam metrics hold them.
+func DecodeVarInts(b []byte, n int) ([]int64, error) {
 	r := bytes.NewReader(b)
 	out := make([]int64, n)
 	for i := range out {

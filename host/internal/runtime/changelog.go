@@ -259,6 +259,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 // restored tells Hooks.Restored that a task's store is up to date after
 // replaying records changelog records.
 func (i *instance) restored(sub int, partition int32, records int) {
+	i.cfg.Observer.Restored(ref(sub, partition), records)
 	if h := i.cfg.Hooks; h != nil && h.Restored != nil {
 		h.Restored(sub, partition, records)
 	}

@@ -71,6 +71,7 @@ type instance struct {
 	// cycleMark is the brokers' failure count when the running cycle
 	// began (reach.troubleSince; only the loop touches it).
 	cycleMark int64
+	observed observed    // what observe measured last (observe.go)
 }
 
 type taskID struct {
@@ -135,6 +136,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		i.ident = randomIdentity()
 		i.reportIdentity()
 	}
+	cfg.Observer.SetID(i.ident.id)
 	if i.side, err = newSideInputReader(i); err != nil {
 		db.Close()
 		return nil, err
@@ -219,6 +221,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	i.storedAt = time.Now()
 	opts = append(opts, cfg.groupOpts(i.stored.get)...)
 	opts = append(opts, cfg.reach.opts()...)
+	opts = append(opts, i.clientID()) // before the Kafka IO settings: a read's client.id wins
 	if err := setGroupSessionTimeout(ctx, i.admin, cfg); err != nil {
 		i.admin.Close()
 		db.Close()
@@ -400,7 +403,7 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 		i.progress(fmt.Sprintf("state of %d tasks restored in %v", len(ids), time.Since(start).Round(time.Millisecond)))
 	}
 	for _, id := range ids {
-		t, err := task.New(i.env, i.subByTopic[id.topic], id.partition)
+		t, err := task.New(i.taskEnv(id), i.subByTopic[id.topic], id.partition)
 		if err != nil {
 			i.setProduceErr(fmt.Errorf("opening task %s/%d: %w", id.topic, id.partition, err))
 			continue
@@ -479,7 +482,7 @@ func (i *instance) resetTasks() {
 	}
 	for _, id := range ids {
 		delete(i.tasks, id)
-		nt, err := task.New(i.env, i.subByTopic[id.topic], id.partition)
+		nt, err := task.New(i.taskEnv(id), i.subByTopic[id.topic], id.partition)
 		if err != nil {
 			i.setProduceErr(fmt.Errorf("reopening task %s/%d: %w", id.topic, id.partition, err))
 			continue
@@ -628,6 +631,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			return errors.Join(errs...)
 		}
+		i.observe()
 		i.cl.AllowRebalance()
 	}
 }
@@ -675,6 +679,7 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt ti
 			hw = p.HighWatermark
 		}
 		t.Fetched(hw, len(p.Records))
+		i.observeFetch(i.subByTopic[p.Topic].ID, p, hw)
 		if len(p.Records) == 0 {
 			return
 		}
@@ -791,9 +796,11 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 		// instance carries on, and the group reports the loss at the
 		// next AllowRebalance (onLost).
 		i.cfg.Logger.Info("transaction aborted: tasks restart from the last committed cycle", "injected", abort, "error", err)
+		i.cfg.Observer.Cycle(false)
 		i.resetTasks()
 		return i.failure()
 	}
+	i.cfg.Observer.Cycle(true)
 	for _, t := range i.tasks {
 		if err := t.CommitState(); err != nil {
 			return err
@@ -847,6 +854,7 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 	if abort {
 		// As a crash after the flush would: the output stays, the state
 		// and offsets do not.
+		i.cfg.Observer.Cycle(false)
 		i.resetTasks()
 		i.rewind()
 		return i.failure()
@@ -856,10 +864,12 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 			return fmt.Errorf("committing offsets: %w", err)
 		}
 		i.cfg.Logger.Info("offsets not committed: the group moved on; the cycle's state is dropped and its input redone by the partitions' owner", "error", err)
+		i.cfg.Observer.Cycle(false)
 		i.resetTasks()
 		i.rewind()
 		return i.failure()
 	}
+	i.cfg.Observer.Cycle(true)
 	for _, t := range i.tasks {
 		if err := t.CommitState(); err != nil {
 			return err

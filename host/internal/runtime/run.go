@@ -68,6 +68,10 @@ type Config struct {
 	Logger  *slog.Logger
 	Metrics *metrics.Job
 	Hooks   *Hooks // nil: none
+	// Observer, if set, is given the instance's live figures (per-task
+	// records, watermarks, lag, state size, restores; commits and aborts)
+	// for the status page and /metrics (observe.go).
+	Observer *metrics.Instance
 	// OnRunning is called once the instance is open and starts consuming.
 	OnRunning func()
 	// Warning, if set, is told what the job's client should know but is

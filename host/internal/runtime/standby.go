@@ -106,6 +106,7 @@ type follow struct {
 type groupMember struct {
 	id     string   // the ring order: group.instance.id, else the member id
 	member string   // the member id, to recognise this instance
+	client string   // the member's client id (observe.go)
 	tasks  []taskID // assigned partitions of stateful sub-topologies
 }
 
@@ -218,7 +219,7 @@ func describeGroup(ctx context.Context, cl *kgo.Client, group string, subs map[s
 			return nil, false, nil
 		}
 		for _, m := range g.Members {
-			gm := groupMember{id: m.MemberID, member: m.MemberID}
+			gm := groupMember{id: m.MemberID, member: m.MemberID, client: m.ClientID}
 			if m.InstanceID != nil {
 				gm.id = *m.InstanceID
 			}
@@ -255,7 +256,7 @@ func describeGroup(ctx context.Context, cl *kgo.Client, group string, subs map[s
 	}
 	var names map[[16]byte]string // topic id → name, read when needed
 	for _, m := range rg.Members {
-		gm := groupMember{id: m.MemberID, member: m.MemberID}
+		gm := groupMember{id: m.MemberID, member: m.MemberID, client: m.ClientID}
 		if m.InstanceID != nil {
 			gm.id = *m.InstanceID
 		}

@@ -1,0 +1,173 @@
+package host
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+
+	"github.com/ksrunner/ksrunner/host/internal/status"
+)
+
+// StatusConfig is where and how a process serves its status page and
+// /metrics (see WithStatus).
+type StatusConfig struct {
+	// Addr is "host:port" (port 0 picks a free one).
+	Addr string
+	// Middleware, if set, wraps every handler of the status server
+	// (authentication, for one).
+	Middleware func(http.Handler) http.Handler
+	// TLS, if set, serves HTTPS with it.
+	TLS *tls.Config
+}
+
+// WithStatus serves the status page, its JSON API and /metrics
+// (Prometheus) on cfg.Addr: a JobServer from NewJobServer until Stop, a
+// Worker from NewWorker until Run returns. Without it there is none.
+func WithStatus(cfg StatusConfig) ServerOption {
+	return func(c *serverConfig) { c.status = &cfg }
+}
+
+func startStatus(src status.Source, cfg *StatusConfig, logger *slog.Logger) (*status.Server, error) {
+	return status.Start(src, status.Options{Addr: cfg.Addr, Middleware: cfg.Middleware, TLS: cfg.TLS, Logger: logger})
+}
+
+// drainUnavailable is why the page's Drain button is disabled.
+const drainUnavailable = "Drain is not built yet: cancel the job, or let a bounded job finish (see README, Not supported yet)"
+
+// statusView is the job as the status page shows it.
+func (j *job) statusView(ctx context.Context, process string) *status.Job {
+	local := j.observer.Snapshot()
+	v := &status.Job{
+		ID: j.spec.ID, Name: j.spec.Name, State: j.State().String(), ApplicationID: j.spec.Options.ApplicationID,
+		StartedAt: j.started, Process: process, Instance: local.ID, Commits: local.Commits, Aborts: local.Aborts,
+		CanCancel: !isClosed(j.done), DrainUnavailable: drainUnavailable,
+		Topology: status.TopologyOf(j.plan),
+		Metrics:  status.UserMetrics(j.metrics.Attempted.Results(), j.metrics.Committed.Results()),
+	}
+	if process == "worker" {
+		v.CanCancel = false
+		v.CancelUnavailable = "cancel the job on its job server (the Job API's Cancel, or its status page): it stops every process of the application"
+	} else if !v.CanCancel {
+		v.CancelUnavailable = "the job has ended"
+	}
+	inputs, source := status.InputTopics(j.plan, j.spec.Options.ApplicationID)
+	var cluster []status.Task
+	if c, err := j.clusterView(); err != nil {
+		v.ClusterError = err.Error()
+	} else if c != nil {
+		var err error
+		if cluster, err = c.Tasks(ctx); err != nil {
+			v.ClusterError = err.Error()
+		}
+	}
+	v.Tasks = status.MergeTasks(cluster, local, inputs, source)
+	for _, e := range j.events.snapshot() {
+		m := status.Message{Time: e.at, Importance: importanceName(e.importance), Text: e.text}
+		if e.state != jobpb.JobState_UNSPECIFIED {
+			m.Importance, m.Text = "STATE", "job "+e.state.String()
+		}
+		v.Messages = append(v.Messages, m)
+	}
+	return v
+}
+
+func importanceName(i jobpb.JobMessage_MessageImportance) string {
+	switch i {
+	case jobpb.JobMessage_JOB_MESSAGE_ERROR:
+		return "ERROR"
+	case jobpb.JobMessage_JOB_MESSAGE_WARNING:
+		return "WARNING"
+	case jobpb.JobMessage_JOB_MESSAGE_DEBUG, jobpb.JobMessage_JOB_MESSAGE_DETAILED:
+		return "DETAILED"
+	}
+	return "INFO"
+}
+
+// clusterView is the job's application as Kafka shows it, made on first
+// use; nil once the job has ended (closeCluster).
+func (j *job) clusterView() (*status.Cluster, error) {
+	j.clusterMu.Lock()
+	defer j.clusterMu.Unlock()
+	if j.clusterClosed {
+		return nil, nil
+	}
+	if j.cluster == nil {
+		inputs, source := status.InputTopics(j.plan, j.spec.Options.ApplicationID)
+		c, err := status.NewCluster(status.ClusterConfig{BootstrapServers: j.spec.Options.BootstrapServers,
+			ApplicationID: j.spec.Options.ApplicationID, Inputs: inputs, Source: source})
+		if err != nil {
+			return nil, err
+		}
+		j.cluster = c
+	}
+	return j.cluster, nil
+}
+
+// closeCluster closes the job's cluster view for good.
+func (j *job) closeCluster() {
+	j.clusterMu.Lock()
+	defer j.clusterMu.Unlock()
+	j.clusterClosed = true
+	if j.cluster != nil {
+		j.cluster.Close()
+		j.cluster = nil
+	}
+}
+
+// serverStatus is a JobServer as the status page's Source.
+type serverStatus struct{ s *JobServer }
+
+func (v serverStatus) Jobs(ctx context.Context) []*status.Job {
+	v.s.mu.Lock()
+	jobs := make([]*job, 0, len(v.s.order))
+	for _, id := range v.s.order {
+		jobs = append(jobs, v.s.jobs[id])
+	}
+	v.s.mu.Unlock()
+	out := make([]*status.Job, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.statusView(ctx, "jobserver")
+	}
+	return out
+}
+
+func (v serverStatus) Cancel(id string) error {
+	j, err := v.s.job(id)
+	if err != nil {
+		return fmt.Errorf("cancel %q: %w", id, status.ErrNotFound)
+	}
+	j.Cancel()
+	return nil
+}
+
+func (v serverStatus) Drain(id string) error {
+	if _, err := v.s.job(id); err != nil {
+		return fmt.Errorf("drain %q: %w", id, status.ErrNotFound)
+	}
+	return fmt.Errorf("drain %q: %s: %w", id, drainUnavailable, status.ErrUnsupported)
+}
+
+// workerStatus is a Worker as the status page's Source: its current job.
+type workerStatus struct{ w *Worker }
+
+func (v workerStatus) Jobs(ctx context.Context) []*status.Job {
+	v.w.mu.Lock()
+	j := v.w.job
+	v.w.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	return []*status.Job{j.statusView(ctx, "worker")}
+}
+
+func (v workerStatus) Cancel(id string) error {
+	return fmt.Errorf("cancel %q: a worker does not cancel jobs: cancel it on its job server: %w", id, status.ErrUnsupported)
+}
+
+func (v workerStatus) Drain(id string) error {
+	return fmt.Errorf("drain %q: %s: %w", id, drainUnavailable, status.ErrUnsupported)
+}
