@@ -57,6 +57,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	bundle := fs.Int("max_bundle_size", def.MaxBundleSize, "ksrunner: input elements per bundle at most")
 	bundleTime := fs.Int("max_bundle_time_ms", def.MaxBundleTimeMs, "ksrunner: "+host.MaxBundleTimeMsHelp)
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "ksrunner: commit interval")
+	packBytes := fs.Int("record_pack_bytes", def.RecordPackBytes, "ksrunner: "+host.RecordPackBytesHelp)
 	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the ksrunner runs to this file (run i>1 to FILE.i)")
@@ -88,6 +89,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	opts.MaxBundleSize = *bundle
 	opts.MaxBundleTimeMs = *bundleTime
 	opts.CommitIntervalMs = *commitMs
+	opts.RecordPackBytes = *packBytes
 	opts.ProcessingGuarantee = *guarantee
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -105,8 +107,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if *combine {
 		variant = "CombinePerKey(sum), lifted"
 	}
-	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d max_bundle_time_ms=%d commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
-		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.MaxBundleTimeMs, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d max_bundle_time_ms=%d record_pack_bytes=%d commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
+		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.MaxBundleTimeMs, opts.RecordPackBytes, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
 
 	prismEndpoint := ""
 	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}

@@ -153,12 +153,21 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 		st.reports.ReportMillis(p, wm)
 		return nil
 	case shuffle.KindData:
+		return r.applyValue(b, st, rec.Value[1:], shuffle.Position(rec.Offset, 0))
+	case shuffle.KindDataPacked:
+		return st.codec.EachPacked(rec.Value, func(i int, raw []byte) error {
+			return r.applyValue(b, st, raw, shuffle.Position(rec.Offset, i))
+		})
 	case shuffle.KindProcessingTime:
 		return nil // a TestStream's synthetic clock (eventtime.go): side inputs do not use it
-	default:
-		return fmt.Errorf("unknown record kind %d", rec.Value[0])
 	}
-	wv, err := st.codec.Next(rec.Value[1:])
+	return fmt.Errorf("unknown record kind %d", rec.Value[0])
+}
+
+// applyValue stores one windowed value of a side input at its position in
+// the topic (shuffle.Position), which keeps the entries in arrival order.
+func (r *sideInputReader) applyValue(b *pebble.Batch, st *sideTopic, raw []byte, pos int64) error {
+	wv, err := st.codec.Next(raw)
 	if err != nil {
 		return err
 	}
@@ -166,7 +175,7 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 	if err != nil {
 		return err
 	}
-	off := binary.BigEndian.AppendUint64(nil, uint64(rec.Offset))
+	off := binary.BigEndian.AppendUint64(nil, uint64(pos))
 	for _, win := range windows {
 		if err := b.Set(state.SideKey('S', st.name, win, nil, off), wv.Elem, nil); err != nil {
 			return err

@@ -132,7 +132,14 @@ func kafkaKV(plan *translate.Plan, pcoll string) (key, value string, err error) 
 	return kv.GetComponentCoderIds()[0], kv.GetComponentCoderIds()[1], nil
 }
 
-func (s *kafkaSource) data(rec *kgo.Record) error {
+// data is never called: a source's records are the user's, which
+// handleSource gives to take whole.
+func (s *kafkaSource) data([]byte, int64) error {
+	return fmt.Errorf("sub-topology %d: a Kafka source takes the user's records, not internal ones", s.t.sub.ID)
+}
+
+// take turns one of the user's records into an element.
+func (s *kafkaSource) take(rec *kgo.Record) error {
 	t := s.t
 	if s.bound.ended(t.now()) {
 		s.bound.drop(rec) // neither emitted nor committed (SourceEnd)
@@ -260,7 +267,7 @@ func (t *Task) Polled(at time.Time, complete bool) {
 func (t *Task) handleSource(ctx context.Context, s *kafkaSource, recs []*kgo.Record) error {
 	var bad error
 	for _, r := range recs {
-		if err := s.data(r); err != nil {
+		if err := s.take(r); err != nil {
 			if err = t.badSourceRecord(s, r, err); err != nil {
 				if _, ok := err.(*BadRecordError); !ok {
 					return err
