@@ -180,8 +180,6 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option max_bundle_size: %d, must be at least 1", o.MaxBundleSize)
 	case o.MaxBundleTimeMs < 1:
 		return fmt.Errorf("option max_bundle_time_ms: %d, must be at least 1", o.MaxBundleTimeMs)
-	case o.RecordPackBytes < 0 || o.RecordPackBytes > MaxRecordPackBytes:
-		return fmt.Errorf("option record_pack_bytes: %d, must be 0 (no packing) to %d", o.RecordPackBytes, MaxRecordPackBytes)
 	case o.CommitIntervalMs < 1:
 		return fmt.Errorf("option commit_interval_ms: %d, must be at least 1", o.CommitIntervalMs)
 	case o.SourceIdleTimeoutMs < 1:
@@ -200,6 +198,9 @@ func (o Options) Validate() error {
 		return err
 	}
 	if err := o.validateTransactionTimeout("option"); err != nil {
+		return err
+	}
+	if err := o.validateRecordPack("option"); err != nil {
 		return err
 	}
 	if err := o.validateGroup("option"); err != nil {
@@ -251,6 +252,15 @@ func (o Options) validateTransactionTimeout(src string) error {
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be at least %d", src, o.TransactionTimeoutMs, minTransactionTimeoutMs)
 	case o.TransactionTimeoutMs <= o.CommitIntervalMs:
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be more than commit_interval_ms (%d): a commit cycle must fit in one transaction", src, o.TransactionTimeoutMs, o.CommitIntervalMs)
+	}
+	return nil
+}
+
+// validateRecordPack checks record_pack_bytes; src says where the value
+// came from (see validateBadRecords).
+func (o Options) validateRecordPack(src string) error {
+	if o.RecordPackBytes < 0 || o.RecordPackBytes > MaxRecordPackBytes {
+		return fmt.Errorf("%s record_pack_bytes: %d, must be 0 (no packing) to %d", src, o.RecordPackBytes, MaxRecordPackBytes)
 	}
 	return nil
 }
@@ -467,6 +477,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		return o, err
 	}
 	if err := o.validateGroup("pipeline option"); err != nil {
+		return o, err
+	}
+	if err := o.validateRecordPack("pipeline option"); err != nil {
 		return o, err
 	}
 	return o, o.Validate()
