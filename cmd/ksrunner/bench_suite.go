@@ -34,8 +34,8 @@ type suiteCase struct {
 	Elements int64
 	What     string
 	build    func() *beam.Pipeline
-	// check reports a run whose counters are wrong.
-	check func(beam.PipelineResult) error
+	// check reports a run on runner whose counters are wrong.
+	check func(r beam.PipelineResult, runner string) error
 }
 
 const suiteKeys = 1000
@@ -44,7 +44,7 @@ func suiteCases() []suiteCase {
 	gbk := func(name string, n int64, combine bool, what string) suiteCase {
 		return suiteCase{Name: name, Elements: n, What: what,
 			build: func() *beam.Pipeline { return buildGBKBench(n, suiteKeys, combine) },
-			check: func(r beam.PipelineResult) error {
+			check: func(r beam.PipelineResult, _ string) error {
 				return readBenchCounts(r.Metrics()).verify(n, suiteKeys, combine)
 			}}
 	}
@@ -56,19 +56,19 @@ func suiteCases() []suiteCase {
 		gbk("combine-1m", 1_000_000, true, "CombinePerKey(sum), lifted, 1,000 keys"),
 		{Name: "hotkey-1m", Elements: 1_000_000, What: "GroupByKey + sum, one key holds half the values",
 			build: func() *beam.Pipeline { return buildHotKeyBench(1_000_000, suiteKeys) },
-			check: func(r beam.PipelineResult) error {
+			check: func(r beam.PipelineResult, _ string) error {
 				return checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"checked": suiteKeys})
 			}},
 		{Name: "windowed-1m", Elements: windowedN, What: "GroupByKey + sum in 1 s fixed windows over 10 min of event time, 1,000 keys",
 			build: func() *beam.Pipeline { return buildWindowedBench(windowedN, suiteKeys) },
-			check: func(r beam.PipelineResult) error {
+			check: func(r beam.PipelineResult, _ string) error {
 				want := windowGroups(windowedN, suiteKeys, windowedSpan.Milliseconds())
 				return checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"checked": want})
 			}},
 		{Name: "sidejoin-1m", Elements: 1_000_000, What: "1M elements each look up a 100,000-entry map side input",
 			build: func() *beam.Pipeline { return buildSideJoinBench(1_000_000, sideEntries) },
-			check: func(r beam.PipelineResult) error {
-				return checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"joined": 1_000_000})
+			check: func(r beam.PipelineResult, runner string) error {
+				return checkSideJoin(r, runner, 1_000_000, sideEntries)
 			}},
 	}
 }
@@ -279,7 +279,7 @@ func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench one: %s on %s: %w", c.Name, *runner, err)
 	}
-	if err := c.check(res); err != nil {
+	if err := c.check(res, *runner); err != nil {
 		return fmt.Errorf("bench one: %s on %s: wrong result: %w", c.Name, *runner, err)
 	}
 	fmt.Fprintf(stdout, "wall_s %.6f\n", wall.Seconds())

@@ -214,3 +214,24 @@ func checkCounts(got map[string]int64, want map[string]int64) error {
 	}
 	return nil
 }
+
+// checkSideJoin checks a side join run of n elements over a side input of
+// entries entries; on ksrunner also that the instance read the side input
+// from Kafka once (its side_input_elements_read counter), however many
+// bundles looked it up.
+func checkSideJoin(r beam.PipelineResult, runner string, n, entries int64) error {
+	if err := checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"joined": n}); err != nil {
+		return err
+	}
+	if runner != "ksrunner" {
+		return nil
+	}
+	if read := suiteCounts(r.Metrics(), "ksrunner")[sideInputReadCounter]; read != entries {
+		return fmt.Errorf("the side input's %d entries were read from Kafka %d times (counter %s), want once", entries, read, sideInputReadCounter)
+	}
+	return nil
+}
+
+// sideInputReadCounter is the host's counter of the side input values an
+// instance read from Kafka (host/internal/runtime.MetricSideInputRead).
+const sideInputReadCounter = "side_input_elements_read"

@@ -45,7 +45,7 @@ func TestSuitePipelinesOnKsrunner(t *testing.T) {
 		}
 		res = runOnKsrunner(t, buildSideJoinBench(n, 3000), opts)
 		got = suiteCounts(res.Metrics(), suiteNamespace)
-		if err := checkCounts(got, map[string]int64{"joined": n}); err != nil {
+		if err := checkSideJoin(res, "ksrunner", n, 3000); err != nil {
 			t.Errorf("side join, record_pack_bytes=%d: %v", pack, err)
 		}
 		if err := checkCounts(got, map[string]int64{"joined": n + 1}); err == nil || !strings.Contains(err.Error(), "counter joined") {
