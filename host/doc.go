@@ -55,11 +55,12 @@
 //   - host/internal/status: the status page and /metrics (WithStatus).
 //
 // A record's path from poll to commit: runtime/instance.go (run, process)
-// → task/task.go (Handle, route, flushStages) → task/root.go (the root of
-// its kind) → executor (the stage's bundle) → task/task.go (emit, sinkTo,
-// through task.Env.Produce) → runtime/instance.go (commit:
-// commitTransaction or commitAtLeastOnce) → task/task.go (CommitState,
-// Finalize).
+// → task/task.go (Handle, route, flushStages; task/pack.go unpacks
+// DATA_PACKED records) → task/root.go (the root of its kind) → executor
+// (the stage's bundle) → task/task.go (emit, sinkTo, through
+// task.Env.Produce, or into a pack, task/pack.go) → runtime/instance.go
+// (commit: commitTransaction or commitAtLeastOnce) → task/task.go
+// (CommitState, Finalize).
 //
 // # Invariants, and where they are written
 //
@@ -71,7 +72,8 @@
 //     (one writer per task key range: the task or the standby) in
 //     runtime/standby.go.
 //   - A task's concurrency (who calls what, what mu guards) and output
-//     before its watermark report: Task in task/task.go.
+//     before its watermark report: Task in task/task.go; packs produced
+//     within their cycle, before the report: packs in task/pack.go.
 //   - Store keys never collide: state/keys.go, checked by its tests.
 //   - The Plan's guarantees the host relies on: translate/plan.go.
 //   - Watermark aggregation: shuffle/watermark/watermark.go.

@@ -378,6 +378,7 @@ func (j *job) execute(ctx context.Context) error {
 		SourceIdleTimeout:     time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
 		MaxBundleSize:         opts.MaxBundleSize,
 		MaxBundleTime:         opts.maxBundleTime(),
+		RecordPackBytes:       opts.RecordPackBytes,
 		BadRecords:            task.ErrorPolicy(opts.DeserializationErrorPolicy),
 		DeadLetterTopic:       deadLetter,
 		CreateDeadLetterTopic: createDeadLetter,

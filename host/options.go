@@ -40,6 +40,13 @@ type Options struct {
 	// per-bundle work in user code (FinishBundle, batching DoFns) and the
 	// SDK's memory stay bounded.
 	MaxBundleTimeMs int `koanf:"max_bundle_time_ms"`
+	// RecordPackBytes packs the elements a task writes to an internal data
+	// topic (repartition, redistribute/main, flatten, side input) into
+	// records of up to this many bytes, one per destination partition
+	// (DATA_PACKED): Kafka's per-record cost, not bytes, bounds a
+	// shuffle's speed. 0: one element per record. Changelogs and the
+	// user's topics keep one value per record whatever it is.
+	RecordPackBytes int `koanf:"record_pack_bytes"`
 	// CommitIntervalMs is how often a task commits (closing its bundles).
 	CommitIntervalMs int `koanf:"commit_interval_ms"`
 	// SourceIdleTimeoutMs is how long a Kafka read's partition that is
@@ -135,6 +142,7 @@ func DefaultOptions() Options {
 		TopicReplicationFactor: -1,
 		MaxBundleSize:          100000,
 		MaxBundleTimeMs:        1000,
+		RecordPackBytes:        DefaultRecordPackBytes,
 		CommitIntervalMs:       100,
 		SourceIdleTimeoutMs:    1000,
 		ProcessingGuarantee:    ExactlyOnce,
@@ -148,6 +156,14 @@ func DefaultOptions() Options {
 		BrokerUnavailableTimeoutMs: int(runtime.DefaultBrokerUnavailableTimeout / time.Millisecond),
 	}
 }
+
+// DefaultRecordPackBytes is record_pack_bytes' default, and
+// MaxRecordPackBytes its largest value: a pack must fit under the broker's
+// message size limit (1 MiB by default) and the producer's.
+const (
+	DefaultRecordPackBytes = 64 << 10
+	MaxRecordPackBytes     = 512 << 10
+)
 
 // The values of option processing_guarantee.
 const (
@@ -189,6 +205,9 @@ func (o Options) Validate() error {
 		return err
 	}
 	if err := o.validateTransactionTimeout("option"); err != nil {
+		return err
+	}
+	if err := o.validateRecordPack("option"); err != nil {
 		return err
 	}
 	if err := o.validateGroup("option"); err != nil {
@@ -240,6 +259,15 @@ func (o Options) validateTransactionTimeout(src string) error {
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be at least %d", src, o.TransactionTimeoutMs, minTransactionTimeoutMs)
 	case o.TransactionTimeoutMs <= o.CommitIntervalMs:
 		return fmt.Errorf("%s transaction_timeout_ms: %d, must be more than commit_interval_ms (%d): a commit cycle must fit in one transaction", src, o.TransactionTimeoutMs, o.CommitIntervalMs)
+	}
+	return nil
+}
+
+// validateRecordPack checks record_pack_bytes; src says where the value
+// came from (see validateBadRecords).
+func (o Options) validateRecordPack(src string) error {
+	if o.RecordPackBytes < 0 || o.RecordPackBytes > MaxRecordPackBytes {
+		return fmt.Errorf("%s record_pack_bytes: %d, must be 0 (no packing) to %d", src, o.RecordPackBytes, MaxRecordPackBytes)
 	}
 	return nil
 }
@@ -420,6 +448,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"topic_replication_factor":   &o.TopicReplicationFactor,
 		"max_bundle_size":            &o.MaxBundleSize,
 		"max_bundle_time_ms":         &o.MaxBundleTimeMs,
+		"record_pack_bytes":          &o.RecordPackBytes,
 		"commit_interval_ms":         &o.CommitIntervalMs,
 		"source_idle_timeout_ms":     &o.SourceIdleTimeoutMs,
 		"read_max_elements_per_poll": &o.ReadMaxElementsPerPoll,
@@ -465,6 +494,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	if err := o.validateGroup("pipeline option"); err != nil {
 		return o, err
 	}
+	if err := o.validateRecordPack("pipeline option"); err != nil {
+		return o, err
+	}
 	return o, o.Validate()
 }
 
@@ -480,6 +512,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("topic_replication_factor", "replication factor of internal topics (-1: broker default)", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TopicReplicationFactor)),
 		d("max_bundle_size", "input elements per bundle at most", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleSize)),
 		d("max_bundle_time_ms", MaxBundleTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleTimeMs)),
+		d("record_pack_bytes", RecordPackBytesHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.RecordPackBytes)),
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
 		d("source_idle_timeout_ms", "how long a caught-up Kafka read partition stays idle before its watermark follows wall time", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SourceIdleTimeoutMs)),
 		d("state_dir", "directory of the Pebble state stores", jobpb.PipelineOptionType_STRING, ""),
@@ -507,6 +540,7 @@ const (
 	DeadLetterTopicHelp            = "dead-letter topic of deserialization_error_policy=dead_letter (default: __beam_<application_id>_dead-letter, created by ksrunner; a topic named here must exist)"
 	ReadMaxElementsPerPollHelp     = "most records one poll (commit cycle) takes"
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
+	RecordPackBytesHelp            = "pack the elements a task writes to an internal shuffle topic into records of up to this many bytes, one per destination partition (0: one element per record; changelogs and the user's topics always keep one per record)"
 	MaxBundleTimeMsHelp            = "a bundle open this long closes at the next batch of input handed to its stage (every bundle closes before a commit anyway)"
 	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
 	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"

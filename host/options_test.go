@@ -279,3 +279,43 @@ func TestBrokerUnavailableTimeoutOption(t *testing.T) {
 		t.Errorf("Validate: %v, want an error naming broker_unavailable_timeout_ms", err)
 	}
 }
+
+// TestRecordPackBytesOption: record_pack_bytes defaults to 64 KiB and
+// reaches the runtime; a job's pipeline option sets it (0 turns packing
+// off); values outside 0 to MaxRecordPackBytes are refused naming the
+// option and where it came from; the job server describes it to SDKs.
+func TestRecordPackBytesOption(t *testing.T) {
+	d := DefaultOptions()
+	if d.RecordPackBytes != 64<<10 || d.Validate() != nil {
+		t.Errorf("default record_pack_bytes %d (valid: %v), want 65536", d.RecordPackBytes, d.Validate())
+	}
+	for js, want := range map[string]int{
+		`{"beam:option:go_options:v1": {"options": {"record_pack_bytes": "0"}}}`: 0,
+		`{"beam:option:record_pack_bytes:v1": 4096}`:                             4096,
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(js), &s); err != nil {
+			t.Fatal(err)
+		}
+		if o, err := d.WithPipelineOptions(&s); err != nil || o.RecordPackBytes != want {
+			t.Errorf("%s: record_pack_bytes %d, %v; want %d", js, o.RecordPackBytes, err, want)
+		}
+	}
+	wantPipelineOptionErrors(t, []pipelineOptionError{
+		{`{"beam:option:record_pack_bytes:v1": -1}`, `pipeline option record_pack_bytes: -1, must be 0 (no packing) to 524288`},
+		{`{"beam:option:record_pack_bytes:v1": 1048576}`, `pipeline option record_pack_bytes: 1048576, must be 0 (no packing) to 524288`},
+		{`{"beam:option:record_pack_bytes:v1": "64k"}`, `pipeline option record_pack_bytes: "64k" is not an integer`},
+	})
+	bad := DefaultOptions()
+	bad.RecordPackBytes = -5
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `option record_pack_bytes: -5`) {
+		t.Errorf("Validate: %v, want an error naming record_pack_bytes", err)
+	}
+	described := false
+	for _, o := range optionDescriptors() {
+		described = described || o.GetName() == "record_pack_bytes" && o.GetDefaultValue() == "65536"
+	}
+	if !described {
+		t.Error("no descriptor of record_pack_bytes with default 65536")
+	}
+}

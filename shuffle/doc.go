@@ -3,14 +3,16 @@
 //
 //   - internal topic names: TopicName ("__beam_<application_id>_<name>")
 //     and the status topic's name, StatusTopic;
-//   - the record envelope: a kind byte (KindData, KindWatermark,
-//     KindProcessingTime) before a windowed value or a report, the
+//   - the record envelope: a kind byte (KindData, KindDataPacked,
+//     KindWatermark, KindProcessingTime) before a windowed value, packed
+//     windowed values (Pack, EachPacked, Position) or a report, the
 //     watermark and processing-time reports (EncodeWatermark and
 //     DecodeWatermark, EncodeProcessingTime and DecodeProcessingTime) and
 //     the producer ids in them (ProducerID);
 //   - partitioning (Partitioner): a keyed record goes to the partition
 //     Kafka's default partitioner picks for its key, any other to the
-//     partition set on it;
+//     partition set on it; KeyPartition is the same choice for a record
+//     that is packed instead;
 //   - parsing the windowed values, keys and timers in the standard coders
 //     the host reads (ElementCodec, TimerCodec, ValueLength);
 //   - watermark report aggregation, in the subpackage watermark.

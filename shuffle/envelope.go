@@ -18,6 +18,9 @@ const (
 	// clock travels with the data, so every task sees a clock advance after
 	// the elements that precede it.
 	KindProcessingTime byte = 3
+	// KindDataPacked: the rest is whole windowed values for one partition,
+	// counted and concatenated (see Pack).
+	KindDataPacked byte = 4
 )
 
 // A watermark report: varint length + producer id, then the producer's output

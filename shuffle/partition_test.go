@@ -1,6 +1,7 @@
 package shuffle
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -38,5 +39,28 @@ func TestSetPartition(t *testing.T) {
 	SetPartition(r, 1)
 	if got := tp.Partition(r, 4); got != 1 {
 		t.Errorf("a keyed record given partition 1: got %d", got)
+	}
+}
+
+var foobarHash int32 = -790332482 // Kafka's murmur2("foobar")
+
+// KeyPartition picks what Partitioner picks for the same key, so a key's
+// packed and unpacked values meet in one partition.
+func TestKeyPartitionMatchesPartitioner(t *testing.T) {
+	tp := Partitioner().ForTopic("t")
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 5000; i++ {
+		key := make([]byte, rng.IntN(40))
+		for j := range key {
+			key[j] = byte(rng.Uint32())
+		}
+		for _, n := range []int32{1, 3, 4, 16} {
+			if got, want := KeyPartition(key, n), int32(tp.Partition(&kgo.Record{Key: key}, int(n))); got != want {
+				t.Fatalf("key %x, %d partitions: KeyPartition %d, Partitioner %d", key, n, got, want)
+			}
+		}
+	}
+	if got, want := KeyPartition([]byte("foobar"), 7), int32(uint32(foobarHash)&0x7fffffff)%7; got != want {
+		t.Errorf("KeyPartition(foobar, 7) = %d, want %d (Kafka's vector)", got, want)
 	}
 }

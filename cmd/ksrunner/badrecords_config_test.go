@@ -120,3 +120,21 @@ func wantConfigErrors(t *testing.T, cases []configError) {
 		}
 	}
 }
+
+// TestRecordPackBytesConfig: record_pack_bytes comes from a flag or the
+// environment, and a bad value is an error of the job server's
+// configuration naming it.
+func TestRecordPackBytesConfig(t *testing.T) {
+	cfg, err := loadServerConfig([]string{"--record_pack_bytes=0"})
+	if err != nil || cfg.RecordPackBytes != 0 {
+		t.Fatalf("flag: %d, %v", cfg.RecordPackBytes, err)
+	}
+	t.Setenv("KSRUNNER_RECORD_PACK_BYTES", "8192")
+	if cfg, err := loadServerConfig(nil); err != nil || cfg.RecordPackBytes != 8192 {
+		t.Fatalf("env: %d, %v", cfg.RecordPackBytes, err)
+	}
+	os.Unsetenv("KSRUNNER_RECORD_PACK_BYTES")
+	wantConfigErrors(t, []configError{
+		{[]string{"--record_pack_bytes=-1"}, "option record_pack_bytes: -1, must be 0 (no packing) to 524288"},
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,11 +41,17 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "rescale" {
 		return runBenchRescale(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "suite" {
+		return runBenchSuite(ctx, args[1:], stdout)
+	}
+	if len(args) > 0 && args[0] == "one" { // one measurement of bench suite
+		return runBenchOne(ctx, args[1:], stdout)
+	}
 	if len(args) > 0 && args[0] == "sdk-pool" { // an SDK worker pool of bench rescale
 		return runSDKPool(ctx, args[1:], stdout)
 	}
 	if len(args) == 0 || args[0] != "gbk" {
-		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench wasm [flags]`, `bench kafka [flags]` or `bench rescale [flags]`")
+		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench suite [flags]`, `bench wasm [flags]`, `bench kafka [flags]` or `bench rescale [flags]`")
 	}
 	def := host.DefaultOptions()
 	fs := newFlagSet("bench gbk")
@@ -57,6 +64,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	bundle := fs.Int("max_bundle_size", def.MaxBundleSize, "ksrunner: input elements per bundle at most")
 	bundleTime := fs.Int("max_bundle_time_ms", def.MaxBundleTimeMs, "ksrunner: "+host.MaxBundleTimeMsHelp)
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "ksrunner: commit interval")
+	packList := fs.String("record_pack_bytes", strconv.Itoa(def.RecordPackBytes), "ksrunner: "+host.RecordPackBytesHelp+"; several, comma-separated, measure ksrunner with each in the same run (as runners ksrunner/pack=N)")
 	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the ksrunner runs to this file (run i>1 to FILE.i)")
@@ -88,6 +96,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	opts.MaxBundleSize = *bundle
 	opts.MaxBundleTimeMs = *bundleTime
 	opts.CommitIntervalMs = *commitMs
+	packs, err := parsePackList(*packList)
+	if err != nil {
+		return err
+	}
+	opts.RecordPackBytes = packs[0]
 	opts.ProcessingGuarantee = *guarantee
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -100,13 +113,14 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	defer srv.Stop()
 	*jobopts.EnvironmentType = "LOOPBACK"
 	flag.Set("environment_type", "LOOPBACK")
+	which, packOf := packVariants(which, packs)
 
 	variant := "GroupByKey + sum ParDo"
 	if *combine {
 		variant = "CombinePerKey(sum), lifted"
 	}
-	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d max_bundle_time_ms=%d commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
-		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.MaxBundleTimeMs, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d max_bundle_time_ms=%d record_pack_bytes=%s commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
+		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.MaxBundleTimeMs, *packList, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
 
 	prismEndpoint := ""
 	times, cpus := map[string][]time.Duration{}, map[string][]time.Duration{}
@@ -119,8 +133,10 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			p := buildGBKBench(*n, *keys, *combine)
 			var exec func(context.Context, *beam.Pipeline) (beam.PipelineResult, error)
 			stopProfile := func() error { return nil }
-			switch r {
+			switch runnerOf(r) {
 			case "ksrunner":
+				// A pipeline option: the job server's default is packs[0].
+				beam.PipelineOptions.Set("record_pack_bytes", strconv.Itoa(packOf[r]))
 				*jobopts.Endpoint = srv.Endpoint()
 				exec = universal.Execute
 				if *cpuProfile != "" {
@@ -170,10 +186,62 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%-8s median %8.3fs %10.0f elements/s  cpu %6.2fs  (range %.0f-%.0f elements/s over %d runs)\n",
 			r, median(ts).Seconds(), rate(*n, median(ts)), median(cpus[r]).Seconds(), rate(*n, slices.Max(ts)), rate(*n, slices.Min(ts)), len(ts))
 	}
-	if k, p := times["ksrunner"], times["prism"]; len(k) > 0 && len(p) > 0 {
-		fmt.Fprintf(stdout, "ksrunner/prism speed: %.2f\n", median(p).Seconds()/median(k).Seconds())
+	for _, r := range which {
+		if k, p := times[r], times["prism"]; runnerOf(r) == "ksrunner" && len(k) > 0 && len(p) > 0 {
+			fmt.Fprintf(stdout, "%s/prism speed: %.2f (medians), %.2f (best of %d each)\n", r, median(p).Seconds()/median(k).Seconds(), slices.Min(p).Seconds()/slices.Min(k).Seconds(), len(k))
+		}
 	}
 	return nil
+}
+
+// parsePackList parses bench gbk's --record_pack_bytes: one value or
+// several, comma-separated.
+func parsePackList(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("bench: --record_pack_bytes: %q is not an integer", f)
+		}
+		o := host.DefaultOptions()
+		o.RecordPackBytes = v
+		if err := o.Validate(); err != nil {
+			return nil, fmt.Errorf("bench: --record_pack_bytes: %w", err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// packVariants expands the runner ksrunner into one runner per pack size,
+// "ksrunner/pack=N", when there are several; packOf maps each ksrunner
+// runner to its record_pack_bytes.
+func packVariants(runners []string, packs []int) (out []string, packOf map[string]int) {
+	packOf = map[string]int{}
+	for _, r := range runners {
+		if r != "ksrunner" {
+			out = append(out, r)
+			continue
+		}
+		if len(packs) == 1 {
+			out = append(out, r)
+			packOf[r] = packs[0]
+			continue
+		}
+		for _, p := range packs {
+			name := fmt.Sprintf("ksrunner/pack=%d", p)
+			out = append(out, name)
+			packOf[name] = p
+		}
+	}
+	return out, packOf
+}
+
+// runnerOf is the runner of a bench gbk runner name (ksrunner/pack=N is
+// ksrunner).
+func runnerOf(name string) string {
+	r, _, _ := strings.Cut(name, "/")
+	return r
 }
 
 // processCPU is the user + system CPU time the process has used: with other

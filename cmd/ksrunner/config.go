@@ -53,6 +53,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.Int("topic_replication_factor", def.TopicReplicationFactor, "replication factor of internal topics (-1: broker default)")
 	fs.Int("max_bundle_size", def.MaxBundleSize, "input elements per bundle at most")
 	fs.Int("max_bundle_time_ms", def.MaxBundleTimeMs, host.MaxBundleTimeMsHelp)
+	fs.Int("record_pack_bytes", def.RecordPackBytes, host.RecordPackBytesHelp)
 	fs.Int("commit_interval_ms", def.CommitIntervalMs, "how often tasks commit")
 	fs.Int("source_idle_timeout_ms", def.SourceIdleTimeoutMs, "how long a caught-up Kafka read partition stays idle before its watermark follows wall time")
 	fs.String("state_dir", def.StateDir, "directory of the Pebble state stores (default: a temporary directory per job)")
@@ -128,7 +129,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 func knownKey(key string) bool {
 	switch key {
 	case "config", "job_host", "job_port", "expansion_port", "status_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
-		"topic_replication_factor", "max_bundle_size", "max_bundle_time_ms", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
+		"topic_replication_factor", "max_bundle_size", "max_bundle_time_ms", "record_pack_bytes", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
 		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms",
 		"transaction_timeout_ms", "num_standby_replicas", "group_protocol", "session_timeout_ms",

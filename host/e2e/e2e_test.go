@@ -169,6 +169,10 @@ func brokerProcess(t *testing.T) string {
 
 // TestMatchesPrism runs each pipeline on Prism, then on ksrunner on every
 // broker with internal_parallelism 1 and 4, and requires the same output.
+// The runs at internal_parallelism 1 send one element per internal record
+// (record_pack_bytes=0), those at 4 pack them (packPar4, small enough that
+// a cycle's output takes several packs): packing changes records, not
+// results.
 // On brokers the test can reach it also checks that the job used its
 // application_id and internal_parallelism: the kept repartition topics
 // have internal_parallelism partitions.
@@ -185,11 +189,13 @@ func TestMatchesPrism(t *testing.T) {
 			}
 			for _, b := range bs {
 				for _, par := range []int{1, 4} {
-					t.Run(fmt.Sprintf("%s/parallelism=%d", b.name, par), func(t *testing.T) {
+					pack := recordPackBytes(par)
+					t.Run(fmt.Sprintf("%s/parallelism=%d/record_pack_bytes=%d", b.name, par, pack), func(t *testing.T) {
 						appID := kafkatest.UniqueName(t, "e2e")
 						opts := map[string]string{
 							"application_id":       appID,
 							"internal_parallelism": strconv.Itoa(par),
+							"record_pack_bytes":    strconv.Itoa(pack),
 						}
 						if b.bootstrap != "" {
 							opts["bootstrap_servers"] = b.bootstrap
@@ -208,6 +214,15 @@ func TestMatchesPrism(t *testing.T) {
 			}
 		})
 	}
+}
+
+// recordPackBytes is the record_pack_bytes of the runs at internal
+// parallelism par: none at 1, small packs at 4.
+func recordPackBytes(par int) int {
+	if par == 1 {
+		return 0
+	}
+	return 512
 }
 
 // checkRepartitionTopics requires that the job of appID left repartition

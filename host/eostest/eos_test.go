@@ -216,7 +216,7 @@ const (
 // other commit cycle aborted (abortCycles), requiring it to end DONE. It
 // returns the count of aborted cycles, the sums file, the broker and the
 // application id.
-func runAborting(t *testing.T, guarantee string) (aborted func() int, out, bootstrap, appID string) {
+func runAborting(t *testing.T, guarantee string, packBytes int) (aborted func() int, out, bootstrap, appID string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -229,6 +229,7 @@ func runAborting(t *testing.T, guarantee string) (aborted func() int, out, boots
 		"keep_internal_topics": "true",
 		"processing_guarantee": guarantee,
 		"commit_interval_ms":   "20",
+		"record_pack_bytes":    strconv.Itoa(packBytes),
 	})
 	if r.State != jobpb.JobState_DONE {
 		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
@@ -238,9 +239,17 @@ func runAborting(t *testing.T, guarantee string) (aborted func() int, out, boots
 
 // TestExactlyOnceSumsUnderAbortedCycles aborts every other commit cycle (after
 // flushing its records to the broker) of a GroupByKey + sum pipeline: under
-// exactly_once every sum is exact.
+// exactly_once every sum is exact, whether the internal records carry one
+// element each or are packed (an aborted cycle's packs must vanish with
+// it, and no pack may straddle a commit).
 func TestExactlyOnceSumsUnderAbortedCycles(t *testing.T) {
-	aborted, out, bootstrap, appID := runAborting(t, "exactly_once")
+	for _, pack := range []int{0, host.DefaultRecordPackBytes} {
+		t.Run(fmt.Sprintf("record_pack_bytes=%d", pack), func(t *testing.T) { testExactlyOnceSums(t, pack) })
+	}
+}
+
+func testExactlyOnceSums(t *testing.T, packBytes int) {
+	aborted, out, bootstrap, appID := runAborting(t, "exactly_once", packBytes)
 	if n := aborted(); n < 3 {
 		t.Fatalf("only %d commit cycles were aborted, want at least 3", n)
 	} else {
@@ -267,7 +276,7 @@ func TestExactlyOnceSumsUnderAbortedCycles(t *testing.T) {
 // (and, depending on timing, sums come out wrong). It shows the fault
 // injection really repeats work that exactly_once then hides.
 func TestAtLeastOnceRepeatsUnderAbortedCycles(t *testing.T) {
-	aborted, out, bootstrap, appID := runAborting(t, "at_least_once")
+	aborted, out, bootstrap, appID := runAborting(t, "at_least_once", host.DefaultRecordPackBytes)
 	if aborted() == 0 {
 		t.Fatal("no commit cycle was aborted")
 	}

@@ -158,6 +158,13 @@ func jobServer(t *testing.T, parallelism int) string {
 	t.Helper()
 	opts := host.DefaultOptions()
 	opts.InternalParallelism = parallelism
+	// Packing changes records, not results: one element per record at
+	// parallelism 1, small packs (several a cycle) at 4.
+	if parallelism == 1 {
+		opts.RecordPackBytes = 0
+	} else {
+		opts.RecordPackBytes = 512
+	}
 	opts.BootstrapServers = kafkatest.Broker(t)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	if os.Getenv("KSRUNNER_DEBUG") != "" {

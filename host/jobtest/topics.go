@@ -14,9 +14,10 @@ import (
 )
 
 // CommittedData counts, per internal data topic of application appID (not
-// changelogs, not the status and pipeline topics) and partition, the data records a
-// read_committed consumer sees (topic → partition → records; partitions
-// with only watermark reports or transaction markers count 0). Call it
+// changelogs, not the status and pipeline topics) and partition, the
+// elements of the data records a read_committed consumer sees, packed or
+// not (topic → partition → elements; partitions with only watermark
+// reports or transaction markers count 0). Call it
 // when the job is over: no transaction may be open.
 func CommittedData(t testing.TB, bootstrap, appID string) map[string]map[int32]int {
 	t.Helper()
@@ -70,8 +71,16 @@ func CommittedData(t testing.TB, bootstrap, appID string) map[string]map[int32]i
 			t.Fatal(err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if !r.Attrs.IsControl() && len(r.Value) > 0 && r.Value[0] == shuffle.KindData {
+			switch {
+			case r.Attrs.IsControl() || len(r.Value) == 0:
+			case r.Value[0] == shuffle.KindData:
 				counts[r.Topic][r.Partition]++
+			case r.Value[0] == shuffle.KindDataPacked:
+				n, _, err := shuffle.DecodePacked(r.Value)
+				if err != nil {
+					t.Fatalf("topic %s partition %d offset %d: %v", r.Topic, r.Partition, r.Offset, err)
+				}
+				counts[r.Topic][r.Partition] += n
 			}
 			if end, ok := pending[r.Topic][r.Partition]; ok && r.Offset >= end-1 {
 				delete(pending[r.Topic], r.Partition)

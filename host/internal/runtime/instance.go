@@ -71,7 +71,7 @@ type instance struct {
 	// cycleMark is the brokers' failure count when the running cycle
 	// began (reach.troubleSince; only the loop touches it).
 	cycleMark int64
-	observed observed    // what observe measured last (observe.go)
+	observed  observed // what observe measured last (observe.go)
 }
 
 type taskID struct {
@@ -237,6 +237,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	}
 	opts = append(opts, cc.opts...)
 	i.env.MaxRecordBytes = cc.batchMaxBytes // before any task exists
+	i.env.RecordPackBytes = cfg.RecordPackBytes
 	if gid := i.ident.groupInstanceID(cfg.ApplicationID); gid != nil {
 		// Static membership: a restart rejoins as the same member and gets
 		// its assignment back at once; a dynamic member killed holds its

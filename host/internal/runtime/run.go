@@ -58,6 +58,8 @@ type Config struct {
 	// no time bound.
 	MaxBundleSize int
 	MaxBundleTime time.Duration
+	// RecordPackBytes: see task.Env.RecordPackBytes.
+	RecordPackBytes int
 	// Execs run the plan's stages, by stage id (executor.Start).
 	Execs map[string]executor.Executor
 	// Skip are the sub-topologies (by id) this instance takes no tasks of:

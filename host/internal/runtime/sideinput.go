@@ -1,14 +1,18 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync/atomic"
 
+	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -33,17 +37,21 @@ type sideTopic struct {
 	// published (watermark) only once the data it covers is in the store.
 	reports   *watermark.Aggregator
 	watermark atomic.Int64
+	// read counts the data values read since the last metrics update (run's
+	// goroutine only).
+	read int64
 }
 
 // sideInputReader owns the reading of all side topics of an instance.
 type sideInputReader struct {
-	db     *pebble.DB
-	topics map[string]*sideTopic // by full topic name
-	byName map[string]*sideTopic
+	db      *pebble.DB
+	metrics *metrics.Job          // side_input_elements_read; nil: none
+	topics  map[string]*sideTopic // by full topic name
+	byName  map[string]*sideTopic
 }
 
 func newSideInputReader(inst *instance) (*sideInputReader, error) {
-	r := &sideInputReader{db: inst.db, topics: map[string]*sideTopic{}, byName: map[string]*sideTopic{}}
+	r := &sideInputReader{db: inst.db, metrics: inst.cfg.Metrics, topics: map[string]*sideTopic{}, byName: map[string]*sideTopic{}}
 	plan := inst.cfg.Plan
 	for _, tp := range plan.Topics {
 		if tp.Kind != translate.TopicSideInput {
@@ -136,6 +144,7 @@ func (r *sideInputReader) run(ctx context.Context, brokers string) error {
 			if wm := int64(st.reports.Watermark()); wm > st.watermark.Load() {
 				st.watermark.Store(wm)
 			}
+			r.countRead(st)
 		}
 	}
 }
@@ -153,12 +162,22 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 		st.reports.ReportMillis(p, wm)
 		return nil
 	case shuffle.KindData:
+		return r.applyValue(b, st, rec.Value[1:], shuffle.Position(rec.Offset, 0))
+	case shuffle.KindDataPacked:
+		return st.codec.EachPacked(rec.Value, func(i int, raw []byte) error {
+			return r.applyValue(b, st, raw, shuffle.Position(rec.Offset, i))
+		})
 	case shuffle.KindProcessingTime:
 		return nil // a TestStream's synthetic clock (eventtime.go): side inputs do not use it
-	default:
-		return fmt.Errorf("unknown record kind %d", rec.Value[0])
 	}
-	wv, err := st.codec.Next(rec.Value[1:])
+	return fmt.Errorf("unknown record kind %d", rec.Value[0])
+}
+
+// applyValue stores one windowed value of a side input at its position in
+// the topic (shuffle.Position), which keeps the entries in arrival order.
+func (r *sideInputReader) applyValue(b *pebble.Batch, st *sideTopic, raw []byte, pos int64) error {
+	st.read++
+	wv, err := st.codec.Next(raw)
 	if err != nil {
 		return err
 	}
@@ -166,7 +185,7 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 	if err != nil {
 		return err
 	}
-	off := binary.BigEndian.AppendUint64(nil, uint64(rec.Offset))
+	off := binary.BigEndian.AppendUint64(nil, uint64(pos))
 	for _, win := range windows {
 		if err := b.Set(state.SideKey('S', st.name, win, nil, off), wv.Elem, nil); err != nil {
 			return err
@@ -183,3 +202,29 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 	}
 	return nil
 }
+
+// countRead adds the values of st stored since the last call to the job's
+// counter side_input_elements_read (namespace ksrunner, "transform" the
+// side input topic's name), attempted and committed alike: they are in the
+// store already. An instance reads a side input once, whatever number of
+// tasks and bundles read it, so the counter shows the topic's values once
+// per instance.
+func (r *sideInputReader) countRead(st *sideTopic) {
+	if r.metrics == nil || st.read == 0 {
+		return
+	}
+	var buf bytes.Buffer
+	coder.EncodeVarInt(st.read, &buf)
+	st.read = 0
+	info := []*pipepb.MonitoringInfo{{
+		Urn:     "beam:metric:user:sum_int64:v1",
+		Type:    "beam:metrics:sum_int64:v1",
+		Payload: buf.Bytes(),
+		Labels:  map[string]string{"PTRANSFORM": st.name, "NAMESPACE": "ksrunner", "NAME": MetricSideInputRead},
+	}}
+	r.metrics.Attempted.Add(info)
+	r.metrics.Committed.Add(info)
+}
+
+// MetricSideInputRead is the counter of side input values an instance read.
+const MetricSideInputRead = "side_input_elements_read"

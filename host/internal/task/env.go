@@ -37,6 +37,9 @@ type Env struct {
 	// size or age, so bundles closed early only split a cycle's work.
 	MaxBundleSize int
 	MaxBundleTime time.Duration
+	// RecordPackBytes bounds the values of one DATA_PACKED record on the
+	// internal data topics (pack.go); zero: every value is a record.
+	RecordPackBytes int
 
 	// Produce sends a record in the current commit cycle; a failure is
 	// reported through Fail by the producer.

@@ -179,6 +179,7 @@ func (e *eventTime) afterPrepare() {
 // broadcast writes a record value to every partition of every topic this
 // task writes (as reportWatermark does for watermarks).
 func (t *Task) broadcast(val []byte) {
+	t.flushPacks() // the data before the report that follows it
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
 		if seen[s.Topic] || s.KafkaWrite != nil { // user topics carry only the user's records

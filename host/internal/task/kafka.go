@@ -132,14 +132,10 @@ func kafkaKV(plan *translate.Plan, pcoll string) (key, value string, err error) 
 	return kv.GetComponentCoderIds()[0], kv.GetComponentCoderIds()[1], nil
 }
 
-// data implements root; Handle sends a source's records to handleSource,
-// which calls emit.
-func (s *kafkaSource) data(rec *kgo.Record) error {
-	emitted, err := s.emit(rec, s.t.now())
-	if emitted {
-		s.lastRecord = s.t.now()
-	}
-	return err
+// data is never called: a source's records are the user's, which
+// handleSource gives to emit whole.
+func (s *kafkaSource) data([]byte, int64) error {
+	return fmt.Errorf("sub-topology %d: a Kafka source takes the user's records, not internal ones", s.t.sub.ID)
 }
 
 // emit emits one record's element; now is the time the Handle call the

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -18,10 +16,13 @@ import (
 //
 // A Kafka source (kafkaSource, kafka.go) is one more root: its records are
 // the user's, without ksrunner's envelope, and Task.Handle gives them to it
-// whole.
+// whole (kafkaSource.take), never through data.
 type root interface {
-	// data takes one DATA record (the kind byte is r.Value[0]).
-	data(r *kgo.Record) error
+	// data takes one windowed value of a DATA or DATA_PACKED record, at
+	// its position in the input partition (shuffle.Position: the record's
+	// offset and the value's index in it), which stands for its arrival
+	// order wherever state keeps one.
+	data(raw []byte, pos int64) error
 	// prepare fires what input watermark in makes due; PrepareCommit calls
 	// it first, before the stages' bundles close.
 	prepare(ctx context.Context, in int64) error
@@ -60,7 +61,7 @@ func newRoot(t *Task) (root, error) {
 // record arrives, once: the store remembers it (state.Impulse).
 type impulseRoot struct{ t *Task }
 
-func (r impulseRoot) data(*kgo.Record) error {
+func (r impulseRoot) data([]byte, int64) error {
 	t := r.t
 	if t.impulseSeen {
 		return nil
@@ -85,8 +86,8 @@ func (r impulseRoot) watermark(int64) (int64, error) {
 // redistribute, side-input-free stage or materialized main input).
 type passthroughRoot struct{ t *Task }
 
-func (r passthroughRoot) data(rec *kgo.Record) error {
-	return r.t.route(r.t.sub.Root.Output, rec.Value[1:])
+func (r passthroughRoot) data(raw []byte, _ int64) error {
+	return r.t.route(r.t.sub.Root.Output, raw)
 }
 
 func (passthroughRoot) prepare(context.Context, int64) error { return nil }
@@ -97,8 +98,8 @@ func (passthroughRoot) watermark(in int64) (int64, error)    { return in, nil }
 // window (gbk.go).
 type groupByKeyRoot struct{ t *Task }
 
-func (r groupByKeyRoot) data(rec *kgo.Record) error {
-	return r.t.buffer(rec.Value[1:], rec.Offset)
+func (r groupByKeyRoot) data(raw []byte, pos int64) error {
+	return r.t.buffer(raw, pos)
 }
 
 func (r groupByKeyRoot) prepare(_ context.Context, in int64) error { return r.t.fire(in) }
@@ -115,7 +116,7 @@ func (r groupByKeyRoot) watermark(in int64) (int64, error) {
 // merging windows, allowed lateness, timestamp combiners (gbkwindowed.go).
 type windowedRoot struct{ e *eventTime }
 
-func (r windowedRoot) data(rec *kgo.Record) error { return r.e.gbk.add(rec.Value[1:], rec.Offset) }
+func (r windowedRoot) data(raw []byte, pos int64) error { return r.e.gbk.add(raw, pos) }
 
 func (r windowedRoot) flushPending(ctx context.Context) error { return r.e.gbk.flushPending(ctx) }
 
@@ -143,7 +144,7 @@ func (r windowedRoot) watermark(in int64) (int64, error) {
 // arrived (teststream.go).
 type testStreamSource struct{ e *eventTime }
 
-func (r testStreamSource) data(*kgo.Record) error {
+func (r testStreamSource) data([]byte, int64) error {
 	r.e.ts.triggered = true // the events run in prepare, once
 	return nil
 }

@@ -84,6 +84,8 @@ type Task struct {
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
 
+	packs packs // DATA_PACKED records being filled (pack.go)
+
 	// kafkaSinks are the serializers of the sub-topology's Kafka writes.
 	kafkaSinks map[*translate.Sink]*kafkaSink
 
@@ -207,6 +209,7 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		producers:  env.Topics.Producers[sub.Input],
 		reportedWM: minWatermark,
 		batch:      env.DB.NewIndexedBatch(),
+		packs:      packs{limit: packLimit(env)},
 	}
 	t.prefix = state.TaskPrefix(sub.ID, partition)
 	t.pages.db = env.DB
@@ -349,7 +352,7 @@ func (t *Task) Handle(ctx context.Context, recs []*kgo.Record) error {
 		if len(r.Value) == 0 {
 			return fmt.Errorf("topic %s partition %d offset %d: empty record", r.Topic, r.Partition, r.Offset)
 		}
-		if r.Value[0] != shuffle.KindData {
+		if r.Value[0] != shuffle.KindData && r.Value[0] != shuffle.KindDataPacked {
 			if err := t.flushPending(ctx); err != nil {
 				return err
 			}
@@ -381,7 +384,11 @@ func (t *Task) Handle(ctx context.Context, recs []*kgo.Record) error {
 				}
 			}
 		case shuffle.KindData:
-			if err := t.handleData(r); err != nil {
+			if err := t.root.data(r.Value[1:], shuffle.Position(r.Offset, 0)); err != nil {
+				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+		case shuffle.KindDataPacked:
+			if err := t.handlePacked(r); err != nil {
 				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
 		default:
@@ -403,8 +410,6 @@ func (t *Task) flushPending(ctx context.Context) error {
 	}
 	return nil
 }
-
-func (t *Task) handleData(r *kgo.Record) error { return t.root.data(r) }
 
 // impulseElement is the impulse's one element: empty bytes at the minimum
 // timestamp in the global window, with the no-firing pane.
@@ -442,14 +447,20 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 		return t.sinkToKafka(s, pcoll, raw)
 	}
 	topic := t.env.Topics.ByName[s.Topic]
+	packed := t.packs.limit > 0 && packable(topic.Kind)
 	rec := &kgo.Record{Topic: t.env.Topics.Full(s.Topic)}
-	val := make([]byte, 1+len(raw))
-	val[0] = shuffle.KindData
-	copy(val[1:], raw)
-	rec.Value = val
+	var val []byte
+	if !packed {
+		val = make([]byte, 1+len(raw))
+		val[0] = shuffle.KindData
+		copy(val[1:], raw)
+		rec.Value = val
+		raw = val[1:]
+	}
+	n := t.env.Topics.Partitions[s.Topic]
 	codec := t.env.Codecs[pcoll]
 	if codec.IsKV() {
-		wv, err := codec.Next(val[1:])
+		wv, err := codec.Next(raw)
 		if err != nil {
 			return fmt.Errorf("pcollection %s: %w", pcoll, err)
 		}
@@ -457,12 +468,21 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 		if err != nil {
 			return fmt.Errorf("pcollection %s: %w", pcoll, err)
 		}
+		if packed {
+			// A packed record has no key: its values' readers find each
+			// key in the element, as they do for an unpacked record.
+			t.pack(rec.Topic, shuffle.KeyPartition(key, n), n, raw)
+			return nil
+		}
 		rec.Key = key
 	} else if topic.Kind == translate.TopicRepartition {
 		return fmt.Errorf("pcollection %s: a GroupByKey input must be a KV", pcoll)
 	} else {
-		n := t.env.Topics.Partitions[s.Topic]
 		rec.Partition = (t.rr.Add(1) & 0x7fffffff) % n
+		if packed {
+			t.pack(rec.Topic, rec.Partition, n, raw)
+			return nil
+		}
 	}
 	t.env.Produce(rec)
 	return nil
@@ -690,6 +710,7 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	if t.ev != nil {
 		t.ev.afterPrepare()
 	}
+	t.flushPacks() // when no report went out
 	return nil
 }
 
@@ -718,6 +739,7 @@ func (t *Task) reportWatermark(wm int64) {
 	wm = max(wm, t.reportedWM)
 	t.reportedWM, t.statusDirty = wm, false
 	t.env.Logger.Debug("watermark", "task", t.producer, "watermark", wm, "producers", t.producers)
+	t.flushPacks() // the data before the report that covers it
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
 		if seen[s.Topic] || s.KafkaWrite != nil { // user topics carry only the user's records
@@ -775,6 +797,7 @@ func (t *Task) CommitState() error {
 func (t *Task) Abort() {
 	t.pages.reset()
 	t.batch.Close()
+	t.dropPacks()
 	if t.user != nil {
 		t.user.Abort()
 	}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/ksrunner/ksrunner/host"
+)
+
+// suiteWindowSum agrees with a sum over every element.
+func TestSuiteWindowSum(t *testing.T) {
+	const n, keys, span = 5000, 7, 60_000
+	for start := int64(0); start < span; start += 1000 {
+		for key := int64(0); key < keys; key++ {
+			var want int64
+			for i := int64(0); i < n; i++ {
+				if ts := i * span / n; ts >= start && ts < start+1000 && i%keys == key {
+					want += i
+				}
+			}
+			if got := suiteWindowSum(n, keys, span, key, start, start+1000); got != want {
+				t.Fatalf("window [%d,%d) key %d: %d, want %d", start, start+1000, key, got, want)
+			}
+		}
+	}
+}
+
+// The suite's own pipelines, small, run on ksrunner (packed and not) and
+// pass their checks; a check that is wrong fails.
+func TestSuitePipelinesOnKsrunner(t *testing.T) {
+	const n, keys = 20_000, 50
+	for _, pack := range []int{0, host.DefaultRecordPackBytes} {
+		opts := host.DefaultOptions()
+		opts.InternalParallelism = 3
+		opts.CommitIntervalMs = 5
+		opts.RecordPackBytes = pack
+		res := runOnKsrunner(t, buildHotKeyBench(n, keys), opts)
+		if err := checkCounts(suiteCounts(res.Metrics(), suiteNamespace), map[string]int64{"checked": keys}); err != nil {
+			t.Errorf("hot key, record_pack_bytes=%d: %v", pack, err)
+		}
+		res = runOnKsrunner(t, buildWindowedBench(n, keys), opts)
+		got := suiteCounts(res.Metrics(), suiteNamespace)
+		if err := checkCounts(got, map[string]int64{"checked": windowGroups(n, keys, windowedSpan.Milliseconds())}); err != nil {
+			t.Errorf("windowed, record_pack_bytes=%d: %v", pack, err)
+		}
+		res = runOnKsrunner(t, buildSideJoinBench(n, 3000), opts)
+		got = suiteCounts(res.Metrics(), suiteNamespace)
+		if err := checkSideJoin(res, "ksrunner", n, 3000); err != nil {
+			t.Errorf("side join, record_pack_bytes=%d: %v", pack, err)
+		}
+		if err := checkCounts(got, map[string]int64{"joined": n + 1}); err == nil || !strings.Contains(err.Error(), "counter joined") {
+			t.Errorf("a wrong count passed the check: %v", err)
+		}
+	}
+}
