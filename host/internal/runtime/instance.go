@@ -149,6 +149,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		SideWatermark:     i.side.watermark,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
 		ReadBounds:        cfg.readBounds,
+		Draining:          cfg.Draining,
 		BadRecords:        cfg.BadRecords,
 	}
 	if cfg.Hooks != nil {
@@ -413,6 +414,7 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 				t.Abort()
 				delete(i.tasks, id)
 			}
+			i.cfg.Stats.dropped(topic, p)
 		}
 	}
 }
@@ -604,6 +606,7 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt ti
 			hw = p.HighWatermark
 		}
 		t.Fetched(hw, len(p.Records))
+		i.cfg.Stats.fetched(p, isSource(i.subByTopic[p.Topic]), hw)
 		if len(p.Records) == 0 {
 			return
 		}
