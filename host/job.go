@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ksrunner/ksrunner/host/internal/application"
@@ -71,6 +73,7 @@ type job struct {
 	logger  *slog.Logger
 	events  *eventLog
 	metrics *metrics.Job
+	stats   *runtime.Stats // progress in this process, for the log
 	wasm    *executor.WASM // nil without WASM stages
 	// observer holds this process's instance figures, for the status
 	// page and /metrics (status.go); started is when the job started here.
@@ -85,6 +88,11 @@ type job struct {
 
 	// fingerprint identifies the job's pipeline on its pipeline topic.
 	fingerprint string
+
+	// closing is set once the job's executors are being shut down.
+	closing atomic.Bool
+	// draining is set by Drain.
+	draining atomic.Bool
 
 	cancelOnce sync.Once
 	cancel     context.CancelCauseFunc
@@ -108,6 +116,11 @@ var (
 	// its restart takes its tasks back without a rebalance; meanwhile the
 	// other instances wait up to session_timeout_ms for them.
 	errStopped = errors.New("job stopped in this process")
+	// errAppEnded: the job's application was cancelled or is draining
+	// elsewhere, as its pipeline topic says (a worker following it): the
+	// instance leaves the group, as for a Cancel, but records nothing
+	// (the pipeline topic says it already).
+	errAppEnded = fmt.Errorf("the application ended: %w", errCancelled)
 )
 
 // startJob validates and translates the pipeline (every unsupported construct
@@ -141,6 +154,7 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		logger:  logger.With("job", spec.ID),
 		events:  newEventLog(),
 		metrics: metrics.NewJob(),
+		stats:   &runtime.Stats{},
 		done:    make(chan struct{}),
 
 		observer: metrics.NewInstance(),
@@ -163,12 +177,16 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	msgs, annotated := executor.DescribeStages(spec.Pipeline, plan, j.wasm)
 	j.spec.Pipeline = annotated
 	for _, m := range msgs {
-		j.logger.Info(m)
-		j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, m)
+		j.note(slog.LevelInfo, jobpb.JobMessage_JOB_MESSAGE_BASIC, m)
 	}
 	for _, line := range describePlan(plan) {
-		j.logger.Debug("plan: " + line)
+		if !server.messagesOnly {
+			j.logger.Debug("plan: " + line)
+		}
 		j.events.message(jobpb.JobMessage_JOB_MESSAGE_DETAILED, line)
+	}
+	for _, w := range optionTypos(spec.RawOptions) {
+		j.note(slog.LevelWarn, jobpb.JobMessage_JOB_MESSAGE_WARNING, w)
 	}
 	if spec.Origin == originSubmitted {
 		// The pipeline as submitted, not as annotated for GetPipeline: the
@@ -234,8 +252,7 @@ func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM
 	default:
 		msg = fmt.Sprintf("application %s: job written to the pipeline topic %s, for `ksrunner worker --application_id %s` and restarts", opts.ApplicationID, t.Name(), opts.ApplicationID)
 	}
-	j.logger.Info(msg)
-	j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
+	j.note(slog.LevelInfo, jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
 	return nil
 }
 
@@ -246,6 +263,10 @@ func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM
 func (j *job) recordEnd(ctx context.Context, err error) {
 	var state application.State
 	switch {
+	case errors.Is(err, errAppEnded):
+		return
+	case err == nil && j.draining.Load():
+		state = application.Drained
 	case errors.Is(err, errCancelled):
 		state = application.Cancelled
 	case err == nil && j.plan.Bounded && j.spec.Options.KeepInternalTopics:
@@ -271,8 +292,7 @@ func (j *job) onWASMStuck(s wasmabi.StuckBundle) {
 	msg := fmt.Sprintf("job %s: stage %s: WASM module %s: a bundle has been running for %v, past wasm_bundle_deadline (%v); "+
 		"the guest cannot be stopped in-process (wasm_interruptible is off): the job fails and the task stays blocked until the process exits (ksrunner jobserver exits, so Kafka moves the partitions to another instance and their uncommitted input is processed again)",
 		j.spec.ID, s.Stage, s.Module, time.Since(s.Started).Round(time.Millisecond), s.Deadline)
-	j.logger.Error(msg)
-	j.events.message(jobpb.JobMessage_JOB_MESSAGE_ERROR, msg)
+	j.note(slog.LevelError, jobpb.JobMessage_JOB_MESSAGE_ERROR, msg)
 	if j.server.onStuckBundle != nil {
 		j.server.onStuckBundle(msg)
 		return
@@ -299,6 +319,39 @@ func (j *job) State() jobpb.JobState_Enum { return j.events.current() }
 // CANCELLED unless it already ended.
 func (j *job) Cancel() { j.cancel(errCancelled) }
 
+// end stops the job because its application ended (see errAppEnded).
+func (j *job) end() { j.cancel(errAppEnded) }
+
+// Drain drains the job (task/drain.go): its sources stop where they are,
+// its watermark goes to +inf, firing every window, and it ends DRAINED.
+// The application's other processes stop (the pipeline topic says it
+// drains), so that their tasks move here and drain too. It reports false
+// if the job has already ended.
+func (j *job) Drain() bool {
+	if isTerminal(j.State()) || isClosed(j.done) {
+		return false
+	}
+	if j.draining.Swap(true) {
+		return true
+	}
+	msg := "draining: the job's sources stop at their current positions and its watermark goes to +inf, firing every window; it ends DRAINED"
+	j.note(slog.LevelInfo, jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
+	j.events.setState(jobpb.JobState_DRAINING)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		t, err := application.Open(ctx, j.spec.Options.BootstrapServers, j.spec.Options.ApplicationID, 0, false)
+		if err == nil {
+			err = t.SetState(ctx, j.fingerprint, application.Draining)
+			t.Close()
+		}
+		if err != nil {
+			j.logger.Warn("recording the drain on the pipeline topic (the application's other processes go on with their tasks)", "error", err)
+		}
+	}()
+	return true
+}
+
 // Stop stops running the job in this process only; it ends CANCELLED here
 // unless it already ended, and goes on in the application's other
 // processes.
@@ -311,28 +364,100 @@ func (j *job) run(ctx context.Context) {
 	defer close(j.done)
 	defer j.wasm.Close()
 	defer j.closeCluster()
+	start := time.Now()
+	opts := j.spec.Options
+	j.logger.Info("job started", "name", j.spec.Name, "application_id", opts.ApplicationID, "origin", j.spec.Origin.String(), "options", opts.describe())
 	j.events.setState(jobpb.JobState_STARTING)
+	stopProgress := j.logProgress(start)
 	err := j.execute(ctx)
+	stopProgress()
 	if ctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
 	j.err = err
 	j.recordEnd(ctx, err)
+	took := time.Since(start).Round(time.Millisecond)
 	switch {
+	case err == nil && j.draining.Load():
+		j.logger.Info("job drained", "took", took)
+		j.events.setState(jobpb.JobState_DRAINED)
 	case err == nil:
-		j.logger.Info("job done")
+		j.logger.Info("job done", "took", took)
 		j.events.setState(jobpb.JobState_DONE)
 	case errors.Is(err, errCancelled):
-		j.logger.Info("job cancelled")
+		j.logger.Info("job cancelled", "took", took)
 		j.events.setState(jobpb.JobState_CANCELLED)
 	case errors.Is(err, errStopped):
-		j.logger.Info("job stopped in this process; the application goes on in its other processes, and resumes when this one restarts")
+		j.logger.Info("job stopped in this process; the application goes on in its other processes, and resumes when this one restarts", "took", took)
 		j.events.setState(jobpb.JobState_CANCELLED)
 	default:
-		j.logger.Error("job failed", "error", err)
+		if j.server.messagesOnly {
+			j.logger.Info("job failed", "took", took) // the error is the job's message
+		} else {
+			j.logger.Error("job failed", "took", took, "error", err)
+		}
 		j.events.message(jobpb.JobMessage_JOB_MESSAGE_ERROR, err.Error())
 		j.events.setState(jobpb.JobState_FAILED)
 	}
+}
+
+// progressEvery is how often a running job logs its progress line.
+const progressEvery = 10 * time.Second
+
+// logProgress logs, every progressEvery until the returned func is called,
+// how far the job has come in this process (runtime.Stats): the elements
+// read, the tasks' least watermark (a time) and the Kafka reads' lag. A
+// line equal to the last one is not repeated.
+func (j *job) logProgress(start time.Time) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		tick := time.NewTicker(progressEvery)
+		defer tick.Stop()
+		var last runtime.StatsSnapshot
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			s := j.stats.Snapshot()
+			if s == last {
+				continue
+			}
+			j.logger.Info("job progress", progressAttrs(s, time.Since(start))...)
+			last = s
+		}
+	}()
+	return func() { close(done); <-exited }
+}
+
+// progressAttrs are the fields of a progress line.
+func progressAttrs(s runtime.StatsSnapshot, elapsed time.Duration) []any {
+	attrs := []any{"elements", s.Elements, "elapsed", elapsed.Round(time.Second)}
+	switch {
+	case s.Reported == 0:
+		attrs = append(attrs, "watermark", "none reported yet")
+	case s.Reported < s.Tasks:
+		attrs = append(attrs, "watermark", task.FormatWatermark(s.Watermark), "watermark_tasks", fmt.Sprintf("%d of %d", s.Reported, s.Tasks))
+	default:
+		attrs = append(attrs, "watermark", task.FormatWatermark(s.Watermark))
+	}
+	if s.SourcePartitions > 0 {
+		attrs = append(attrs, "source_lag", s.SourceLag, "source_partitions", s.SourcePartitions)
+	}
+	return attrs
+}
+
+// note logs msg at level and sends it to the job's message stream with
+// importance. A server whose client shows the message stream on the same
+// terminal (WithMessagesOnly) only sends it.
+func (j *job) note(level slog.Level, importance jobpb.JobMessage_MessageImportance, msg string, attrs ...any) {
+	if !j.server.messagesOnly {
+		j.logger.Log(context.Background(), level, msg, attrs...)
+	}
+	j.events.message(importance, msg)
 }
 
 // execute runs the job until it is done (bounded), cancelled or failed.
@@ -359,7 +484,10 @@ func (j *job) execute(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer closeExecs()
+	defer func() {
+		j.closing.Store(true) // see onSDKLog
+		closeExecs()
+	}()
 	skip := j.skipSubTopologies(unrunnable)
 	deadLetter, createDeadLetter := opts.deadLetterTopic()
 	return runtime.Run(ctx, runtime.Config{
@@ -390,6 +518,8 @@ func (j *job) execute(ctx context.Context) error {
 		Logger:                j.logger,
 		Metrics:               j.metrics,
 		Observer:              j.observer,
+		Stats:                 j.stats,
+		Draining:              &j.draining,
 		Hooks:                 j.server.hooks,
 		OnRunning:             func() { j.events.setState(jobpb.JobState_RUNNING) },
 		Progress:              func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg) },
@@ -414,8 +544,7 @@ func (j *job) skipSubTopologies(unrunnable map[string]error) map[int]bool {
 			}
 			skip[st.ID] = true
 			msg := fmt.Sprintf("this process cannot run stage %s (environment %s: %v): it takes no tasks of sub-topology %d, which the application's other processes run (give it the environment with --sdk_worker_pool=%s=HOST:PORT)", s.ID, s.EnvironmentID, err, st.ID, s.EnvironmentID)
-			j.logger.Warn(msg)
-			j.events.message(jobpb.JobMessage_JOB_MESSAGE_WARNING, msg)
+			j.note(slog.LevelWarn, jobpb.JobMessage_JOB_MESSAGE_WARNING, msg)
 		}
 	}
 	return skip
@@ -426,29 +555,51 @@ func (j *job) onSDKLog(e *fnpb.LogEntry) {
 	if t := e.GetTrace(); t != "" {
 		msg += "\n" + t
 	}
+	inBundle := e.GetInstructionId() != "" || e.GetTransformId() != ""
+	if !inBundle && isClientEcho(msg) {
+		// The Go SDK's universal runner logs the job's messages and states
+		// with the SDK's logger, which a LOOPBACK harness in the same
+		// process sends here: the line is already in this log (and in the
+		// stream), once.
+		j.logger.Debug("sdk: the client's echo of a job message", "message", msg)
+		return
+	}
 	attrs := []any{"transform", e.GetTransformId(), "location", e.GetLogLocation()}
-	// Only lines logged while processing a bundle go to the message stream:
-	// a LOOPBACK worker shares its process with the submitting client, which
-	// logs the message stream, and forwarding those lines back would loop.
-	toStream := e.GetInstructionId() != "" || e.GetTransformId() != ""
-	importance := jobpb.JobMessage_JOB_MESSAGE_BASIC
+	// Lines logged while processing a bundle, and warnings and errors,
+	// go to the message stream. Other lines (the harness's own progress)
+	// only to the log: a LOOPBACK client may log the stream with the SDK's
+	// logger, which sends it back here (isClientEcho drops those).
+	// What the harnesses say as the job shuts them down (their data
+	// channels closing) only goes to the log.
+	level, importance := slog.LevelInfo, jobpb.JobMessage_JOB_MESSAGE_BASIC
+	toStream := inBundle
 	switch sev := e.GetSeverity(); {
 	case sev >= fnpb.LogEntry_Severity_ERROR:
-		j.logger.Error("sdk: "+msg, attrs...)
-		importance = jobpb.JobMessage_JOB_MESSAGE_ERROR
+		level, importance, toStream = slog.LevelError, jobpb.JobMessage_JOB_MESSAGE_ERROR, true
 	case sev >= fnpb.LogEntry_Severity_WARN:
-		j.logger.Warn("sdk: "+msg, attrs...)
-		importance = jobpb.JobMessage_JOB_MESSAGE_WARNING
+		level, importance, toStream = slog.LevelWarn, jobpb.JobMessage_JOB_MESSAGE_WARNING, true
 	case sev >= fnpb.LogEntry_Severity_INFO:
-		j.logger.Info("sdk: "+msg, attrs...)
 	default:
-		j.logger.Debug("sdk: "+msg, attrs...)
-		toStream = false
+		level, toStream = slog.LevelDebug, false
+	}
+	if j.closing.Load() {
+		toStream, level = false, min(level, slog.LevelInfo)
+	}
+	if !toStream || !j.server.messagesOnly {
+		j.logger.Log(context.Background(), level, "sdk: "+msg, attrs...)
 	}
 	if toStream {
 		j.events.message(importance, msg)
 	}
 }
+
+// clientEcho matches the lines the Go SDK's universal runner logs for the
+// job's messages ("(time=T)(id=N)text") and states ("Job[ID] state: S").
+var clientEcho = regexp.MustCompile(`^(\(time=[^)]*\))?\(id=[^)]*\)|^Job\[[^\]]*\] state: [A-Z]+$`)
+
+// isClientEcho reports whether an SDK log line is the submitting client's
+// echo of this job's message stream.
+func isClientEcho(msg string) bool { return clientEcho.MatchString(msg) }
 
 // describePlan says, a line per sub-topology and stage, how the job runs:
 // topics, roots, stages with their executor and transforms, sinks.

@@ -415,6 +415,18 @@ func (s *JobServer) Cancel(_ context.Context, req *jobpb.CancelJobRequest) (*job
 	return &jobpb.CancelJobResponse{State: j.State()}, nil
 }
 
+// Drain implements the Job API: see job.Drain.
+func (s *JobServer) Drain(_ context.Context, req *jobpb.DrainJobRequest) (*jobpb.DrainJobResponse, error) {
+	j, err := s.job(req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if !j.Drain() {
+		return nil, status.Errorf(codes.FailedPrecondition, "drain %s: the job has ended (%s)", req.GetJobId(), j.State())
+	}
+	return &jobpb.DrainJobResponse{State: j.State()}, nil
+}
+
 // GetStateStream implements the Job API: every state change, ending with the
 // terminal one.
 func (s *JobServer) GetStateStream(req *jobpb.GetJobStateRequest, stream jobpb.JobService_GetStateStreamServer) error {

@@ -13,6 +13,9 @@ type serverConfig struct {
 	stageDir string
 	// status: serve the status page and /metrics (WithStatus); nil: none.
 	status *StatusConfig
+	// messagesOnly: lines sent as job messages are not logged too
+	// (WithMessagesOnly).
+	messagesOnly bool
 }
 
 // WithStuckBundlePolicy sets what happens when a bundle of a
@@ -30,4 +33,13 @@ func WithStuckBundlePolicy(f func(msg string)) ServerOption {
 // the server runs (see TestHooks).
 func WithTestHooks(h TestHooks) ServerOption {
 	return func(c *serverConfig) { c.hooks = &h }
+}
+
+// WithMessagesOnly makes the server's jobs send what they tell their
+// clients (job messages, SDK lines of bundles, warnings and errors) only to
+// the message stream, not also to the server's log: for a job server whose
+// one client shows the message stream on the terminal the log goes to (the
+// in-process server of host/kafkastreams), so that each line shows once.
+func WithMessagesOnly() ServerOption {
+	return func(c *serverConfig) { c.messagesOnly = true }
 }

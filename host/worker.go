@@ -149,7 +149,10 @@ func (w *Worker) runJob(ctx context.Context, m *application.Manifest, s *applica
 	if err := useWorkerPools(spec.Pipeline, w.cfg.SDKWorkerPools); err != nil {
 		return err
 	}
-	j, err := startJob(ctx, spec, w.logger, &w.server)
+	// The job's log lines name the job and, in its start line, the
+	// application: the worker's logger (which names the application on
+	// every line) would repeat it.
+	j, err := startJob(ctx, spec, w.cfg.Logger, &w.server)
 	if err != nil {
 		return err
 	}
@@ -159,7 +162,7 @@ func (w *Worker) runJob(ctx context.Context, m *application.Manifest, s *applica
 	select {
 	case <-ctx.Done():
 		if errors.Is(context.Cause(ctx), application.ErrEnded) {
-			j.Cancel() // as the job server's Cancel did: leave the group too
+			j.end() // cancelled or draining elsewhere: leave the group too
 		} else {
 			j.Stop()
 		}

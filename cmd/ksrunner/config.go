@@ -1,13 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
+	"sort"
 	"strings"
 
 	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/providers/posflag"
 	"github.com/knadh/koanf/providers/structs"
@@ -27,7 +29,7 @@ type serverConfig struct {
 	// JobHost.
 	ExpansionPort int `koanf:"expansion_port"`
 	// StatusPort is the port of the status page and /metrics, on
-	// JobHost; 0: none.
+	// JobHost (0: none).
 	StatusPort int    `koanf:"status_port"`
 	LogLevel   string `koanf:"log_level"`
 }
@@ -36,12 +38,13 @@ func defaultServerConfig() serverConfig {
 	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, StatusPort: 8074, LogLevel: "info"}
 }
 
-// loadServerConfig merges, lowest first: defaults, the --config YAML file,
-// KSRUNNER_* environment variables, flags.
-func loadServerConfig(args []string) (serverConfig, error) {
+// jobServerFlags are `ksrunner jobserver`'s flags: one per option (the
+// configuration file and KSRUNNER_* variables know the same names), and
+// --config.
+func jobServerFlags() *pflag.FlagSet {
 	def := defaultServerConfig()
-	fs := pflag.NewFlagSet("jobserver", pflag.ContinueOnError)
-	fs.String("config", "", "YAML configuration file")
+	fs := newFlagSet("jobserver")
+	fs.String("config", "", "YAML configuration file of options (by their names, as the flags); KSRUNNER_CONFIG also names it")
 	fs.String("job_host", def.JobHost, "host the job endpoint listens on")
 	fs.Int("job_port", def.JobPort, "port of the job endpoint (0 picks a free port)")
 	fs.Int("expansion_port", def.ExpansionPort, "port of the KafkaIO expansion service, on job_host (0 picks a free port)")
@@ -71,78 +74,239 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.String("group_protocol", def.GroupProtocol, host.GroupProtocolHelp)
 	fs.Int("session_timeout_ms", def.SessionTimeoutMs, host.SessionTimeoutMsHelp)
 	fs.Int("broker_unavailable_timeout_ms", def.BrokerUnavailableTimeoutMs, host.BrokerUnavailableTimeoutMsHelp)
-	if err := fs.Parse(args); err != nil {
+	return fs
+}
+
+// loadServerConfig merges, lowest first: defaults, the --config YAML file,
+// KSRUNNER_* environment variables, flags. An unknown name in any of them
+// is an error naming where it is (with the option it may be a misspelling
+// of), and so is a bad value.
+func loadServerConfig(args []string) (serverConfig, error) {
+	fs := jobServerFlags()
+	if err := parseFlags(fs, args); err != nil {
 		return serverConfig{}, err
 	}
-	if fs.NArg() > 0 {
-		return serverConfig{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	known := func(key string) bool { return key != "config" && fs.Lookup(key) != nil }
+	knownNames := optionNames(fs)
+
+	// sources says where each key's value came from, for errors.
+	sources := map[string]string{}
+	k := koanf.New(".")
+	if err := k.Load(structs.Provider(defaultServerConfig(), "koanf"), nil); err != nil {
+		return serverConfig{}, err
 	}
 
-	k := koanf.New(".")
-	if err := k.Load(structs.Provider(def, "koanf"), nil); err != nil {
-		return serverConfig{}, err
+	// The configuration file.
+	path, _ := fs.GetString("config")
+	if path == "" {
+		path = os.Getenv(envPrefix + "CONFIG")
 	}
-	if path, _ := fs.GetString("config"); path != "" {
-		if err := k.Load(file.Provider(path), yaml.Parser()); err != nil {
+	if path != "" {
+		fk := koanf.New(".")
+		if err := fk.Load(file.Provider(path), yaml.Parser()); err != nil {
 			return serverConfig{}, fmt.Errorf("config file %s: %w", path, err)
 		}
+		for _, key := range fk.Keys() {
+			if !known(key) {
+				return serverConfig{}, fmt.Errorf("config file %s: unknown option %q%s", path, key, didYouMean(key, knownNames, ""))
+			}
+			if err := checkValue(fk.Get(key), key); err != nil {
+				return serverConfig{}, fmt.Errorf("config file %s: option %s: %v", path, key, err)
+			}
+			sources[key] = "config file " + path
+		}
+		if err := k.Merge(fk); err != nil {
+			return serverConfig{}, err
+		}
 	}
-	if err := k.Load(env.Provider(".", env.Opt{
-		Prefix: "KSRUNNER_",
-		TransformFunc: func(k, v string) (string, any) {
-			k = strings.ToLower(strings.TrimPrefix(k, "KSRUNNER_"))
-			if !knownKey(k) || k == "config" {
-				// Other tools share the prefix (KSRUNNER_TEST_BOOTSTRAP,
-				// KSRUNNER_KAFKA_PORT, KSRUNNER_DEBUG, ...): only options
-				// are read from the environment.
-				return "", nil
-			}
-			if k == "stage_wasm" { // a list: comma-separated entries
-				return k, strings.Split(v, ",")
-			}
-			return k, v
-		},
-	}), nil); err != nil {
+
+	// KSRUNNER_* environment variables.
+	env, err := envOptions(os.Environ(), known)
+	if err != nil {
 		return serverConfig{}, err
 	}
+	for key, e := range env {
+		if err := checkValue(e.value, key); err != nil {
+			return serverConfig{}, fmt.Errorf("environment variable %s=%q: %v", e.name, e.raw, err)
+		}
+		if err := k.Set(key, e.value); err != nil {
+			return serverConfig{}, err
+		}
+		sources[key] = "environment variable " + e.name
+	}
+
+	// Flags (pflag parsed and checked their values).
 	if err := k.Load(posflag.Provider(fs, ".", k), nil); err != nil {
 		return serverConfig{}, err
 	}
+	fs.Visit(func(f *pflag.Flag) { sources[f.Name] = "flag --" + f.Name })
+
 	var cfg serverConfig
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "koanf", FlatPaths: false}); err != nil {
 		return serverConfig{}, fmt.Errorf("configuration: %w", err)
 	}
-	for _, key := range k.Keys() {
-		if !knownKey(key) {
-			return serverConfig{}, fmt.Errorf("configuration: unknown option %q", key)
-		}
-	}
 	if cfg.StatusPort < 0 || cfg.StatusPort > 65535 {
-		return serverConfig{}, fmt.Errorf("job server configuration (defaults, --config file, KSRUNNER_* environment, flags): status_port: %d, want a port (0: no status page)", cfg.StatusPort)
+		return serverConfig{}, fmt.Errorf("option status_port: %d, want a port (0: no status page)%s", cfg.StatusPort, fromWhere(errors.New("option status_port"), sources))
 	}
 	if err := cfg.Options.Validate(); err != nil {
-		return serverConfig{}, fmt.Errorf("job server configuration (defaults, --config file, KSRUNNER_* environment, flags): %w", err)
+		return serverConfig{}, fmt.Errorf("job server configuration: %w%s", err, fromWhere(err, sources))
+	}
+	if _, err := newLogger(cfg.LogLevel); err != nil {
+		return serverConfig{}, fmt.Errorf("job server configuration: %w%s", err, fromWhere(err, sources))
 	}
 	return cfg, nil
 }
 
-func knownKey(key string) bool {
-	switch key {
-	case "config", "job_host", "job_port", "expansion_port", "status_port", "log_level", "bootstrap_servers", "application_id", "internal_parallelism",
-		"topic_replication_factor", "max_bundle_size", "max_bundle_time_ms", "record_pack_bytes", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
-		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
-		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms",
-		"transaction_timeout_ms", "num_standby_replicas", "group_protocol", "session_timeout_ms",
-		"broker_unavailable_timeout_ms":
+// checkValue checks that value parses as option key of serverConfig.
+func checkValue(value any, key string) error {
+	k := koanf.New(".")
+	if err := k.Load(structs.Provider(defaultServerConfig(), "koanf"), nil); err != nil {
+		return err
+	}
+	if err := k.Set(key, value); err != nil {
+		return err
+	}
+	var cfg serverConfig
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "koanf", FlatPaths: false}); err != nil {
+		return errors.New(strings.TrimSpace(strings.TrimPrefix(unwrapDecodeError(err), "* ")))
+	}
+	return nil
+}
+
+// unwrapDecodeError drops mapstructure's "1 error(s) decoding:" header.
+func unwrapDecodeError(err error) string {
+	s := err.Error()
+	for _, header := range []string{"error(s):", "decoding:"} {
+		if _, rest, ok := strings.Cut(s, header); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return s
+}
+
+// optionNamePattern finds the option an error of host.Options.Validate (or
+// newLogger) names.
+var optionNamePattern = regexp.MustCompile(`option ([a-z_]+)`)
+
+// fromWhere says where the value of the option named in err came from.
+func fromWhere(err error, sources map[string]string) string {
+	m := optionNamePattern.FindStringSubmatch(err.Error())
+	if m == nil {
+		return " (defaults, --config file, KSRUNNER_* environment, flags)"
+	}
+	if src, ok := sources[m[1]]; ok {
+		return " (from " + src + ")"
+	}
+	return " (the default)"
+}
+
+// envPrefix is the prefix of ksrunner's environment variables.
+const envPrefix = "KSRUNNER_"
+
+// envOption is the value of an option given by an environment variable.
+type envOption struct {
+	name, raw string // the variable and its value
+	value     any
+}
+
+// envOptions reads the KSRUNNER_* variables of environ whose names are
+// options (known). The variables of ksrunner's other commands' options and
+// of its tools and tests are not this command's; any other is an error,
+// naming the variable and, if it is a likely misspelling of one, the option.
+func envOptions(environ []string, known func(string) bool) (map[string]envOption, error) {
+	sort.Strings(environ)
+	out := map[string]envOption{}
+	for _, kv := range environ {
+		name, val, _ := strings.Cut(kv, "=")
+		rest, ok := strings.CutPrefix(name, envPrefix)
+		if !ok {
+			continue
+		}
+		key := strings.ToLower(rest)
+		switch {
+		case key == "config":
+			continue // the configuration file's path
+		case known(key):
+			var v any = val
+			if key == "stage_wasm" || key == "sdk_worker_pool" { // lists: comma-separated entries
+				v = strings.Split(val, ",")
+			}
+			out[key] = envOption{name: name, raw: val, value: v}
+		case allOptions[key] || toolVariable(rest):
+			// another command's option, or a tool's variable
+		default:
+			return nil, fmt.Errorf("environment variable %s: not a ksrunner option%s", name, didYouMean(key, allOptionNames(), envPrefix))
+		}
+	}
+	return out, nil
+}
+
+// toolVariable reports whether KSRUNNER_<name> is a variable of the
+// project's tools and tests rather than an option.
+func toolVariable(name string) bool {
+	for _, p := range []string{"TEST_", "KAFKA_", "REQUIRE_", "HARNESS_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	switch name {
+	case "DEBUG", "CACHE", "PYTHON", "STREAMING_RECORDS", "CPUPROFILE", "STATUS_SCREENSHOT":
 		return true
 	}
 	return false
 }
 
+// allOptions are the option names of every command (jobserver, worker,
+// the client commands).
+var allOptions = func() map[string]bool {
+	m := map[string]bool{}
+	for _, fs := range []*pflag.FlagSet{jobServerFlags(), workerFlagSet(new(workerFlags)), clientFlags(new(string))} {
+		for _, n := range optionNames(fs) {
+			m[n] = true
+		}
+	}
+	return m
+}()
+
+func allOptionNames() []string {
+	names := make([]string, 0, len(allOptions))
+	for n := range allOptions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// optionNames are the names of fs's flags but --config.
+func optionNames(fs *pflag.FlagSet) []string {
+	var names []string
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Name != "config" {
+			names = append(names, f.Name)
+		}
+	})
+	return names
+}
+
+// didYouMean suggests the option name is likely a misspelling of.
+func didYouMean(name string, known []string, prefix string) string {
+	s := host.SuggestOption(name, known, 2)
+	if s == "" {
+		return ""
+	}
+	switch prefix {
+	case envPrefix:
+		s = envPrefix + strings.ToUpper(s)
+	default:
+		s = prefix + s
+	}
+	return fmt.Sprintf(" (did you mean %s?)", s)
+}
+
 func newLogger(level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("option log_level: %q: %w", level, err)
+		return nil, fmt.Errorf("option log_level: %q: want debug, info, warn or error", level)
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }

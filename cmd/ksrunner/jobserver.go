@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/kafkaio"
 )
@@ -40,6 +42,7 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if u := srv.StatusURL(); u != "" {
 		fmt.Fprintf(stdout, "status page: %s (metrics: %smetrics)\n", u, u)
 	}
+	checkBrokers(ctx, cfg.BootstrapServers, stdout, logger)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve() }()
 	go func() { errc <- exp.Serve() }()
@@ -76,13 +79,19 @@ func exitOnStuckBundle(msg string) {
 	os.Exit(3)
 }
 
-func runBroker(ctx context.Context, args []string, stdout io.Writer) error {
+func brokerFlags() *pflag.FlagSet {
 	fs := newFlagSet("broker")
-	port := fs.Int("port", 9092, "port to listen on (0 picks a free port)")
-	if err := fs.Parse(args); err != nil {
+	fs.Int("port", 9092, "port to listen on (0 picks a free port)")
+	return fs
+}
+
+func runBroker(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := brokerFlags()
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	b, err := host.StartEmbeddedBroker(*port)
+	port, _ := fs.GetInt("port")
+	b, err := host.StartEmbeddedBroker(port)
 	if err != nil {
 		return err
 	}

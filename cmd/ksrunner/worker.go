@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +16,7 @@ import (
 )
 
 // workerFlags are `ksrunner worker`'s options: flags, with KSRUNNER_*
-// environment variables of the same names as their defaults.
+// environment variables of the same names under them.
 type workerFlags struct {
 	appID, brokers, stateDir, logLevel string
 	statusHost                         string
@@ -23,34 +24,46 @@ type workerFlags struct {
 	pools                              []string
 }
 
-func parseWorkerFlags(args []string) (workerFlags, error) {
-	envOr := func(name, def string) string {
-		if v, ok := os.LookupEnv("KSRUNNER_" + strings.ToUpper(name)); ok {
-			return v
-		}
-		return def
-	}
-	var f workerFlags
-	fs := pflag.NewFlagSet("worker", pflag.ContinueOnError)
-	fs.StringVar(&f.appID, "application_id", envOr("application_id", ""), "the application to join (required)")
-	fs.StringVar(&f.brokers, "bootstrap_servers", envOr("bootstrap_servers", ""), "the application's Kafka brokers (required)")
-	fs.StringVar(&f.stateDir, "state_dir", envOr("state_dir", ""), "directory of the worker's state store and identity (default: a temporary directory; give one for fast restarts)")
-	fs.StringVar(&f.logLevel, "log_level", envOr("log_level", "info"), "debug, info, warn or error")
-	fs.StringVar(&f.statusHost, "status_host", envOr("status_host", "localhost"), "host the status page and /metrics listen on")
-	port, err := strconv.Atoi(envOr("status_port", "0"))
-	if err != nil {
-		return f, fmt.Errorf("environment KSRUNNER_STATUS_PORT: %q: %w", os.Getenv("KSRUNNER_STATUS_PORT"), err)
-	}
-	fs.IntVar(&f.statusPort, "status_port", port, "port of the worker's status page and Prometheus /metrics (0: none)")
+// workerFlagSet defines the worker's flags, into f.
+func workerFlagSet(f *workerFlags) *pflag.FlagSet {
+	fs := newFlagSet("worker")
+	fs.StringVar(&f.appID, "application_id", "", "the application to join (required)")
+	fs.StringVar(&f.brokers, "bootstrap_servers", "", "the application's Kafka brokers (required)")
+	fs.StringVar(&f.stateDir, "state_dir", "", "directory of the worker's state store and identity (default: a temporary directory; give one for fast restarts)")
+	fs.StringVar(&f.logLevel, "log_level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.statusHost, "status_host", "localhost", "host the status page and /metrics listen on")
+	fs.IntVar(&f.statusPort, "status_port", 0, "port of the worker's status page and Prometheus /metrics (0: none)")
 	fs.StringSliceVar(&f.pools, "sdk_worker_pool", nil, "ENVIRONMENT_ID=HOST:PORT: run the stages of that environment in the Beam SDK worker pool at HOST:PORT (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	return fs
+}
+
+func parseWorkerFlags(args []string) (workerFlags, error) {
+	var f workerFlags
+	fs := workerFlagSet(&f)
+	if err := parseFlags(fs, args); err != nil {
 		return f, err
 	}
-	if fs.NArg() > 0 {
-		return f, fmt.Errorf("unexpected arguments %q", fs.Args())
+	// Environment variables count where no flag was given.
+	env, err := envOptions(os.Environ(), func(key string) bool { return fs.Lookup(key) != nil })
+	if err != nil {
+		return f, err
+	}
+	sources := map[string]string{}
+	fs.Visit(func(fl *pflag.Flag) { sources[fl.Name] = "flag --" + fl.Name })
+	for key, e := range env {
+		if fs.Changed(key) {
+			continue
+		}
+		if err := fs.Set(key, e.raw); err != nil {
+			return f, fmt.Errorf("environment variable %s=%q: %v", e.name, e.raw, err)
+		}
+		sources[key] = "environment variable " + e.name
+	}
+	if _, err := newLogger(f.logLevel); err != nil {
+		return f, fmt.Errorf("worker: %w%s", err, fromWhere(err, sources))
 	}
 	if f.statusPort < 0 || f.statusPort > 65535 {
-		return f, fmt.Errorf("option status_port: %d, want a port (0: no status page)", f.statusPort)
+		return f, fmt.Errorf("option status_port: %d, want a port (0: no status page)%s", f.statusPort, fromWhere(errors.New("option status_port"), sources))
 	}
 	return f, nil
 }

@@ -1,4 +1,5 @@
-// Command streaming runs an unbounded Beam Go pipeline on ksrunner that
+// Command streaming runs an unbounded Beam Go pipeline on ksrunner (the
+// runner of package host/kafkastreams) that
 // reads and writes Kafka through the Go SDK's KafkaIO
 // (io/xlang/kafkaio), which ksrunner expands in-process (imported as
 // github.com/ksrunner/ksrunner/host/kafkaio: no expansion service, no Java)
@@ -43,25 +44,30 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
 )
 
+// --bootstrap_servers and --application_id are the runner package's flags
+// (host/kafkastreams defines one per ksrunner job option): by default an
+// embedded in-memory broker in this process, and the application
+// streaming-example.
 var (
-	bootstrap = flag.String("bootstrap_servers", "", "Kafka brokers to use (default: an embedded in-memory broker in this process)")
-	appID     = flag.String("application_id", "streaming-example", "ksrunner application id of the job (its consumer group and internal topic prefix)")
-	records   = flag.Int("records", 10000, "records to generate into topic words")
-	deadline  = flag.Duration("deadline", 3*time.Minute, "how long to wait for every window to arrive in topic counts")
+	records  = flag.Int("records", 10000, "records to generate into topic words")
+	deadline = flag.Duration("deadline", 3*time.Minute, "how long to wait for every window to arrive in topic counts")
 )
 
 func main() {
 	flag.Parse()
 	beam.Init()
 
+	appID := flag.Lookup("application_id").Value.String()
+	if appID == "" {
+		appID = "streaming-example"
+	}
 	cfg := Config{
-		Bootstrap:     *bootstrap,
+		Bootstrap:     flag.Lookup("bootstrap_servers").Value.String(),
 		WordsTopic:    "words",
 		CountsTopic:   "counts",
-		ApplicationID: *appID,
+		ApplicationID: appID,
 		Records:       *records,
 		Keys:          20,
 		Deadline:      *deadline,

@@ -23,7 +23,6 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,7 +30,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
-	_ "github.com/ksrunner/ksrunner/host/kafkaio" // expands kafkaio.Read/Write in-process
+	"github.com/ksrunner/ksrunner/host/kafkastreams" // the runner; expands kafkaio.Read/Write in-process
 )
 
 func init() {
@@ -76,8 +75,9 @@ type Result struct {
 
 // Run fills cfg.WordsTopic, runs the counting job until cfg.CountsTopic
 // holds a line for every key and window of those records, cancels it and
-// prints a summary to stdout. With no --endpoint flag it starts a ksrunner
-// job server in this process and submits to it (LOOPBACK); set
+// prints a summary to stdout. It runs on the kafkastreams runner (LOOPBACK).
+// With no --endpoint flag it starts a ksrunner job server in this process
+// and submits to it (it needs the server's endpoint to cancel the job); set
 // KSRUNNER_DEBUG for the server's debug log. It fails if a window does not
 // arrive by the deadline or a count differs from the generated input's.
 func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Result, error) {
@@ -102,21 +102,16 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Result, error) {
 		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 		opts := host.DefaultOptions()
 		opts.BootstrapServers = cfg.Bootstrap
-		srv, err := host.NewJobServer("localhost:0", opts, logger)
+		// Its job's messages show on this terminal (the runner's console):
+		// not in its log too.
+		srv, err := host.NewJobServer("localhost:0", opts, logger, host.WithMessagesOnly())
 		if err != nil {
 			return nil, err
 		}
 		go srv.Serve()
 		defer srv.Stop() // before the broker closes: it cancels and waits for the job
 		flag.Set("endpoint", srv.Endpoint())
-		flag.Set("runner", "universal")
-		flag.Set("environment_type", "LOOPBACK")
 		defer flag.Set("endpoint", "")
-	} else if !flagSet("environment_type") {
-		// The SDK's default is DOCKER, which ksrunner cannot start: the
-		// workers of this process serve the job, as in-process.
-		flag.Set("runner", "universal")
-		flag.Set("environment_type", "LOOPBACK")
 	}
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(cfg.Bootstrap, ",")...))
@@ -156,7 +151,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (*Result, error) {
 	jobCtx, stopJob := context.WithCancel(context.Background())
 	defer stopJob()
 	job := &running{done: make(chan struct{})}
-	go func() { _, job.err = beamx.RunWithMetrics(jobCtx, p); close(job.done) }()
+	go func() { _, job.err = beam.Run(jobCtx, kafkastreams.Name, p); close(job.done) }()
 
 	readCtx, cancelRead := context.WithTimeout(ctx, cfg.Deadline)
 	defer cancelRead()
@@ -455,11 +450,4 @@ func sourceOffsets(ctx context.Context, adm *kadm.Client, group, topic string) (
 	ends = map[int32]int64{}
 	listed.Each(func(o kadm.ListedOffset) { ends[o.Partition] = o.Offset })
 	return committed, ends, nil
-}
-
-// flagSet reports whether the named flag was given on the command line.
-func flagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

@@ -88,12 +88,14 @@ def main(argv):
     ap.add_argument('--output_topic', default='counts')
     ap.add_argument('--job_id_file', help='write the job id here once submitted')
     args, rest = ap.parse_known_args(argv)
-    # --streaming: the pipeline is unbounded; without it the Python SDK's
-    # PortableRunner also pre-optimizes the pipeline (pack_combiners,
-    # lift_combiners, sort_stages), which drops the WriteToKafka leaf (a
-    # runner transform with no outputs) from what it submits.
-    opts = PipelineOptions(['--runner=PortableRunner', '--job_endpoint=' + args.job_endpoint,
-                            '--environment_type=LOOPBACK', '--streaming',
+    # The SDK's KafkaStreamsRunner submits to the job server at
+    # --job_endpoint, LOOPBACK by default. --streaming: the pipeline is
+    # unbounded; without it the Python SDK's portable runners also
+    # pre-optimize the pipeline (pack_combiners, lift_combiners,
+    # sort_stages), which drops the WriteToKafka leaf (a runner transform
+    # with no outputs) from what they submit.
+    opts = PipelineOptions(['--runner=KafkaStreamsRunner', '--job_endpoint=' + args.job_endpoint,
+                            '--streaming',
                             '--bootstrap_servers=' + args.bootstrap_servers] + rest)
     p = beam.Pipeline(options=opts)
     pipeline(p, args.bootstrap_servers, args.input_topic, args.output_topic, args.expansion_service)

@@ -1,12 +1,14 @@
 // Command wordcount counts the words of a text with the Beam Go SDK on
-// ksrunner.
+// ksrunner, through the runner of package host/kafkastreams.
 //
 // With no --endpoint it starts a ksrunner job server and an embedded Kafka
 // broker in this process, submits itself to them and prints the counts:
 //
 //	go run ./examples/wordcount
 //
-// With --endpoint it submits to a running `ksrunner jobserver`:
+// With --endpoint it submits to a running `ksrunner jobserver`; the flags of
+// ksrunner's job options (--internal_parallelism, --application_id, ...)
+// go with the job:
 //
 //	go run ./examples/wordcount --endpoint=localhost:8099 --input=some.txt
 package main
@@ -18,7 +20,6 @@ import (
 	"os"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
 
 	"github.com/ksrunner/ksrunner/examples/wordcount/wc"
 )

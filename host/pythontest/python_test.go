@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +27,6 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
 
 	"github.com/ksrunner/ksrunner/host"
-	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
 // beamPython returns a python interpreter that can import apache_beam (the
@@ -66,20 +64,7 @@ func runPipeline(ctx context.Context, t *testing.T, py, script string, args ...s
 // endpoint.
 func startJobServer(t *testing.T, opts host.Options) string {
 	t.Helper()
-	opts.BootstrapServers = kafkatest.Broker(t)
-	logOut := &syncBuffer{}
-	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(logOut, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
-	t.Cleanup(func() {
-		srv.Stop()
-		if t.Failed() || os.Getenv("KSRUNNER_DEBUG") != "" {
-			t.Logf("job server log:\n%s", logOut.String())
-		}
-	})
-	return srv.Endpoint()
+	return startJobServerLog(t, opts, &syncBuffer{})
 }
 
 // Custom WindowFns written in Python: a non-merging one whose windows depend

@@ -10,7 +10,7 @@
 //	    -o split-as.wasm -O3 --runtime stub --use abort= --exportStart _initialize --noAssert
 //
 // and map transforms to it with --stage_wasm='PATTERN=split-as.wasm#Split'.
-// Build does the same from Go (the tests and `ksrunner bench wasm` use it).
+// Build does the same from Go (the tests and `ksrunner-bench wasm` use it).
 package as
 
 import (

@@ -16,9 +16,10 @@
 // in this process; with --endpoint=HOST:PORT it submits to a running
 // `ksrunner jobserver` (which must be able to read the module file).
 //
-// A Go SDK pipeline sends only the flags it defines as pipeline options, so
-// a pipeline that selects WASM stages defines a stage_wasm flag (as here), or
-// sets the option in code before running:
+// The --stage_wasm flag is the runner package's (host/kafkastreams defines
+// a flag per ksrunner job option; a Go SDK pipeline sends the flags it sets
+// as pipeline options). A pipeline may also set the option in code before
+// running:
 //
 //	beam.PipelineOptions.Set("stage_wasm", "Split*=/path/split.wasm,Format*=/path/format.wasm")
 package main
@@ -29,32 +30,17 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
-	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
 
 	"github.com/ksrunner/ksrunner/examples/wordcount/wc"
 )
 
-// stageWASM is the repeatable --stage_wasm flag. The Go SDK sends a flag's
-// String() as the option's value: the entries joined by commas, which
-// ksrunner splits again.
-type stageWASM []string
-
-func (s *stageWASM) String() string     { return strings.Join(*s, ",") }
-func (s *stageWASM) Set(v string) error { *s = append(*s, v); return nil }
-
 var (
-	stages stageWASM
 	module = flag.String("module", "", "the wordcount WASM module (./guest built for wasip1): maps the split and format steps to it unless --stage_wasm is given")
 	input  = flag.String("input", "", "text file to count (default: a built-in text)")
 	output = flag.String("output", "", "where to write the counts (default: a temporary file, printed)")
 )
-
-func init() {
-	flag.Var(&stages, "stage_wasm", "PATTERN=MODULE[#DOFN]: run the transforms matching PATTERN as WASM DoFns (repeatable)")
-}
 
 // StageWASM returns the stage_wasm entries mapping the wordcount's split
 // and format steps to the DoFns of the module at path.
@@ -67,7 +53,10 @@ func StageWASM(path string) []string {
 
 func main() {
 	flag.Parse()
-	if len(stages) == 0 && *module != "" {
+	// The runner's repeatable flag: its value is the entries joined by
+	// commas, which ksrunner splits again.
+	stages := flag.Lookup("stage_wasm").Value
+	if stages.String() == "" && *module != "" {
 		abs, err := filepath.Abs(*module)
 		if err != nil {
 			log.Fatal(err)
@@ -76,7 +65,7 @@ func main() {
 			flag.Set("stage_wasm", s)
 		}
 	}
-	if len(stages) == 0 {
+	if stages.String() == "" {
 		log.Fatal("no WASM stages: give --module=wordcount.wasm or --stage_wasm entries")
 	}
 	beam.Init()

@@ -13,7 +13,7 @@ import (
 )
 
 func init() {
-	// Split is exactly the DoFn `ksrunner bench wasm` runs on the Fn API
+	// Split is exactly the DoFn `ksrunner-bench wasm` runs on the Fn API
 	// harness and in plain Go. (The WASM wordcount's module shows metrics.)
 	guest.Register(guest.FlatMap("Split", guest.StringRef, guest.String, wordfns.Split))
 	guest.Register(guest.Map("Upper", guest.StringRef, guest.String, func(s string) (string, error) {

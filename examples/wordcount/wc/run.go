@@ -3,46 +3,33 @@ package wc
 import (
 	"bufio"
 	"context"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local" // textio on local files
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
-	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal" // the runner it submits with
-	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners" // the --runner flag
 
-	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/kafkastreams"
 )
 
 // Run counts the words of input (a file; empty: Text) and writes the counts
-// to output. With output empty it prints them, sorted, to stdout. With no
-// --endpoint flag set, it first starts a ksrunner job server and the
-// embedded broker in this process and submits to them (LOOPBACK); set
-// KSRUNNER_DEBUG for the server's debug log.
+// to output. With output empty it prints them, sorted, to stdout. It runs
+// on the runner of --runner, by default ksrunner's (package
+// host/kafkastreams): with no --endpoint flag that starts a ksrunner job
+// server and the embedded broker in this process and submits to them
+// (LOOPBACK); set KSRUNNER_DEBUG for the server's debug log.
+//
+// It calls beam.Run rather than beamx.Run: beamx links every runner of the
+// SDK (Prism, Dataflow, ...), about 200 packages this program does not
+// need. A program that wants them all uses beamx.Run with
+// --runner=kafkastreams.
 func Run(ctx context.Context, input, output string, stdout io.Writer) error {
-	if *jobopts.Endpoint == "" {
-		level := slog.LevelWarn
-		if os.Getenv("KSRUNNER_DEBUG") != "" {
-			level = slog.LevelDebug
-		}
-		logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-		srv, err := host.NewJobServer("localhost:0", host.DefaultOptions(), logger)
-		if err != nil {
-			return err
-		}
-		go srv.Serve()
-		defer srv.Stop()
-		flag.Set("endpoint", srv.Endpoint())
-		flag.Set("runner", "universal")
-		flag.Set("environment_type", "LOOPBACK")
-	}
 	out := output
 	if out == "" {
 		dir, err := os.MkdirTemp("", "wordcount-")
@@ -62,7 +49,11 @@ func Run(ctx context.Context, input, output string, stdout io.Writer) error {
 	}
 	p, s := beam.NewPipelineWithRoot()
 	textio.Write(s, out, CountWords(s, beam.CreateList(s, lines)))
-	if _, err := beamx.RunWithMetrics(ctx, p); err != nil {
+	runner := *runners.Runner
+	if runner == "" {
+		runner = kafkastreams.Name
+	}
+	if _, err := beam.Run(ctx, runner, p); err != nil {
 		return fmt.Errorf("pipeline failed: %w", err)
 	}
 	if output != "" {

@@ -30,6 +30,12 @@ const (
 	Cancelled State = "cancelled"
 	// Done: the job finished (a bounded job whose topics were kept).
 	Done State = "done"
+	// Draining: the job drains (the Job API's Drain) in the process that
+	// was asked to; the application's other processes stop it, so that
+	// their tasks move to that process and drain there. Drained: it
+	// drained; nothing resumes it.
+	Draining State = "draining"
+	Drained  State = "drained"
 )
 
 // Manifest is the pipeline topic's latest word: which Spec (by its

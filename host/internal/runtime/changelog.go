@@ -203,7 +203,14 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 	defer cm.finish() // on an early return; a second finish is a no-op
 	b := i.db.NewBatchWithSize(restoreBatchBytes + restoreBatchBytes/4)
 	n, size := 0, int64(0)
+	// A long restore says how far it is, every restoreProgressEvery.
+	lastProgress, at := start, pos
 	for done := false; !done; {
+		if time.Since(lastProgress) >= restoreProgressEvery {
+			lastProgress = time.Now()
+			i.cfg.Logger.Info("restoring task state from the changelog", "topic", topic, "partition", partition, "from", pos, "at", at, "to", end,
+				"records", n, "bytes", size, "elapsed", time.Since(start).Round(time.Second))
+		}
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
 			b.Close()
@@ -218,6 +225,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 			if r.Offset >= end-1 {
 				done = true
 			}
+			at = r.Offset
 			if r.Offset >= end || r.Attrs.IsControl() || perr != nil {
 				return
 			}
@@ -255,6 +263,9 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 	i.restored(sub, partition, n)
 	return nil
 }
+
+// restoreProgressEvery is how often a long restore logs its progress.
+const restoreProgressEvery = 10 * time.Second
 
 // restored tells Hooks.Restored that a task's store is up to date after
 // replaying records changelog records.

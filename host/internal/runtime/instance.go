@@ -167,6 +167,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		SideWatermark:     i.side.watermark,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
 		ReadBounds:        cfg.readBounds,
+		Draining:          cfg.Draining,
 		BadRecords:        cfg.BadRecords,
 	}
 	if cfg.Hooks != nil {
@@ -466,6 +467,7 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 				t.Abort()
 				delete(i.tasks, id)
 			}
+			i.cfg.Stats.dropped(topic, p)
 		}
 	}
 }
@@ -681,6 +683,7 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt ti
 		}
 		t.Fetched(hw, len(p.Records))
 		i.observeFetch(i.subByTopic[p.Topic].ID, p, hw)
+		i.cfg.Stats.fetched(p, isSource(i.subByTopic[p.Topic]), hw)
 		if len(p.Records) == 0 {
 			return
 		}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
@@ -106,6 +107,14 @@ type Config struct {
 	// NumStandbyReplicas is how many other instances keep a warm copy of
 	// each stateful task's store (standby.go); zero: none.
 	NumStandbyReplicas int
+	// Draining, once set, drains the job in this process (task/drain.go):
+	// its Kafka reads end where they are and splittable DoFns stop, so
+	// the watermarks go to +inf, firing every window, and Run returns nil
+	// once every task reported +inf. nil: the job never drains.
+	Draining *atomic.Bool
+	// Stats, if set, is kept up to date with the job's progress in this
+	// process (stats.go).
+	Stats *Stats
 
 	// readBounds are the ends of the bounded Kafka reads, fixed by Run
 	// (readBounds in kafkaio.go).
@@ -381,7 +390,8 @@ func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
 				bad = fmt.Errorf("status topic %s offset %d (task %s): %w", r.Topic, r.Offset, r.Key, err)
 				return
 			}
-			cfg.Logger.Debug("task status", "task", string(r.Key), "watermark", st.Watermark)
+			cfg.Logger.Debug("task status", "task", string(r.Key), "watermark", task.FormatWatermark(st.Watermark))
+			cfg.Stats.reported(string(r.Key), st.Watermark, expected)
 			if st.Watermark >= maxWatermark {
 				finished[string(r.Key)] = true
 			}

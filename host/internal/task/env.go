@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -65,6 +66,8 @@ type Env struct {
 	// and Kafka sources' processing times, idleness and read deadlines;
 	// nil: time.Now.
 	Now func() time.Time
+	// Draining, once set, drains the job (drain.go); nil: never.
+	Draining *atomic.Bool
 
 	// BadRecords is what Kafka reads do with records they cannot
 	// deserialize and Kafka writes with elements they cannot produce

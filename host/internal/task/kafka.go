@@ -79,6 +79,10 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 	if src.bound, err = newSourceBound(t, t.env.ReadBounds[t.sub.ID]); err != nil {
 		return nil, err
 	}
+	if src.bound == nil && t.env.Draining != nil {
+		// An unbounded read ends where it is when the job drains.
+		src.bound = &sourceBound{quota: -1, resume: -1}
+	}
 	if r.KafkaRead.PayloadRow {
 		return src, src.newPayload()
 	}
@@ -144,7 +148,7 @@ func (s *kafkaSource) data([]byte, int64) error {
 // the caller then sets lastRecord, once per call.
 func (s *kafkaSource) emit(rec *kgo.Record, now time.Time) (bool, error) {
 	t := s.t
-	if s.bound != nil && s.bound.ended(now) {
+	if (s.bound != nil && s.bound.ended(now)) || t.draining() {
 		s.bound.drop(rec) // neither emitted nor committed (SourceEnd)
 		return false, nil
 	}
@@ -213,7 +217,7 @@ func (s *kafkaSource) polled(at time.Time, complete bool) {
 func (s *kafkaSource) prepare(context.Context, int64) error { return s.bound.save(s.t) }
 
 func (s *kafkaSource) watermark(int64) (int64, error) {
-	if s.bound.ended(s.t.now()) {
+	if s.bound.ended(s.t.now()) || s.t.draining() {
 		return maxWatermark, nil // every record emitted is in this cycle or before
 	}
 	bound := SourceOutOfOrderness.Milliseconds()

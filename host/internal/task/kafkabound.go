@@ -110,7 +110,7 @@ func (b *sourceBound) drop(rec *kgo.Record) {
 //
 //	'K' → len run | run | emitted (8 bytes)
 func (b *sourceBound) save(t *Task) error {
-	if b == nil || b.emitted == b.stored {
+	if b == nil || b.emitted == b.stored || b.run == "" { // run "": an unbounded read's (drain.go)
 		return nil
 	}
 	v := binary.BigEndian.AppendUint64(state.AppendLP(nil, []byte(b.run)), uint64(b.emitted))

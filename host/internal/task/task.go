@@ -627,7 +627,9 @@ func (t *Task) finish(sr *stageRun) error {
 	if res.Finalize != nil {
 		t.finalizers = append(t.finalizers, res.Finalize)
 	}
-	if len(res.Residuals) > 0 {
+	if len(res.Residuals) > 0 && t.draining() {
+		t.env.Logger.Info("draining: residuals of a splittable DoFn dropped", "stage", sr.stage.ID, "residuals", len(res.Residuals))
+	} else if len(res.Residuals) > 0 {
 		t.mu.Lock()
 		for _, r := range res.Residuals {
 			sr.appendPending(r)
@@ -738,7 +740,7 @@ func (t *Task) outputWatermark(in int64) (int64, error) {
 func (t *Task) reportWatermark(wm int64) {
 	wm = max(wm, t.reportedWM)
 	t.reportedWM, t.statusDirty = wm, false
-	t.env.Logger.Debug("watermark", "task", t.producer, "watermark", wm, "producers", t.producers)
+	t.env.Logger.Debug("watermark", "task", t.producer, "watermark", FormatWatermark(wm), "producers", t.producers)
 	t.flushPacks() // the data before the report that covers it
 	seen := map[string]bool{}
 	for _, s := range t.sub.Sinks {
@@ -824,3 +826,15 @@ func (t *Task) Finalize(ctx context.Context) {
 
 // ID is the task's producer id (shuffle.ProducerID).
 func (t *Task) ID() string { return t.producer }
+
+// FormatWatermark prints a watermark (milliseconds since the epoch) as a
+// time: UTC to the millisecond, or -inf / +inf at Beam's bounds.
+func FormatWatermark(ms int64) string {
+	switch {
+	case ms <= minWatermark:
+		return "-inf"
+	case ms >= maxWatermark:
+		return "+inf"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}

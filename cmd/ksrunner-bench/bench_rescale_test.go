@@ -12,8 +12,8 @@ import (
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
-// TestBenchRescale runs `bench rescale` small, on one instance process (this
-// test binary running ksrunner's main as `jobserver`), on the test broker:
+// TestBenchRescale runs `bench rescale` small, on one instance process (the
+// ksrunner binary, built from this module), on the test broker:
 // the checker must find every window complete, each key's count exactly
 // what the generator produced and nothing twice, so this fails when the
 // pipeline, the instance, the generator's counts or the checker's matching
@@ -25,12 +25,16 @@ func TestBenchRescale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(envRunMain, "1") // the instances run main
+	t.Setenv(envRunMain, "1") // the SDK worker pools run this binary's main
+	binary, err := ksrunnerBinary(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out strings.Builder
 	cfg := rescaleConfig{
 		Rate: 2000, Keys: 50, ValueBytes: 10, Partitions: 2,
 		Duration: 4 * time.Second, Warmup: time.Second, Grace: time.Minute, Late: 2 * time.Second,
-		Plan: []planStep{{At: 0}}, Binary: self, SDKBinary: self, CommitMs: 50, AddAs: addAsJobServer,
+		Plan: []planStep{{At: 0}}, Binary: binary, SDKBinary: self, CommitMs: 50, AddAs: addAsJobServer,
 		WorkDir: t.TempDir(), InstanceLogLevel: "info",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}

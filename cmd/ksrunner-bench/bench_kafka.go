@@ -33,7 +33,7 @@ import (
 	_ "github.com/ksrunner/ksrunner/host/kafkaio" // expands kafkaio.Read/Write in-process
 )
 
-// `ksrunner bench kafka`: Kafka -> a stateless map -> Kafka, exactly once.
+// `ksrunner-bench kafka`: Kafka -> a stateless map -> Kafka, exactly once.
 // The input topic holds --records records (a 16-digit sequence number as
 // the key, a --value_bytes value starting with it, lower case), in
 // --partitions partitions; the map upper-cases the value. Three variants
@@ -45,7 +45,7 @@ import (
 //     else, the ceiling of the other two;
 //   - wasm: a ksrunner job (kafkaio.Read -> ParDo -> kafkaio.Write,
 //     expanded in-process) whose ParDo runs as a WASM stage (--stage_wasm
-//     to the module ./cmd/ksrunner/benchmap, built for wasip1 first);
+//     to the module ./cmd/ksrunner-bench/benchmap, built for wasip1 first);
 //   - harness: the same job with the ParDo a Go SDK DoFn on the Fn API
 //     harness (LOOPBACK: the SDK worker is this process).
 //
@@ -195,10 +195,10 @@ func benchKafka(ctx context.Context, cfg benchKafkaConfig, bootstrap string, std
 				continue
 			case variantWASM:
 				module := filepath.Join(dir, "benchmap.wasm")
-				cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", module, "github.com/ksrunner/ksrunner/cmd/ksrunner/benchmap")
+				cmd := exec.CommandContext(ctx, "go", "build", "-buildmode=c-shared", "-o", module, "github.com/ksrunner/ksrunner/cmd/ksrunner-bench/benchmap")
 				cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm", "GOFLAGS=", "GOWASM=satconv,signext")
 				if msg, err := cmd.CombinedOutput(); err != nil {
-					return nil, fmt.Errorf("bench kafka: building the WASM map (cmd/ksrunner/benchmap): %v\n%s", err, msg)
+					return nil, fmt.Errorf("bench kafka: building the WASM map (cmd/ksrunner-bench/benchmap): %v\n%s", err, msg)
 				}
 				o.StageWASM = []string{benchMapScope + "/*=" + module + "#UpperValue"}
 			}

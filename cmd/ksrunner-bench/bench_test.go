@@ -19,9 +19,8 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 )
 
-// envRunMain makes the test binary run ksrunner's main instead of the
-// tests: `bench rescale`'s test runs its instances as this binary, which
-// holds the same main, rather than building cmd/ksrunner again.
+// envRunMain makes the test binary run ksrunner-bench's main instead of the
+// tests: `bench rescale`'s test runs its SDK worker pools as this binary.
 const envRunMain = "KSRUNNER_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {

@@ -24,7 +24,7 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 )
 
-// `ksrunner bench rescale`: one application, several processes, measured
+// `ksrunner-bench rescale`: one application, several processes, measured
 // while it runs. Three parts share the bench process:
 //
 //   - the generator produces --rate records/s to an input topic of
@@ -211,7 +211,7 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	late := fs.Duration("late", 2*time.Second, "a window whose skew is over this is late")
 	plan := fs.String("plan", "start@0s,start@30s,kill@60s", "instances: comma-separated ACTION@OFFSET from the generator's start; ACTION start, kill (the newest live instance) or killN (the Nth started); instances at 0s start before the generator")
 	bootstrap := fs.String("bootstrap_servers", "embedded", `Kafka brokers, or "embedded" (an in-memory broker in this process)`)
-	binary := fs.String("ksrunner", "", "the ksrunner binary the instances run (default: this one)")
+	binary := fs.String("ksrunner", "", "the ksrunner binary the instances run (default: ksrunner next to this binary, else on PATH, else built from this module with `go build`)")
 	commitMs := fs.Int("commit_interval_ms", def.CommitIntervalMs, "the instances' commit_interval_ms")
 	instanceFlags := fs.StringArray("instance_flag", nil, "a flag for every instance's `ksrunner jobserver`, e.g. --instance_flag=--transaction_timeout_ms=10000 (repeatable)")
 	addAs := fs.String("add_as", addAsWorker, "what instances after the first are: jobserver (a job server of their own, the pipeline resubmitted to it) or worker (`ksrunner worker`, joining from the pipeline topic)")
@@ -235,10 +235,12 @@ func runBenchRescale(ctx context.Context, args []string, stdout io.Writer) error
 	beamlog.SetLogger(sdkLogger{min: sdkSeverity(lvl)})
 	self, err := os.Executable()
 	if err != nil {
-		return fmt.Errorf("bench rescale: finding this binary (it runs the SDK workers): %w", err)
+		return fmt.Errorf("bench rescale: finding this binary (it runs the SDK worker pools): %w", err)
 	}
 	if *binary == "" {
-		*binary = self
+		if *binary, err = ksrunnerBinary(ctx, logger); err != nil {
+			return fmt.Errorf("bench rescale: %w", err)
+		}
 	}
 	if *cpuProfile != "" {
 		stop, err := startCPUProfile(*cpuProfile)

@@ -36,7 +36,7 @@ import (
 	"github.com/ksrunner/ksrunner/wasmabi"
 )
 
-// `ksrunner bench wasm`: the same map (split short strings into words, the
+// `ksrunner-bench wasm`: the same map (split short strings into words, the
 // Split of examples/wasm) over 1M strings through the WASM executor (Go and
 // AssemblyScript guests), the Fn API harness with a Go SDK worker in
 // LOOPBACK, and plain Go in the host. Every executor gets the same encoded

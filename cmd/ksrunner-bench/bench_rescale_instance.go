@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,7 +153,7 @@ func (in *benchInstance) alive() bool { return in.proc.alive() }
 
 // startInstance starts the next instance of the application, with a
 // state_dir of its own (so a stable identity) and an SDK worker pool
-// process of its own (`ksrunner bench sdk-pool`), so that an instance added
+// process of its own (`ksrunner-bench sdk-pool`), so that an instance added
 // brings the SDK capacity for its share of the harness stages, and an
 // instance killed takes its SDK workers with it, as when a machine dies.
 // The first instance is a `ksrunner jobserver` to which the bench submits
@@ -169,7 +170,7 @@ func (b *rescaleBench) startInstance(ctx context.Context, stdout io.Writer) (*be
 	}
 	start := time.Now()
 	pool, poolAddr, err := startProc(ctx, b.cfg.SDKBinary, filepath.Join(b.workDir, fmt.Sprintf("instance-%d-sdk.log", in.n)),
-		[]string{"bench", "sdk-pool", "--log_level=" + b.cfg.InstanceLogLevel}, sdkPoolLine)
+		[]string{"sdk-pool", "--log_level=" + b.cfg.InstanceLogLevel}, sdkPoolLine)
 	if err != nil {
 		return nil, fmt.Errorf("%s: SDK worker pool: %w", name, err)
 	}
@@ -314,7 +315,7 @@ func (b *rescaleBench) stopInstances(stdout io.Writer) {
 	}
 }
 
-// runSDKPool runs `ksrunner bench sdk-pool`: a Beam Go SDK worker pool
+// runSDKPool runs `ksrunner-bench sdk-pool`: a Beam Go SDK worker pool
 // (the one the SDK starts in-process for LOOPBACK) in a process of its
 // own, for one instance of `bench rescale`; this binary holds the bench's
 // DoFns. It prints its address and serves until it is signalled.
@@ -335,4 +336,34 @@ func runSDKPool(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "sdk worker pool: %s\n", pool.EnvironmentConfig(ctx))
 	<-ctx.Done()
 	return pool.Stop(context.Background())
+}
+
+// ksrunnerBinary finds the ksrunner binary the instances run: ksrunner next
+// to this binary, else on PATH, else one built now from this module (the
+// benchmarks run from the source tree: `go run ./cmd/ksrunner-bench`).
+func ksrunnerBinary(ctx context.Context, logger *slog.Logger) (string, error) {
+	if self, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(self), "ksrunner"); isExecutable(p) {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath("ksrunner"); err == nil {
+		return p, nil
+	}
+	dir := filepath.Join(os.TempDir(), "ksrunner-bench-bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "ksrunner")
+	logger.Info("building the ksrunner binary for the instances", "to", out)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "github.com/ksrunner/ksrunner/cmd/ksrunner")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building cmd/ksrunner for the instances (give --ksrunner=PATH): %v\n%s", err, msg)
+	}
+	return out, nil
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }

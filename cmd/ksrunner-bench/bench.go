@@ -27,7 +27,7 @@ import (
 
 func newFlagSet(name string) *pflag.FlagSet { return pflag.NewFlagSet(name, pflag.ContinueOnError) }
 
-// runBench runs `ksrunner bench gbk`: the GroupByKey pipeline of
+// runBench runs `ksrunner-bench gbk`: the GroupByKey pipeline of
 // bench_gbk.go on ksrunner (an in-process job server on the embedded broker)
 // and on Prism (in-process), both with LOOPBACK workers in this process, and
 // prints wall times, elements/s and the speed ratio.

@@ -1,8 +1,8 @@
-// Command benchmap is the WASM module of `ksrunner bench kafka`: the DoFn
+// Command benchmap is the WASM module of `ksrunner-bench kafka`: the DoFn
 // "UpperValue", the stateless map the bench runs between a Kafka read and a
 // Kafka write. Built (by the bench itself) with
 //
-//	GOOS=wasip1 GOARCH=wasm GOWASM=satconv,signext go build -buildmode=c-shared -o benchmap.wasm ./cmd/ksrunner/benchmap
+//	GOOS=wasip1 GOARCH=wasm GOWASM=satconv,signext go build -buildmode=c-shared -o benchmap.wasm ./cmd/ksrunner-bench/benchmap
 //
 // Its input is what kafkaio.Read emits, KV<nullable bytes, nullable bytes>;
 // its output is KV<bytes, bytes>, the coder the Go SDK gives the bench's

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime/pprof"
+)
+
+// profileFromEnv starts a CPU profile of this process when
+// KSRUNNER_CPUPROFILE is set, to the file $KSRUNNER_CPUPROFILE.<command>.<pid>:
+// the processes a bench starts (instances, SDK worker pools) inherit the
+// variable, so one setting profiles each of them until it exits (SIGTERM
+// included; not SIGKILL). The returned function stops it; nil if unset.
+func profileFromEnv(cmd string) (func() error, error) {
+	base := os.Getenv("KSRUNNER_CPUPROFILE")
+	if base == "" {
+		return nil, nil
+	}
+	path := fmt.Sprintf("%s.%s.%d", base, cmd, os.Getpid())
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("KSRUNNER_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("KSRUNNER_CPUPROFILE: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
