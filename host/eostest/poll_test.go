@@ -8,7 +8,9 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 )
 
-// read_max_elements_per_poll bounds the records of a commit cycle: no cycle
+// read_max_elements_per_poll bounds the records of a commit cycle (Kafka
+// records: a packed record of an internal topic counts once, so the test
+// runs unpacked to count elements): no cycle
 // of a GroupByKey + sum over 5,000 elements consumes more than 300, some
 // consume exactly 300 (the GroupByKey's input arrives in full polls), and
 // the sums are exact.
@@ -24,7 +26,7 @@ func TestReadMaxElementsPerPoll(t *testing.T) {
 	}})
 	t.Cleanup(restore)
 	out := filepath.Join(t.TempDir(), "sums.txt")
-	runDone(t, env.Marshal(t, sumPipeline(n, out)), map[string]string{"read_max_elements_per_poll": "300"})
+	runDone(t, env.Marshal(t, sumPipeline(n, out)), map[string]string{"read_max_elements_per_poll": "300", "record_pack_bytes": "0"})
 	mu.Lock()
 	defer mu.Unlock()
 	full, total := 0, 0
