@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
@@ -317,7 +318,7 @@ func (t *Task) emitGroup(it *pebble.Iterator, kw []byte, stored [][]byte) ([][]b
 			paged.runs = append(paged.runs, r)
 		} else {
 			var m int
-			out, m, err = appendRun(out, it.Value(), first, &last)
+			out, m, _, _, err = appendRun(out, it.Value(), first, 0, &last, math.MaxInt)
 			if err != nil {
 				return stored, err
 			}
@@ -337,18 +338,23 @@ func (t *Task) emitGroup(it *pebble.Iterator, kw []byte, stored [][]byte) ([][]b
 }
 
 // appendRun appends to out the values of a stored run (gbkRun.data) whose
-// first value has offset first, skipping values at or below *last, and
-// returns how many it appended; *last becomes the offset of the last one.
-func appendRun(out, run []byte, first int64, last *int64) ([]byte, int, error) {
-	n := 0
-	for b := run; len(b) > 0; {
+// first value has offset first, from byte pos of the run on, skipping
+// values at or below *last, until out holds budget bytes; *last becomes
+// the offset of the last one appended. It returns how many it appended,
+// the run's byte position after the last value read, and whether it
+// stopped at the budget (paged groups read a run a page at a time).
+func appendRun(out, run []byte, first int64, pos int, last *int64, budget int) (_ []byte, n, next int, full bool, err error) {
+	for b := run[pos:]; len(b) > 0; {
+		if len(out) >= budget {
+			return out, n, len(run) - len(b), true, nil
+		}
 		d, l1 := binary.Uvarint(b)
 		vl, l2 := uint64(0), 0
 		if l1 > 0 {
 			vl, l2 = binary.Uvarint(b[l1:])
 		}
 		if l1 <= 0 || l2 <= 0 || vl > uint64(len(b)-l1-l2) {
-			return out, n, fmt.Errorf("corrupt buffered run of %d bytes", len(run))
+			return out, n, 0, false, fmt.Errorf("corrupt buffered run of %d bytes", len(run))
 		}
 		b = b[l1+l2:]
 		if off := first + int64(d); off > *last {
@@ -358,7 +364,7 @@ func appendRun(out, run []byte, first int64, last *int64) ([]byte, int, error) {
 		}
 		b = b[vl:]
 	}
-	return out, n, nil
+	return out, n, len(run), len(out) >= budget, nil
 }
 
 // eventTimeBits is Beam's event-time encoding of ms: shifted so that the

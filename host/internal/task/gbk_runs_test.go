@@ -3,6 +3,7 @@ package task
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 
@@ -46,7 +47,7 @@ func runTestRead(t *testing.T, runs ...[]runTestValue) []string {
 	for _, first := range slices.Sorted(maps.Keys(stored)) {
 		var m int
 		var err error
-		if out, m, err = appendRun(out, stored[first], first, &last); err != nil {
+		if out, m, _, _, err = appendRun(out, stored[first], first, 0, &last, math.MaxInt); err != nil {
 			t.Fatal(err)
 		}
 		n += m
@@ -113,7 +114,7 @@ func TestGBKRunsWindowsAndKeys(t *testing.T) {
 			t.Fatalf("no run for %q", kw)
 		}
 		last := int64(-1)
-		out, n, err := appendRun(nil, r.data, r.first, &last)
+		out, n, _, _, err := appendRun(nil, r.data, r.first, 0, &last, math.MaxInt)
 		if err != nil || string(out) != w || n != len(w) {
 			t.Errorf("run %q: %q, %d values, %v; want %q", kw, out, n, err, w)
 		}
@@ -123,7 +124,7 @@ func TestGBKRunsWindowsAndKeys(t *testing.T) {
 func TestAppendRunCorrupt(t *testing.T) {
 	last := int64(-1)
 	for _, run := range [][]byte{{0x80}, {0, 5, 'a'}, {0}} {
-		if _, _, err := appendRun(nil, run, 0, &last); err == nil {
+		if _, _, _, _, err := appendRun(nil, run, 0, 0, &last, math.MaxInt); err == nil {
 			t.Errorf("run %x: no error", run)
 		}
 	}

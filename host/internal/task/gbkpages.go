@@ -42,8 +42,9 @@ import (
 //     split their input (translate), so no element holding a token outlives
 //     the cycle: CommitState and Abort drop every paged group.
 //   - Pages skip values delivered twice exactly as the inline part does
-//     (appendRun: a value at or below the last offset taken is a
-//     redelivery), carrying the last offset in the continuation token.
+//     (both read runs with appendRun: a value at or below the last offset
+//     taken is a redelivery), carrying the last offset in the continuation
+//     token.
 //   - The pages are served from the SDK's goroutine while the task's goes
 //     on: they read only the DB and the copies, never the batch.
 
@@ -125,7 +126,7 @@ func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
 			return nil, nil, fmt.Errorf("runner state %q: continuation at byte %d of a run of %d", token, pos, len(b))
 		}
 		var full bool
-		data, pos, full, err = pageRun(data, b, r.first, pos, &last)
+		data, _, pos, full, err = appendRun(data, b, r.first, pos, &last, groupPageBytes)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -137,32 +138,6 @@ func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
 		}
 	}
 	return data, nil, nil
-}
-
-// pageRun appends to out the values of run from byte pos on, as appendRun
-// does, until out holds groupPageBytes; it returns the position after the
-// last value read and whether the page is full.
-func pageRun(out, run []byte, first int64, pos int, last *int64) ([]byte, int, bool, error) {
-	for b := run[pos:]; len(b) > 0; {
-		if len(out) >= groupPageBytes {
-			return out, len(run) - len(b), true, nil
-		}
-		d, l1 := binary.Uvarint(b)
-		vl, l2 := uint64(0), 0
-		if l1 > 0 {
-			vl, l2 = binary.Uvarint(b[l1:])
-		}
-		if l1 <= 0 || l2 <= 0 || vl > uint64(len(b)-l1-l2) {
-			return out, 0, false, fmt.Errorf("corrupt buffered run of %d bytes", len(run))
-		}
-		b = b[l1+l2:]
-		if off := first + int64(d); off > *last {
-			out = append(out, b[:vl]...)
-			*last = off
-		}
-		b = b[vl:]
-	}
-	return out, len(run), len(out) >= groupPageBytes, nil
 }
 
 func encodeGroupCont(run, pos int, last int64) []byte {
