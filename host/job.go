@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ksrunner/ksrunner/host/internal/application"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/runtime"
 	"github.com/ksrunner/ksrunner/host/internal/task"
@@ -42,6 +44,13 @@ type jobSpec struct {
 	// Modules are the WASM modules read from the pipeline topic (origins
 	// other than submitted), by their stage_wasm reference.
 	Modules map[string][]byte
+	// StageDir is the job's own staging directory: the artifacts staged
+	// for it (or written from its pipeline topic). Only files under it are
+	// published with the job and served to its SDK workers.
+	StageDir string
+	// EmbeddedBroker: Options.BootstrapServers is this process's embedded
+	// broker, which the runner's Kafka security does not apply to.
+	EmbeddedBroker bool
 }
 
 // jobOrigin is how a process got a job, which decides what it publishes and
@@ -71,6 +80,9 @@ type job struct {
 	events  *eventLog
 	metrics *metrics.Job
 	wasm    *executor.WASM // nil without WASM stages
+	// security is how the job's Kafka clients connect (nil: PLAINTEXT):
+	// the runner's, or its Kafka reads' and writes' (kafkaio.JobSecurity).
+	security *kafkaconn.Security
 
 	// fingerprint identifies the job's pipeline on its pipeline topic.
 	fingerprint string
@@ -111,7 +123,11 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	if err != nil {
 		return nil, err
 	}
-	if err := checkEnvironments(plan); err != nil {
+	// A PROCESS environment this process may not start refuses a
+	// submission; a resumed job, or a worker's, leaves those stages to the
+	// application's other processes (the harness refuses them:
+	// NoProcessEnvironments).
+	if err := checkEnvironments(plan, spec.Origin != originSubmitted || server.processAllowed(true)); err != nil {
 		return nil, err
 	}
 	if err := checkStreaming(plan, spec.RawOptions); err != nil {
@@ -123,14 +139,23 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		}
 		spec.Options.ApplicationID = sanitizeID(spec.Name) + "-" + randomSuffix()
 	}
+	runnerKafka := server.kafka
+	if spec.EmbeddedBroker {
+		runnerKafka = nil
+	}
+	security, err := kafkaio.JobSecurity(plan, runnerKafka)
+	if err != nil {
+		return nil, err
+	}
 	j := &job{
-		spec:    spec,
-		server:  server,
-		plan:    plan,
-		logger:  logger.With("job", spec.ID),
-		events:  newEventLog(),
-		metrics: metrics.NewJob(),
-		done:    make(chan struct{}),
+		spec:     spec,
+		security: security,
+		server:   server,
+		plan:     plan,
+		logger:   logger.With("job", spec.ID),
+		events:   newEventLog(),
+		metrics:  metrics.NewJob(),
+		done:     make(chan struct{}),
 	}
 	if j.fingerprint, err = (&application.Spec{Pipeline: spec.Pipeline, Topology: spec.Options.topology()}).Fingerprint(); err != nil {
 		return nil, err
@@ -174,13 +199,14 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 // workers and a restarted job server can run it, or joins the application
 // if it already runs this pipeline; another pipeline under a live
 // application id is refused.
-func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM map[string]string) error {
+func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM map[string]string) (err error) {
 	opts := j.spec.Options
+	defer func() { err = kafkaconn.Explain(err, opts.BootstrapServers, j.security) }()
 	modules, err := executor.ModuleFiles(stageWASM)
 	if err != nil {
 		return err
 	}
-	artifacts, err := application.ReadArtifacts(submitted, j.server.stageDir)
+	artifacts, err := application.ReadArtifacts(submitted, j.spec.StageDir)
 	if err != nil {
 		return err
 	}
@@ -188,7 +214,7 @@ func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM
 	if err != nil {
 		return fmt.Errorf("encoding the job's options: %w", err)
 	}
-	t, err := application.Open(ctx, opts.BootstrapServers, opts.ApplicationID, opts.TopicReplicationFactor, true)
+	t, err := application.Open(ctx, opts.BootstrapServers, j.security, opts.ApplicationID, opts.TopicReplicationFactor, true)
 	if err != nil {
 		return err
 	}
@@ -230,7 +256,7 @@ func (j *job) recordEnd(ctx context.Context, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	t, terr := application.Open(ctx, j.spec.Options.BootstrapServers, j.spec.Options.ApplicationID, 0, false)
+	t, terr := application.Open(ctx, j.spec.Options.BootstrapServers, j.security, j.spec.Options.ApplicationID, 0, false)
 	if terr == nil {
 		terr = t.SetState(ctx, j.fingerprint, state)
 		t.Close()
@@ -318,6 +344,9 @@ func (j *job) execute(ctx context.Context) error {
 		PipelineOptions: j.spec.RawOptions,
 		Logger:          j.logger,
 		OnLog:           j.onSDKLog,
+		// Only what was staged for this job is served to its workers.
+		ArtifactDir:           j.spec.StageDir,
+		NoProcessEnvironments: !j.server.processAllowed(true),
 	}
 	var (
 		execs      map[string]executor.Executor
@@ -339,6 +368,7 @@ func (j *job) execute(ctx context.Context) error {
 	return runtime.Run(ctx, runtime.Config{
 		Plan:                  j.plan,
 		BootstrapServers:      opts.BootstrapServers,
+		Security:              j.security,
 		ApplicationID:         opts.ApplicationID,
 		ReplicationFactor:     opts.TopicReplicationFactor,
 		Parallelism:           opts.InternalParallelism,
@@ -466,27 +496,6 @@ func rootKindName(k translate.RootKind) string {
 		return "passthrough"
 	}
 	return fmt.Sprintf("kind %d", k)
-}
-
-// checkEnvironments refuses, at submission, stages whose SDK environment
-// this runner cannot start.
-func checkEnvironments(plan *translate.Plan) error {
-	envs := plan.Pipeline.GetComponents().GetEnvironments()
-	for _, st := range plan.SubTopologies {
-		for _, s := range st.ExecutorStages() {
-			if s.Executor != translate.ExecutorHarness {
-				continue
-			}
-			switch urn := envs[s.EnvironmentID].GetUrn(); urn {
-			case harness.URNEnvExternal, harness.URNEnvProcess, harness.URNEnvAnyOf:
-			case harness.URNEnvDocker:
-				return fmt.Errorf("stage %s: environment %q is DOCKER, which this runner cannot start (no Docker here); submit with --environment_type=LOOPBACK, EXTERNAL or PROCESS", s.ID, s.EnvironmentID)
-			default:
-				return fmt.Errorf("stage %s: environment %q has unsupported type %q", s.ID, s.EnvironmentID, urn)
-			}
-		}
-	}
-	return nil
 }
 
 // checkStreaming refuses a pipeline that reads Kafka but was built with

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/knadh/koanf/parsers/yaml"
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/endpoint"
 )
 
 // serverConfig is everything `ksrunner jobserver` reads. Job-scoped options
@@ -27,11 +29,47 @@ type serverConfig struct {
 	// JobHost.
 	ExpansionPort int    `koanf:"expansion_port"`
 	LogLevel      string `koanf:"log_level"`
+
+	// The endpoints' security (the job and expansion endpoints, on
+	// JobHost): TLS, mutual TLS, bearer token, insecure_bind.
+	endpoint.Security `koanf:",squash,flatten"`
+	// The runner's own Kafka security.
+	host.KafkaSecurity `koanf:",squash,flatten"`
+	// AllowProcessEnvironments: "auto" (on when JobHost is loopback),
+	// or a boolean.
+	AllowProcessEnvironments string `koanf:"allow_process_environments"`
+	// AllowedBootstrapServers limits a job's bootstrap_servers.
+	AllowedBootstrapServers []string `koanf:"allowed_bootstrap_servers"`
 }
 
 func defaultServerConfig() serverConfig {
-	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, LogLevel: "info"}
+	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, LogLevel: "info", AllowProcessEnvironments: "auto"}
 }
+
+// processEnvironments is allow_process_environments: nil for auto.
+func (c serverConfig) processEnvironments() (*bool, error) {
+	v := strings.TrimSpace(c.AllowProcessEnvironments)
+	if v == "" || strings.EqualFold(v, "auto") {
+		return nil, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return nil, fmt.Errorf("option allow_process_environments: %q, want true, false or auto (on when job_host is loopback)", c.AllowProcessEnvironments)
+	}
+	return &b, nil
+}
+
+// Help of the security options (the worker's flags use the Kafka ones).
+const (
+	securityProtocolHelp = "how the runner's own Kafka clients connect: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"
+	saslMechanismHelp    = "SASL mechanism of SASL_PLAINTEXT and SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+	saslUsernameHelp     = "SASL user name"
+	saslPasswordFileHelp = "file holding the SASL password (a trailing newline is dropped)"
+	sslCAFileHelp        = "PEM file of the CA certificates that verify the brokers (SSL, SASL_SSL; default: the system's)"
+	sslCertFileHelp      = "PEM client certificate (chain), for brokers that authenticate clients by certificate"
+	sslKeyFileHelp       = "PEM (unencrypted) private key of ssl_cert_file"
+	allowProcessHelp     = "run the commands of jobs' PROCESS environments: true, false, or auto (true only when job_host is loopback)"
+)
 
 // loadServerConfig merges, lowest first: defaults, the --config YAML file,
 // KSRUNNER_* environment variables, flags.
@@ -65,6 +103,23 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	fs.Int("num_standby_replicas", def.NumStandbyReplicas, host.NumStandbyReplicasHelp)
 	fs.String("group_protocol", def.GroupProtocol, host.GroupProtocolHelp)
 	fs.Int("session_timeout_ms", def.SessionTimeoutMs, host.SessionTimeoutMsHelp)
+	// Security of the endpoints (job, artifact staging, expansion).
+	fs.String("tls_cert_file", "", "PEM certificate of the job and expansion endpoints: with tls_key_file, they speak TLS only")
+	fs.String("tls_key_file", "", "PEM private key of tls_cert_file")
+	fs.String("tls_client_ca_file", "", "PEM CA certificates: the endpoints require client certificates they sign (mutual TLS)")
+	fs.String("auth_token_file", "", "file holding the bearer token every call to the endpoints must carry (\"authorization: Bearer TOKEN\")")
+	fs.Bool("insecure_bind", false, "let the endpoints listen beyond loopback (job_host) without TLS or without a token: open to whoever reaches them")
+	fs.String("allow_process_environments", def.AllowProcessEnvironments, allowProcessHelp)
+	fs.Lookup("allow_process_environments").NoOptDefVal = "true"
+	fs.StringSlice("allowed_bootstrap_servers", nil, "HOST:PORT entries (\"*\" globs, or embedded) that a job's bootstrap_servers may name besides this server's own (default: any on loopback without Kafka credentials, else none)")
+	// The runner's own Kafka security.
+	fs.String("security_protocol", "", securityProtocolHelp+" (default PLAINTEXT)")
+	fs.String("sasl_mechanism", "", saslMechanismHelp)
+	fs.String("sasl_username", "", saslUsernameHelp)
+	fs.String("sasl_password_file", "", saslPasswordFileHelp)
+	fs.String("ssl_ca_file", "", sslCAFileHelp)
+	fs.String("ssl_cert_file", "", sslCertFileHelp)
+	fs.String("ssl_key_file", "", sslKeyFileHelp)
 	if err := fs.Parse(args); err != nil {
 		return serverConfig{}, err
 	}
@@ -91,7 +146,7 @@ func loadServerConfig(args []string) (serverConfig, error) {
 				// are read from the environment.
 				return "", nil
 			}
-			if k == "stage_wasm" { // a list: comma-separated entries
+			if k == "stage_wasm" || k == "allowed_bootstrap_servers" { // a list: comma-separated entries
 				return k, strings.Split(v, ",")
 			}
 			return k, v
@@ -114,6 +169,15 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	if err := cfg.Options.Validate(); err != nil {
 		return serverConfig{}, fmt.Errorf("job server configuration (defaults, --config file, KSRUNNER_* environment, flags): %w", err)
 	}
+	if err := cfg.Security.Check(); err != nil {
+		return serverConfig{}, fmt.Errorf("job server configuration: %w", err)
+	}
+	if err := cfg.KafkaSecurity.Check(); err != nil {
+		return serverConfig{}, fmt.Errorf("job server configuration: %w", err)
+	}
+	if _, err := cfg.processEnvironments(); err != nil {
+		return serverConfig{}, fmt.Errorf("job server configuration: %w", err)
+	}
 	return cfg, nil
 }
 
@@ -123,7 +187,10 @@ func knownKey(key string) bool {
 		"topic_replication_factor", "max_bundle_size", "max_bundle_time_ms", "commit_interval_ms", "source_idle_timeout_ms", "state_dir", "keep_internal_topics", "processing_guarantee",
 		"stage_wasm", "wasm_interruptible", "wasm_bundle_deadline",
 		"deserialization_error_policy", "dead_letter_topic", "read_max_elements_per_poll", "read_max_poll_time_ms",
-		"transaction_timeout_ms", "num_standby_replicas", "group_protocol", "session_timeout_ms":
+		"transaction_timeout_ms", "num_standby_replicas", "group_protocol", "session_timeout_ms",
+		"tls_cert_file", "tls_key_file", "tls_client_ca_file", "auth_token_file", "insecure_bind",
+		"allow_process_environments", "allowed_bootstrap_servers",
+		"security_protocol", "sasl_mechanism", "sasl_username", "sasl_password_file", "ssl_ca_file", "ssl_cert_file", "ssl_key_file":
 		return true
 	}
 	return false

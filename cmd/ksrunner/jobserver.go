@@ -22,12 +22,20 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := host.NewJobServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.JobPort)), cfg.Options, logger,
-		host.WithStuckBundlePolicy(exitOnStuckBundle))
+	opts := []host.ServerOption{
+		host.WithStuckBundlePolicy(exitOnStuckBundle),
+		host.WithEndpointSecurity(cfg.Security),
+		host.WithKafkaSecurity(cfg.KafkaSecurity),
+		host.WithAllowedBootstrapServers(cfg.AllowedBootstrapServers),
+	}
+	if allow, _ := cfg.processEnvironments(); allow != nil {
+		opts = append(opts, host.WithProcessEnvironments(*allow))
+	}
+	srv, err := host.NewJobServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.JobPort)), cfg.Options, logger, opts...)
 	if err != nil {
 		return err
 	}
-	exp, err := kafkaio.NewExpansionServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.ExpansionPort)), logger)
+	exp, err := kafkaio.NewExpansionServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.ExpansionPort)), logger, kafkaio.WithSecurity(cfg.Security))
 	if err != nil {
 		srv.Stop()
 		return err

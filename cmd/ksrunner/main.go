@@ -4,6 +4,8 @@
 //	ksrunner worker --application_id X --bootstrap_servers B
 //	                             join a running application: one more process of it
 //	ksrunner broker --port N     run an in-memory development broker
+//	ksrunner proxy --forward LOCAL=REMOTE --auth_token_file F --tls_ca_file CA
+//	                             forward a loopback port to a guarded job or expansion endpoint, adding TLS and the token
 //	ksrunner bench gbk           compare a GroupByKey pipeline with Prism
 //	ksrunner bench wasm          compare the WASM executor with the harness and plain Go
 //	ksrunner bench kafka         Kafka -> map -> Kafka, exactly once: WASM, harness and a plain copy loop
@@ -34,13 +36,15 @@ func main() {
 		err = runWorker(ctx, args, os.Stdout)
 	case "broker":
 		err = runBroker(ctx, args, os.Stdout)
+	case "proxy":
+		err = runProxy(ctx, args, os.Stdout)
 	case "bench":
 		err = runBench(ctx, args, os.Stdout)
 	case "help", "-h", "--help":
-		fmt.Println("usage: ksrunner [jobserver|worker|broker|bench] [flags]; ksrunner <command> --help for flags")
+		fmt.Println("usage: ksrunner [jobserver|worker|broker|proxy|bench] [flags]; ksrunner <command> --help for flags")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want jobserver, worker, broker or bench)", cmd)
+		err = fmt.Errorf("unknown command %q (want jobserver, worker, broker, proxy or bench)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ksrunner:", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
@@ -30,7 +31,11 @@ import (
 type Config struct {
 	Plan             *translate.Plan
 	BootstrapServers string // a comma-separated broker list
-	ApplicationID    string
+	// Security is how every client of the job connects to
+	// BootstrapServers (nil: PLAINTEXT): the runner's own settings, or
+	// those of the plan's Kafka reads and writes (kafkaio.JobSecurity).
+	Security      *kafkaconn.Security
+	ApplicationID string
 	// ReplicationFactor and Parallelism lay out the internal topics.
 	ReplicationFactor, Parallelism int
 	// KeepInternalTopics keeps a bounded job's topics when it is done.
@@ -147,11 +152,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := checkKafkaIO(cfg); err != nil {
 		return err
 	}
+	// An authentication error, from whichever client, names the brokers.
+	defer func() { err = kafkaconn.Explain(err, cfg.BootstrapServers, cfg.Security) }()
 	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
 	if cfg.BadRecords == task.PolicyDeadLetter {
 		ts.SetDeadLetter(cfg.DeadLetterTopic, cfg.CreateDeadLetterTopic)
 	}
-	admin, err := topics.NewAdmin(cfg.BootstrapServers)
+	admin, err := topics.NewAdmin(cfg.BootstrapServers, cfg.Security)
 	if err != nil {
 		return err
 	}
@@ -174,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}()
 	}
-	if err := ts.WriteImpulses(ctx, cfg.BootstrapServers); err != nil {
+	if err := ts.WriteImpulses(ctx, cfg.BootstrapServers, cfg.Security); err != nil {
 		return err
 	}
 
@@ -248,8 +255,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // waitDone follows the status topic until every task of the plan reports the
 // maximum watermark.
 func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...),
+	cl, err := kafkaconn.NewClient(cfg.BootstrapServers, cfg.Security,
 		kgo.ConsumeTopics(ts.Full(shuffle.StatusTopic)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

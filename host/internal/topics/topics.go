@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -258,9 +258,10 @@ func (t *Set) TaskCount() int {
 	return n
 }
 
-// NewAdmin is an admin client of brokers (a comma-separated list).
-func NewAdmin(brokers string) (*kadm.Client, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...))
+// NewAdmin is an admin client of brokers (a comma-separated list),
+// connecting per sec (nil: PLAINTEXT).
+func NewAdmin(brokers string, sec *kafkaconn.Security) (*kadm.Client, error) {
+	cl, err := kafkaconn.NewClient(brokers, sec)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", brokers, err)
 	}
@@ -415,8 +416,8 @@ func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
 
 // WriteImpulses writes the impulse record of every impulse topic that is
 // still empty, so a restarted application does not replay its impulses.
-func (t *Set) WriteImpulses(ctx context.Context, brokers string) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.RecordPartitioner(shuffle.Partitioner()))
+func (t *Set) WriteImpulses(ctx context.Context, brokers string, sec *kafkaconn.Security) error {
+	cl, err := kafkaconn.NewClient(brokers, sec, kgo.RecordPartitioner(shuffle.Partitioner()))
 	if err != nil {
 		return err
 	}
