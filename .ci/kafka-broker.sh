@@ -37,6 +37,10 @@
 #   KSRUNNER_KAFKA_KEEP_DATA  1: `up` keeps existing data instead of formatting fresh storage
 #   KSRUNNER_KAFKA_HEAP       JVM heap options (default "-Xms256m -Xmx768m")
 #   KSRUNNER_KAFKA_READY_TIMEOUT  seconds `up` waits for readiness (default 120)
+#   KSRUNNER_KAFKA_EXTRA_CONFIG   a file of server properties appended to the generated
+#                             server.properties (a key given there overrides the generated one:
+#                             e.g. listeners with a SASL_SSL listener beside PLAINTEXT, which
+#                             stays the inter-broker listener and the one `up` probes)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -180,6 +184,11 @@ group.consumer.heartbeat.interval.ms=1000
 # topics are created explicitly, as the runner does (and kfake in tests does)
 auto.create.topics.enable=false
 CONF
+  if [[ -n ${KSRUNNER_KAFKA_EXTRA_CONFIG:-} ]]; then
+    [[ -r $KSRUNNER_KAFKA_EXTRA_CONFIG ]] || die "KSRUNNER_KAFKA_EXTRA_CONFIG: cannot read $KSRUNNER_KAFKA_EXTRA_CONFIG"
+    { echo "# from KSRUNNER_KAFKA_EXTRA_CONFIG=$KSRUNNER_KAFKA_EXTRA_CONFIG (later keys override earlier ones)"
+      cat "$KSRUNNER_KAFKA_EXTRA_CONFIG"; echo; } >> "$CONF"
+  fi
 }
 
 # format [CLUSTER_ID]: formats node $NODE's storage (a new cluster id unless given)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -38,8 +39,10 @@ func (a *artifactService) ResolveArtifacts(_ context.Context, req *jobpb.Resolve
 }
 
 // GetArtifact streams one artifact. Only artifacts some environment of this
-// harness declared as a dependency are served: the server listens on
-// loopback, and it must not read arbitrary local files for whoever asks.
+// harness declared as a dependency are served, and of files only those
+// under Config.ArtifactDir, the job's staging directory: the server must
+// not read arbitrary local files for whoever asks, nor for a pipeline that
+// declares one (an environment's dependency is the submitter's say-so).
 func (a *artifactService) GetArtifact(req *jobpb.GetArtifactRequest, stream jobpb.ArtifactRetrievalService_GetArtifactServer) error {
 	art := req.GetArtifact()
 	if t := art.GetTypeUrn(); t != URNArtifactFile && t != URNArtifactEmbedded {
@@ -60,7 +63,12 @@ func (a *artifactService) GetArtifact(req *jobpb.GetArtifactRequest, stream jobp
 		if err := proto.Unmarshal(art.GetTypePayload(), &payload); err != nil {
 			return status.Errorf(codes.InvalidArgument, "decoding %s payload: %v", URNArtifactFile, err)
 		}
-		if err := sendFile(payload.GetPath(), stream); err != nil {
+		f, err := a.openStaged(payload.GetPath())
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := sendFile(f, stream); err != nil {
 			return status.Errorf(codes.Unavailable, "artifact %s: %v", payload.GetPath(), err)
 		}
 		return nil
@@ -69,12 +77,40 @@ func (a *artifactService) GetArtifact(req *jobpb.GetArtifactRequest, stream jobp
 	}
 }
 
-func sendFile(path string, stream jobpb.ArtifactRetrievalService_GetArtifactServer) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
+// openStaged opens a file artifact if it lies under the job's staging
+// directory; through os.Root, so neither ".." nor a symbolic link leads
+// out of it.
+func (a *artifactService) openStaged(path string) (*os.File, error) {
+	dir := a.h.cfg.ArtifactDir
+	refuse := func() error {
+		return status.Errorf(codes.PermissionDenied, "artifact %s of job %q was not staged for the job (only files under its staging directory are served)", path, a.h.cfg.JobID)
 	}
-	defer f.Close()
+	if dir == "" || !filepath.IsAbs(path) {
+		return nil, refuse()
+	}
+	rel, err := filepath.Rel(dir, path)
+	if err != nil || !filepath.IsLocal(rel) {
+		return nil, refuse()
+	}
+	root, err := os.OpenRoot(dir)
+	if errors.Is(err, os.ErrNotExist) { // nothing was staged for the job
+		return nil, refuse()
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "artifact %s: staging directory: %v", path, err)
+	}
+	defer root.Close()
+	f, err := root.Open(rel)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, status.Errorf(codes.NotFound, "artifact %s: %v", path, err)
+		}
+		return nil, refuse()
+	}
+	return f, nil
+}
+
+func sendFile(f *os.File, stream jobpb.ArtifactRetrievalService_GetArtifactServer) error {
 	buf := make([]byte, artifactChunkSize)
 	for {
 		n, err := f.Read(buf)

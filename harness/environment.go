@@ -132,7 +132,7 @@ func (h *Harness) launch(ctx context.Context, envID string, env *pipepb.Environm
 		if err := proto.Unmarshal(env.GetPayload(), &anyOf); err != nil {
 			return nil, fmt.Errorf("environment %q: decoding %s payload: %w", envID, URNEnvAnyOf, err)
 		}
-		chosen, err := chooseAnyOf(envID, anyOf.GetEnvironments())
+		chosen, err := chooseAnyOf(envID, anyOf.GetEnvironments(), !h.cfg.NoProcessEnvironments)
 		if err != nil {
 			return nil, err
 		}
@@ -149,6 +149,9 @@ func (h *Harness) launch(ctx context.Context, envID string, env *pipepb.Environm
 		if err := proto.Unmarshal(env.GetPayload(), &payload); err != nil {
 			return nil, fmt.Errorf("environment %q: decoding %s payload: %w", envID, URNEnvProcess, err)
 		}
+		if h.cfg.NoProcessEnvironments {
+			return nil, fmt.Errorf("environment %q is a PROCESS environment (command %q), and PROCESS environments are off here (option allow_process_environments)", envID, payload.GetCommand())
+		}
 		return h.launchProcess(ctx, envID, env, &payload)
 	case URNEnvDocker:
 		return nil, fmt.Errorf("environment %q uses %s, but Docker is not available here: "+
@@ -158,9 +161,13 @@ func (h *Harness) launch(ctx context.Context, envID string, env *pipepb.Environm
 	}
 }
 
-func chooseAnyOf(envID string, envs []*pipepb.Environment) (*pipepb.Environment, error) {
+func chooseAnyOf(envID string, envs []*pipepb.Environment, process bool) (*pipepb.Environment, error) {
 	var urns []string
-	for _, preferred := range []string{URNEnvExternal, URNEnvProcess} {
+	preference := []string{URNEnvExternal}
+	if process {
+		preference = append(preference, URNEnvProcess)
+	}
+	for _, preferred := range preference {
 		for _, e := range envs {
 			if e.GetUrn() == preferred {
 				return e, nil
@@ -169,6 +176,10 @@ func chooseAnyOf(envID string, envs []*pipepb.Environment) (*pipepb.Environment,
 	}
 	for _, e := range envs {
 		urns = append(urns, e.GetUrn())
+	}
+	if !process {
+		return nil, fmt.Errorf("environment %q: none of the %s alternatives %q is supported here (need %s; %s is off, option allow_process_environments)",
+			envID, URNEnvAnyOf, urns, URNEnvExternal, URNEnvProcess)
 	}
 	return nil, fmt.Errorf("environment %q: none of the %s alternatives %q is supported here (need %s or %s)",
 		envID, URNEnvAnyOf, urns, URNEnvExternal, URNEnvProcess)

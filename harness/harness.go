@@ -70,6 +70,16 @@ type Config struct {
 	// StopWorker and for a process environment to exit after SIGTERM before
 	// it is killed. Zero means DefaultStopTimeout.
 	StopTimeout time.Duration
+
+	// ArtifactDir is the job's staging directory: the artifact retrieval
+	// service serves a file artifact only if it is under it (and some
+	// environment declared it). Empty: no file artifacts are served.
+	ArtifactDir string
+
+	// NoProcessEnvironments refuses to start PROCESS environments (also
+	// as an ANYOF alternative): a process of this harness would run a
+	// command the pipeline names.
+	NoProcessEnvironments bool
 }
 
 // Harness serves the Fn API for one job and owns the SDK workers started for

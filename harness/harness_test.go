@@ -563,6 +563,36 @@ func TestProcessEnvironmentThatNeverConnects(t *testing.T) {
 	}
 }
 
+// TestNoProcessEnvironments: with PROCESS environments off, the harness
+// runs no command, alone or as an ANYOF alternative, and says which
+// environment it refused.
+func TestNoProcessEnvironments(t *testing.T) {
+	h, err := harness.Start(context.Background(), harness.Config{JobID: "noproc", Logger: quietLogger(), NoProcessEnvironments: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	marker := filepath.Join(t.TempDir(), "ran")
+	script := filepath.Join(t.TempDir(), "touch.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := proto.Marshal(&pipepb.ProcessPayload{Command: script})
+	process := &pipepb.Environment{Urn: harness.URNEnvProcess, Payload: payload}
+	err = h.StartEnvironment(context.Background(), "proc", process)
+	if err == nil || !strings.Contains(err.Error(), `environment "proc" is a PROCESS environment`) || !strings.Contains(err.Error(), "allow_process_environments") {
+		t.Errorf("PROCESS: got %v, want a refusal naming the environment", err)
+	}
+	anyOf, _ := proto.Marshal(&pipepb.AnyOfEnvironmentPayload{Environments: []*pipepb.Environment{process}})
+	err = h.StartEnvironment(context.Background(), "any", &pipepb.Environment{Urn: harness.URNEnvAnyOf, Payload: anyOf})
+	if err == nil || !strings.Contains(err.Error(), `environment "any"`) || !strings.Contains(err.Error(), "allow_process_environments") {
+		t.Errorf("ANYOF of a PROCESS: got %v, want a refusal naming the environment", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the PROCESS command ran")
+	}
+}
+
 // TestProcessEnvironment runs this test binary as a PROCESS environment: a
 // real Go SDK harness in its own process, started with the boot flags.
 func TestProcessEnvironment(t *testing.T) {

@@ -15,7 +15,9 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -104,13 +106,25 @@ func TestUnsupportedStateNamesKeyType(t *testing.T) {
 func TestProvisionAndArtifacts(t *testing.T) {
 	ctx := context.Background()
 	opts, _ := structpb.NewStruct(map[string]any{"options": map[string]any{"job_name": "prov"}})
-	h, err := harness.Start(ctx, harness.Config{JobID: "prov-1", JobName: "prov", PipelineOptions: opts, Logger: quietLogger()})
+	dir := t.TempDir()
+	h, err := harness.Start(ctx, harness.Config{JobID: "prov-1", JobName: "prov", PipelineOptions: opts, Logger: quietLogger(), ArtifactDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
 
-	dir := t.TempDir()
+	// Declared by the environment, but outside the job's staging
+	// directory (what a pipeline that names /etc/shadow without staging
+	// it declares): refused.
+	outside := filepath.Join(t.TempDir(), "unstaged")
+	if err := os.WriteFile(outside, []byte("not staged"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	escape := filepath.Join(dir, "..", filepath.Base(filepath.Dir(outside)), "unstaged")
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
 	declared := filepath.Join(dir, "worker.bin")
 	content := []byte(strings.Repeat("artifact bytes ", 200_000)) // 3MB: several chunks
 	if err := os.WriteFile(declared, content, 0o644); err != nil {
@@ -128,7 +142,7 @@ func TestProvisionAndArtifacts(t *testing.T) {
 	embedded := &pipepb.ArtifactInformation{TypeUrn: harness.URNArtifactEmbedded, TypePayload: embeddedPayload}
 
 	env := loopbackEnv(t)
-	env.Dependencies = []*pipepb.ArtifactInformation{fileArt(declared), embedded}
+	env.Dependencies = []*pipepb.ArtifactInformation{fileArt(declared), embedded, fileArt(outside), fileArt(escape), fileArt(link)}
 	if err := h.StartEnvironment(ctx, "go", env); err != nil {
 		t.Fatalf("StartEnvironment: %v", err)
 	}
@@ -176,6 +190,11 @@ func TestProvisionAndArtifacts(t *testing.T) {
 	}
 	if _, err := get(fileArt(secret)); err == nil || !strings.Contains(err.Error(), "not a dependency") {
 		t.Errorf("undeclared file: got %v, want a refusal", err)
+	}
+	for _, p := range []string{outside, escape, link} {
+		if data, err := get(fileArt(p)); err == nil || status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "was not staged for the job") || !strings.Contains(err.Error(), p) {
+			t.Errorf("declared file %s outside the staging directory: got %q, %v; want a refusal naming it", p, data, err)
+		}
 	}
 	if _, err := get(&pipepb.ArtifactInformation{TypeUrn: "beam:artifact:type:url:v1"}); err == nil || !strings.Contains(err.Error(), "beam:artifact:type:url:v1") {
 		t.Errorf("url artifact: got %v, want an error naming the type", err)

@@ -80,6 +80,11 @@
 //   - Window state and holds: translate/windowing/strategy.go.
 //   - Shuffle topics are purged only below committed offsets:
 //     runtime/purge.go.
+//   - What a client may make the runner do (endpoints on loopback or
+//     behind TLS and a token; PROCESS environments; a job's brokers; only
+//     a job's own staged artifacts served): host/endpoint, security.go,
+//     harness/artifacts.go. Every Kafka client starts from
+//     kafkaconn.Opts (internal/kafkaconn).
 //
 // Test hooks (TestHooks, WithTestHooks) are options of a server, never
 // process-wide.

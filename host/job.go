@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/ksrunner/ksrunner/host/internal/application"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/runtime"
 	"github.com/ksrunner/ksrunner/host/internal/status"
@@ -45,6 +47,13 @@ type jobSpec struct {
 	// Modules are the WASM modules read from the pipeline topic (origins
 	// other than submitted), by their stage_wasm reference.
 	Modules map[string][]byte
+	// StageDir is the job's own staging directory: the artifacts staged
+	// for it (or written from its pipeline topic). Only files under it are
+	// published with the job and served to its SDK workers.
+	StageDir string
+	// EmbeddedBroker: Options.BootstrapServers is this process's embedded
+	// broker, which the runner's Kafka security does not apply to.
+	EmbeddedBroker bool
 }
 
 // jobOrigin is how a process got a job, which decides what it publishes and
@@ -85,6 +94,10 @@ type job struct {
 	clusterMu     sync.Mutex
 	cluster       *status.Cluster
 	clusterClosed bool
+
+	// security is how the job's Kafka clients connect (nil: PLAINTEXT):
+	// the runner's, or its Kafka reads' and writes' (kafkaio.JobSecurity).
+	security *kafkaconn.Security
 
 	// fingerprint identifies the job's pipeline on its pipeline topic.
 	fingerprint string
@@ -135,7 +148,11 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	if err != nil {
 		return nil, err
 	}
-	if err := checkEnvironments(plan); err != nil {
+	// A PROCESS environment this process may not start refuses a
+	// submission; a resumed job, or a worker's, leaves those stages to the
+	// application's other processes (the harness refuses them:
+	// NoProcessEnvironments).
+	if err := checkEnvironments(plan, spec.Origin != originSubmitted || server.processAllowed(true)); err != nil {
 		return nil, err
 	}
 	if err := checkStreaming(plan, spec.RawOptions); err != nil {
@@ -147,15 +164,24 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		}
 		spec.Options.ApplicationID = sanitizeID(spec.Name) + "-" + randomSuffix()
 	}
+	runnerKafka := server.kafka
+	if spec.EmbeddedBroker {
+		runnerKafka = nil
+	}
+	security, err := kafkaio.JobSecurity(plan, runnerKafka)
+	if err != nil {
+		return nil, err
+	}
 	j := &job{
-		spec:    spec,
-		server:  server,
-		plan:    plan,
-		logger:  logger.With("job", spec.ID),
-		events:  newEventLog(),
-		metrics: metrics.NewJob(),
-		stats:   &runtime.Stats{},
-		done:    make(chan struct{}),
+		spec:     spec,
+		security: security,
+		server:   server,
+		plan:     plan,
+		logger:   logger.With("job", spec.ID),
+		events:   newEventLog(),
+		metrics:  metrics.NewJob(),
+		stats:    &runtime.Stats{},
+		done:     make(chan struct{}),
 
 		observer: metrics.NewInstance(),
 		started:  time.Now(),
@@ -206,13 +232,14 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 // workers and a restarted job server can run it, or joins the application
 // if it already runs this pipeline; another pipeline under a live
 // application id is refused.
-func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM map[string]string) error {
+func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM map[string]string) (err error) {
 	opts := j.spec.Options
+	defer func() { err = kafkaconn.Explain(err, opts.BootstrapServers, j.security) }()
 	modules, err := executor.ModuleFiles(stageWASM)
 	if err != nil {
 		return err
 	}
-	artifacts, err := application.ReadArtifacts(submitted, j.server.stageDir)
+	artifacts, err := application.ReadArtifacts(submitted, j.spec.StageDir)
 	if err != nil {
 		return err
 	}
@@ -231,7 +258,7 @@ func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM
 		}
 		return err
 	}
-	t, err := application.Open(pctx, opts.BootstrapServers, opts.ApplicationID, opts.TopicReplicationFactor, true)
+	t, err := application.Open(pctx, opts.BootstrapServers, j.security, opts.ApplicationID, opts.TopicReplicationFactor, true)
 	if err != nil {
 		return withCause(err)
 	}
@@ -276,7 +303,7 @@ func (j *job) recordEnd(ctx context.Context, err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	t, terr := application.Open(ctx, j.spec.Options.BootstrapServers, j.spec.Options.ApplicationID, 0, false)
+	t, terr := application.Open(ctx, j.spec.Options.BootstrapServers, j.security, j.spec.Options.ApplicationID, 0, false)
 	if terr == nil {
 		terr = t.SetState(ctx, j.fingerprint, state)
 		t.Close()
@@ -340,7 +367,7 @@ func (j *job) Drain() bool {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		t, err := application.Open(ctx, j.spec.Options.BootstrapServers, j.spec.Options.ApplicationID, 0, false)
+		t, err := application.Open(ctx, j.spec.Options.BootstrapServers, j.security, j.spec.Options.ApplicationID, 0, false)
 		if err == nil {
 			err = t.SetState(ctx, j.fingerprint, application.Draining)
 			t.Close()
@@ -469,6 +496,9 @@ func (j *job) execute(ctx context.Context) error {
 		PipelineOptions: j.spec.RawOptions,
 		Logger:          j.logger,
 		OnLog:           j.onSDKLog,
+		// Only what was staged for this job is served to its workers.
+		ArtifactDir:           j.spec.StageDir,
+		NoProcessEnvironments: !j.server.processAllowed(true),
 	}
 	var (
 		execs      map[string]executor.Executor
@@ -493,6 +523,7 @@ func (j *job) execute(ctx context.Context) error {
 	return runtime.Run(ctx, runtime.Config{
 		Plan:                  j.plan,
 		BootstrapServers:      opts.BootstrapServers,
+		Security:              j.security,
 		ApplicationID:         opts.ApplicationID,
 		ReplicationFactor:     opts.TopicReplicationFactor,
 		Parallelism:           opts.InternalParallelism,
@@ -638,27 +669,6 @@ func describePlan(plan *translate.Plan) []string {
 		}
 	}
 	return lines
-}
-
-// checkEnvironments refuses, at submission, stages whose SDK environment
-// this runner cannot start.
-func checkEnvironments(plan *translate.Plan) error {
-	envs := plan.Pipeline.GetComponents().GetEnvironments()
-	for _, st := range plan.SubTopologies {
-		for _, s := range st.ExecutorStages() {
-			if s.Executor != translate.ExecutorHarness {
-				continue
-			}
-			switch urn := envs[s.EnvironmentID].GetUrn(); urn {
-			case harness.URNEnvExternal, harness.URNEnvProcess, harness.URNEnvAnyOf:
-			case harness.URNEnvDocker:
-				return fmt.Errorf("stage %s: environment %q is DOCKER, which this runner cannot start (no Docker here); submit with --environment_type=LOOPBACK, EXTERNAL or PROCESS", s.ID, s.EnvironmentID)
-			default:
-				return fmt.Errorf("stage %s: environment %q has unsupported type %q", s.ID, s.EnvironmentID, urn)
-			}
-		}
-	}
-	return nil
 }
 
 // checkStreaming refuses a pipeline that reads Kafka but was built with

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ksrunner/ksrunner/host/endpoint"
 	"github.com/ksrunner/ksrunner/host/internal/application"
 	statuspage "github.com/ksrunner/ksrunner/host/internal/status"
 )
@@ -65,36 +66,63 @@ type preparedJob struct {
 
 // NewJobServer listens on addr ("host:port"; port 0 picks a free one).
 // defaults are the job-scoped options a job's pipeline options override.
+//
+// Security: the endpoint listens on loopback unless WithEndpointSecurity
+// gives TLS and a bearer token (or insecure_bind); PROCESS environments
+// are refused unless WithProcessEnvironments allows them (default: only on
+// loopback); a job's bootstrap_servers must be allowed
+// (WithAllowedBootstrapServers); the runner's Kafka clients connect per
+// WithKafkaSecurity.
 func NewJobServer(addr string, defaults Options, logger *slog.Logger, options ...ServerOption) (*JobServer, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("job server: listen on %s: %w", addr, err)
+	var cfg serverConfig
+	for _, o := range options {
+		o(&cfg)
 	}
+	if err := checkAllowedBootstrap(cfg.allowedBootstrap); err != nil {
+		return nil, fmt.Errorf("job server: %w", err)
+	}
+	kafka, err := cfg.kafkaConfig.Load()
+	if err != nil {
+		return nil, fmt.Errorf("job server: %w", err)
+	}
+	cfg.kafka = kafka
+	lis, guard, err := endpoint.Listen("job", addr, cfg.endpoint, logger)
+	if err != nil {
+		return nil, fmt.Errorf("job server: %w", err)
+	}
+	cfg.loopback = guard.Loopback()
+	allow := cfg.processAllowed(cfg.loopback)
+	cfg.allowProcess = &allow
+	if allow && !cfg.loopback {
+		logger.Warn("PROCESS ENVIRONMENTS: allow_process_environments is on and the job endpoint is reachable beyond loopback: a client of the Job API can make this process run any command", "endpoint", lis.Addr().String())
+	}
+	logger.Info("job endpoint security", "endpoint", lis.Addr().String(), "loopback", cfg.loopback, "tls", guard.TLS(), "bearer_token", guard.Token(),
+		"process_environments", allow, "allowed_bootstrap_servers", cfg.allowedBootstrap, "kafka", cfg.kafka.Describe())
 	dir, err := os.MkdirTemp("", "ksrunner-artifacts-")
 	if err != nil {
 		lis.Close()
 		return nil, fmt.Errorf("job server: artifact staging dir: %w", err)
 	}
+	srvOpts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(512 << 20), grpc.MaxSendMsgSize(512 << 20),
+		// SDK clients (Python) ping every 20s while they follow a job.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})},
+		guard.GRPCServerOptions()...)
 	s := &JobServer{
 		defaults: defaults,
+		cfg:      cfg,
 		logger:   logger,
 		lis:      lis,
-		srv: grpc.NewServer(grpc.MaxRecvMsgSize(512<<20), grpc.MaxSendMsgSize(512<<20),
-			// SDK clients (Python) ping every 20s while they follow a job.
-			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})),
+		srv:      grpc.NewServer(srvOpts...),
 		stageDir: dir,
 		prepared: map[string]*preparedJob{},
 		jobs:     map[string]*job{},
 	}
-	for _, o := range options {
-		o(&s.cfg)
-	}
 	s.cfg.stageDir = dir
 	if s.cfg.status != nil {
-		if s.status, err = startStatus(serverStatus{s}, s.cfg.status, logger); err != nil {
+		if s.status, err = startStatus(serverStatus{s}, &s.cfg, logger); err != nil {
 			lis.Close()
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("job server: %w", err)
@@ -160,8 +188,10 @@ func (s *JobServer) Stop() {
 	s.embeddedMu.Unlock()
 }
 
-// Prepare implements the Job API.
-func (s *JobServer) Prepare(_ context.Context, req *jobpb.PrepareJobRequest) (*jobpb.PrepareJobResponse, error) {
+// Prepare implements the Job API. The artifact staging endpoint it answers
+// is this one, by the address the client dialed (the listener's may be a
+// wildcard, or differ behind a proxy).
+func (s *JobServer) Prepare(ctx context.Context, req *jobpb.PrepareJobRequest) (*jobpb.PrepareJobResponse, error) {
 	if req.GetPipeline() == nil {
 		return nil, status.Error(codes.InvalidArgument, "prepare: no pipeline")
 	}
@@ -176,7 +206,7 @@ func (s *JobServer) Prepare(_ context.Context, req *jobpb.PrepareJobRequest) (*j
 	s.prepared[id] = &preparedJob{id: id, name: name, pipeline: req.GetPipeline(), options: req.GetPipelineOptions()}
 	return &jobpb.PrepareJobResponse{
 		PreparationId:           id,
-		ArtifactStagingEndpoint: &pipepb.ApiServiceDescriptor{Url: s.Endpoint()},
+		ArtifactStagingEndpoint: &pipepb.ApiServiceDescriptor{Url: s.dialedEndpoint(ctx)},
 		StagingSessionToken:     id,
 	}, nil
 }
@@ -271,12 +301,18 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
 	}
-	if opts.BootstrapServers == "embedded" {
+	if err := s.checkBootstrap(opts.BootstrapServers); err != nil {
+		s.logger.Error("job refused at submission", "job", prep.id, "error", err)
+		return nil, status.Errorf(codes.PermissionDenied, "job %s: %v", prep.id, err)
+	}
+	embedded := opts.BootstrapServers == "embedded"
+	if embedded {
 		if opts.BootstrapServers, err = s.embeddedBootstrap(); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "job %s: %v", prep.id, err)
 		}
 	}
-	spec := jobSpec{ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts}
+	spec := jobSpec{ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
+		StageDir: filepath.Join(s.stageDir, prep.id), EmbeddedBroker: embedded}
 	if running, err := s.runningHere(spec); err != nil || running != nil {
 		if err != nil {
 			s.logger.Error("job rejected at submission", "job", prep.id, "error", err)

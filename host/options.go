@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -213,6 +214,9 @@ func (o Options) Validate() error {
 	if err := o.validateGroup("option"); err != nil {
 		return err
 	}
+	if err := checkStateDir("option", o.StateDir); err != nil {
+		return err
+	}
 	if o.ApplicationID != "" && sanitizeID(o.ApplicationID) != o.ApplicationID {
 		return fmt.Errorf("option application_id: %q has characters Kafka topic names do not allow (use [a-zA-Z0-9._-])", o.ApplicationID)
 	}
@@ -290,6 +294,28 @@ func (o Options) validateGroup(src string) error {
 // minBrokerUnavailableTimeoutMs is the least broker_unavailable_timeout_ms:
 // a client takes about a second to notice a lost connection and retry it.
 const minBrokerUnavailableTimeoutMs = 1000
+
+// checkStateDir refuses a state_dir whose parent directory does not
+// exist: ksrunner creates state_dir, not the directories above it (a typo
+// would otherwise put state somewhere nobody looks, or create directories
+// wherever a pipeline option says). src says where the value came from
+// (see validateBadRecords).
+func checkStateDir(src, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	parent := filepath.Dir(filepath.Clean(dir))
+	fi, err := os.Stat(parent)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s state_dir: %q: its parent directory %s does not exist (ksrunner creates state_dir, not its parents)", src, dir, parent)
+	case err != nil:
+		return fmt.Errorf("%s state_dir: %q: %w", src, dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s state_dir: %q: %s is not a directory", src, dir, parent)
+	}
+	return nil
+}
 
 // validTopicName reports whether Kafka accepts name as a topic's.
 func validTopicName(name string) bool {
@@ -495,6 +521,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		return o, err
 	}
 	if err := o.validateRecordPack("pipeline option"); err != nil {
+		return o, err
+	}
+	if err := checkStateDir("pipeline option", o.StateDir); err != nil {
 		return o, err
 	}
 	return o, o.Validate()

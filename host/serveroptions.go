@@ -1,8 +1,13 @@
 package host
 
-import "github.com/ksrunner/ksrunner/host/internal/runtime"
+import (
+	"github.com/ksrunner/ksrunner/host/endpoint"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
+	"github.com/ksrunner/ksrunner/host/internal/runtime"
+)
 
-// A ServerOption configures a JobServer beyond the job defaults (Options).
+// A ServerOption configures a JobServer (or a Worker) beyond the job
+// defaults (Options).
 type ServerOption func(*serverConfig)
 
 type serverConfig struct {
@@ -16,6 +21,22 @@ type serverConfig struct {
 	// messagesOnly: lines sent as job messages are not logged too
 	// (WithMessagesOnly).
 	messagesOnly bool
+
+	// endpoint admits the Job API's clients (WithEndpointSecurity).
+	endpoint endpoint.Security
+	// kafkaConfig is the runner's own Kafka security (WithKafkaSecurity);
+	// kafka is it loaded (nil: PLAINTEXT).
+	kafkaConfig KafkaSecurity
+	kafka       *kafkaconn.Security
+	// allowProcess says whether jobs may use PROCESS environments; nil:
+	// a job server allows them when it listens on loopback only, a worker
+	// always.
+	allowProcess *bool
+	// allowedBootstrap limits a job's bootstrap_servers
+	// (WithAllowedBootstrapServers).
+	allowedBootstrap []string
+	// loopback: the job server listens on loopback only.
+	loopback bool
 }
 
 // WithStuckBundlePolicy sets what happens when a bundle of a
@@ -42,4 +63,51 @@ func WithTestHooks(h TestHooks) ServerOption {
 // in-process server of host/kafkastreams), so that each line shows once.
 func WithMessagesOnly() ServerOption {
 	return func(c *serverConfig) { c.messagesOnly = true }
+}
+
+// WithEndpointSecurity sets how the job server's endpoint (the Job API and
+// artifact staging) admits clients: TLS, mutual TLS, a bearer token. A job
+// server without it listens on loopback only (see endpoint.Listen).
+func WithEndpointSecurity(s endpoint.Security) ServerOption {
+	return func(c *serverConfig) { c.endpoint = s }
+}
+
+// KafkaSecurity is how the runner's own Kafka clients connect: the options
+// security_protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL),
+// sasl_mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), sasl_username,
+// sasl_password_file, ssl_ca_file, ssl_cert_file and ssl_key_file (PEM).
+// They apply to every client of every job (pipeline topic, internal
+// topics, Kafka reads and writes), except on the embedded broker.
+type KafkaSecurity = kafkaconn.Config
+
+// WithKafkaSecurity sets how the runner's Kafka clients connect and
+// authenticate. NewJobServer and NewWorker read its files.
+func WithKafkaSecurity(s KafkaSecurity) ServerOption {
+	return func(c *serverConfig) { c.kafkaConfig = s }
+}
+
+// WithProcessEnvironments allows or refuses jobs whose stages run in
+// PROCESS environments (a command the pipeline names, run by the runner).
+// Without it a job server allows them only when it listens on loopback
+// only; a worker allows them.
+func WithProcessEnvironments(allow bool) ServerOption {
+	return func(c *serverConfig) { c.allowProcess = &allow }
+}
+
+// WithAllowedBootstrapServers limits the brokers a job's bootstrap_servers
+// pipeline option may name: each address must match an entry (HOST:PORT,
+// "*" globs as in path.Match, or "embedded"). The job server's own
+// bootstrap_servers are always allowed. Without it, a job server on
+// loopback without Kafka credentials allows any brokers, and any other
+// allows only its own.
+func WithAllowedBootstrapServers(entries []string) ServerOption {
+	return func(c *serverConfig) { c.allowedBootstrap = entries }
+}
+
+// processAllowed says whether jobs may use PROCESS environments.
+func (c *serverConfig) processAllowed(def bool) bool {
+	if c.allowProcess != nil {
+		return *c.allowProcess
+	}
+	return def
 }

@@ -2,26 +2,26 @@ package host
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 
+	"github.com/ksrunner/ksrunner/host/endpoint"
 	"github.com/ksrunner/ksrunner/host/internal/status"
 )
 
 // StatusConfig is where and how a process serves its status page and
-// /metrics (see WithStatus).
+// /metrics (see WithStatus). The status endpoint is admitted like the job
+// endpoint (WithEndpointSecurity): on loopback only, unless it has TLS and
+// a bearer token, or insecure_bind.
 type StatusConfig struct {
 	// Addr is "host:port" (port 0 picks a free one).
 	Addr string
-	// Middleware, if set, wraps every handler of the status server
-	// (authentication, for one).
+	// Middleware, if set, wraps every handler of the status server, inside
+	// the bearer token check.
 	Middleware func(http.Handler) http.Handler
-	// TLS, if set, serves HTTPS with it.
-	TLS *tls.Config
 }
 
 // WithStatus serves the status page, its JSON API and /metrics
@@ -31,8 +31,16 @@ func WithStatus(cfg StatusConfig) ServerOption {
 	return func(c *serverConfig) { c.status = &cfg }
 }
 
-func startStatus(src status.Source, cfg *StatusConfig, logger *slog.Logger) (*status.Server, error) {
-	return status.Start(src, status.Options{Addr: cfg.Addr, Middleware: cfg.Middleware, TLS: cfg.TLS, Logger: logger})
+func startStatus(src status.Source, c *serverConfig, logger *slog.Logger) (*status.Server, error) {
+	lis, guard, err := endpoint.Listen("status", c.status.Addr, c.endpoint, logger)
+	if err != nil {
+		return nil, err
+	}
+	mw := guard.HTTPHandler
+	if inner := c.status.Middleware; inner != nil {
+		mw = func(h http.Handler) http.Handler { return guard.HTTPHandler(inner(h)) }
+	}
+	return status.Start(src, status.Options{Listener: guard.HTTPListener(lis), HTTPS: guard.TLS(), Middleware: mw, Logger: logger})
 }
 
 // drainUnavailable is why the page's Drain button is disabled.
@@ -97,7 +105,7 @@ func (j *job) clusterView() (*status.Cluster, error) {
 	}
 	if j.cluster == nil {
 		inputs, source := status.InputTopics(j.plan, j.spec.Options.ApplicationID)
-		c, err := status.NewCluster(status.ClusterConfig{BootstrapServers: j.spec.Options.BootstrapServers,
+		c, err := status.NewCluster(status.ClusterConfig{BootstrapServers: j.spec.Options.BootstrapServers, Security: j.security,
 			ApplicationID: j.spec.Options.ApplicationID, Inputs: inputs, Source: source})
 		if err != nil {
 			return nil, err

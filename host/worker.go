@@ -19,6 +19,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/harness"
 	"github.com/ksrunner/ksrunner/host/internal/application"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/runtime"
 	"github.com/ksrunner/ksrunner/host/internal/status"
 )
@@ -97,6 +98,9 @@ func NewWorker(cfg WorkerConfig, options ...ServerOption) (*Worker, error) {
 			return nil, fmt.Errorf("worker: option sdk_worker_pool: %q=%q: want ENVIRONMENT_ID=HOST:PORT", env, addr)
 		}
 	}
+	if err := checkStateDir("option", cfg.StateDir); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -104,9 +108,13 @@ func NewWorker(cfg WorkerConfig, options ...ServerOption) (*Worker, error) {
 	for _, o := range options {
 		o(&w.server)
 	}
+	kafka, err := w.server.kafkaConfig.Load()
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	w.server.kafka = kafka
 	if w.server.status != nil {
-		var err error
-		if w.status, err = startStatus(workerStatus{w}, w.server.status, w.logger); err != nil {
+		if w.status, err = startStatus(workerStatus{w}, &w.server, w.logger); err != nil {
 			return nil, fmt.Errorf("worker: %w", err)
 		}
 	}
@@ -115,11 +123,12 @@ func NewWorker(cfg WorkerConfig, options ...ServerOption) (*Worker, error) {
 
 // Run runs the application's job whenever it runs, until ctx ends. The
 // status server (WithStatus) stops when it returns: call Run once.
-func (w *Worker) Run(ctx context.Context) error {
+func (w *Worker) Run(ctx context.Context) (err error) {
 	if w.status != nil {
 		defer w.status.Close()
 	}
-	t, err := application.Open(ctx, w.cfg.BootstrapServers, w.cfg.ApplicationID, 0, false)
+	defer func() { err = kafkaconn.Explain(err, w.cfg.BootstrapServers, w.server.kafka) }()
+	t, err := application.Open(ctx, w.cfg.BootstrapServers, w.server.kafka, w.cfg.ApplicationID, 0, false)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -146,6 +155,7 @@ func (w *Worker) runJob(ctx context.Context, m *application.Manifest, s *applica
 	}
 	spec.Options.BootstrapServers = w.cfg.BootstrapServers
 	spec.Options.StateDir = w.cfg.StateDir
+	spec.StageDir = dir
 	if err := useWorkerPools(spec.Pipeline, w.cfg.SDKWorkerPools); err != nil {
 		return err
 	}
@@ -250,7 +260,7 @@ func (s *JobServer) Resume(ctx context.Context) ([]string, error) {
 // resume starts the job of application app if its pipeline topic says it
 // runs; "" when there is nothing to resume.
 func (s *JobServer) resume(ctx context.Context, app string) (string, error) {
-	t, err := application.Open(ctx, s.defaults.BootstrapServers, app, 0, false)
+	t, err := application.Open(ctx, s.defaults.BootstrapServers, s.cfg.kafka, app, 0, false)
 	if err != nil {
 		return "", err
 	}
@@ -282,6 +292,7 @@ func (s *JobServer) resume(ctx context.Context, app string) (string, error) {
 	spec.ID = id
 	spec.Options.BootstrapServers = s.defaults.BootstrapServers
 	spec.Options.StateDir = s.defaults.StateDir
+	spec.StageDir = dir
 	j, err := startJob(context.Background(), spec, s.logger, &s.cfg)
 	if err != nil {
 		return "", err

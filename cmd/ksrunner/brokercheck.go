@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -20,20 +21,24 @@ const brokerCheckTimeout = 10 * time.Second
 // brokers of bootstrap_servers, and says so (the cluster's brokers) or
 // warns, naming them: jobs fail until they can be reached. The embedded
 // broker needs no check.
-func checkBrokers(ctx context.Context, bootstrap string, stdout io.Writer, logger *slog.Logger) {
+func checkBrokers(ctx context.Context, bootstrap string, sec host.KafkaSecurity, stdout io.Writer, logger *slog.Logger) {
 	if bootstrap == "embedded" {
 		return
 	}
-	if err := reachBrokers(ctx, bootstrap, stdout); err != nil {
+	if err := reachBrokers(ctx, bootstrap, sec, stdout); err != nil {
 		logger.Warn("cannot reach the Kafka brokers of bootstrap_servers: jobs fail until they can", "bootstrap_servers", bootstrap, "error", err)
 	}
 }
 
 // reachBrokers asks the brokers for the cluster's metadata and prints it.
-func reachBrokers(ctx context.Context, bootstrap string, stdout io.Writer) error {
+func reachBrokers(ctx context.Context, bootstrap string, sec host.KafkaSecurity, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, brokerCheckTimeout)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...), kgo.RetryTimeout(brokerCheckTimeout))
+	opts, err := sec.ClientOpts(bootstrap, kgo.RetryTimeout(brokerCheckTimeout))
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
 	}

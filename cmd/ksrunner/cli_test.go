@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
@@ -296,7 +297,7 @@ func TestBrokerCheck(t *testing.T) {
 	var buf strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := reachBrokers(ctx, "127.0.0.1:1", &buf); err == nil {
+	if err := reachBrokers(ctx, "127.0.0.1:1", host.KafkaSecurity{}, &buf); err == nil {
 		t.Errorf("reaching 127.0.0.1:1: no error (%s)", buf.String())
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/knadh/koanf/parsers/yaml"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/endpoint"
 )
 
 // serverConfig is everything `ksrunner jobserver` reads. Job-scoped options
@@ -32,10 +34,67 @@ type serverConfig struct {
 	// JobHost (0: none).
 	StatusPort int    `koanf:"status_port"`
 	LogLevel   string `koanf:"log_level"`
+
+	// The endpoints' security (the job, expansion and status endpoints,
+	// on JobHost): TLS, mutual TLS, bearer token, insecure_bind.
+	endpoint.Security `koanf:",squash,flatten"`
+	// The runner's own Kafka security.
+	host.KafkaSecurity `koanf:",squash,flatten"`
+	// AllowProcessEnvironments: "auto" (on when JobHost is loopback),
+	// or a boolean.
+	AllowProcessEnvironments string `koanf:"allow_process_environments"`
+	// AllowedBootstrapServers limits a job's bootstrap_servers.
+	AllowedBootstrapServers []string `koanf:"allowed_bootstrap_servers"`
 }
 
 func defaultServerConfig() serverConfig {
-	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, StatusPort: 8074, LogLevel: "info"}
+	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, StatusPort: 8074, LogLevel: "info", AllowProcessEnvironments: "auto"}
+}
+
+// processEnvironments is allow_process_environments: nil for auto.
+func (c serverConfig) processEnvironments() (*bool, error) {
+	v := strings.TrimSpace(c.AllowProcessEnvironments)
+	if v == "" || strings.EqualFold(v, "auto") {
+		return nil, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return nil, fmt.Errorf("option allow_process_environments: %q, want true, false or auto (on when job_host is loopback)", c.AllowProcessEnvironments)
+	}
+	return &b, nil
+}
+
+// Help of the security options (the worker's flags use the Kafka ones).
+const (
+	securityProtocolHelp = "how the runner's own Kafka clients connect: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL (default PLAINTEXT)"
+	saslMechanismHelp    = "SASL mechanism of SASL_PLAINTEXT and SASL_SSL: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+	saslUsernameHelp     = "SASL user name"
+	saslPasswordFileHelp = "file holding the SASL password (a trailing newline is dropped)"
+	sslCAFileHelp        = "PEM file of the CA certificates that verify the brokers (SSL, SASL_SSL; default: the system's)"
+	sslCertFileHelp      = "PEM client certificate (chain), for brokers that authenticate clients by certificate"
+	sslKeyFileHelp       = "PEM (unencrypted) private key of ssl_cert_file"
+	allowProcessHelp     = "run the commands of jobs' PROCESS environments: true, false, or auto (true only when job_host is loopback)"
+)
+
+// kafkaSecurityFlags adds the runner's own Kafka security options to fs.
+func kafkaSecurityFlags(fs *pflag.FlagSet, k *host.KafkaSecurity) {
+	fs.StringVar(&k.Protocol, "security_protocol", k.Protocol, securityProtocolHelp)
+	fs.StringVar(&k.Mechanism, "sasl_mechanism", k.Mechanism, saslMechanismHelp)
+	fs.StringVar(&k.Username, "sasl_username", k.Username, saslUsernameHelp)
+	fs.StringVar(&k.PasswordFile, "sasl_password_file", k.PasswordFile, saslPasswordFileHelp)
+	fs.StringVar(&k.CAFile, "ssl_ca_file", k.CAFile, sslCAFileHelp)
+	fs.StringVar(&k.CertFile, "ssl_cert_file", k.CertFile, sslCertFileHelp)
+	fs.StringVar(&k.KeyFile, "ssl_key_file", k.KeyFile, sslKeyFileHelp)
+}
+
+// endpointSecurityFlags adds the endpoints' security options to fs; what
+// names the endpoints they guard.
+func endpointSecurityFlags(fs *pflag.FlagSet, s *endpoint.Security, what string) {
+	fs.StringVar(&s.TLSCertFile, "tls_cert_file", s.TLSCertFile, "PEM certificate of the "+what+": with tls_key_file, they speak TLS only")
+	fs.StringVar(&s.TLSKeyFile, "tls_key_file", s.TLSKeyFile, "PEM private key of tls_cert_file")
+	fs.StringVar(&s.TLSClientCAFile, "tls_client_ca_file", s.TLSClientCAFile, "PEM CA certificates: the "+what+" require client certificates they sign (mutual TLS)")
+	fs.StringVar(&s.AuthTokenFile, "auth_token_file", s.AuthTokenFile, "file holding the bearer token every call to the "+what+" must carry (\"authorization: Bearer TOKEN\")")
+	fs.BoolVar(&s.InsecureBind, "insecure_bind", s.InsecureBind, "let the "+what+" listen beyond loopback without TLS or without a token: open to whoever reaches them")
 }
 
 // jobServerFlags are `ksrunner jobserver`'s flags: one per option (the
@@ -74,6 +133,12 @@ func jobServerFlags() *pflag.FlagSet {
 	fs.String("group_protocol", def.GroupProtocol, host.GroupProtocolHelp)
 	fs.Int("session_timeout_ms", def.SessionTimeoutMs, host.SessionTimeoutMsHelp)
 	fs.Int("broker_unavailable_timeout_ms", def.BrokerUnavailableTimeoutMs, host.BrokerUnavailableTimeoutMsHelp)
+	// Security of the endpoints (job, artifact staging, expansion, status).
+	endpointSecurityFlags(fs, new(endpoint.Security), "job, expansion and status endpoints")
+	fs.String("allow_process_environments", def.AllowProcessEnvironments, allowProcessHelp)
+	fs.Lookup("allow_process_environments").NoOptDefVal = "true"
+	fs.StringSlice("allowed_bootstrap_servers", nil, "HOST:PORT entries (\"*\" globs, or embedded) that a job's bootstrap_servers may name besides this server's own (default: any on loopback without Kafka credentials, else none)")
+	kafkaSecurityFlags(fs, new(host.KafkaSecurity))
 	return fs
 }
 
@@ -149,6 +214,15 @@ func loadServerConfig(args []string) (serverConfig, error) {
 		return serverConfig{}, fmt.Errorf("option status_port: %d, want a port (0: no status page)%s", cfg.StatusPort, fromWhere(errors.New("option status_port"), sources))
 	}
 	if err := cfg.Options.Validate(); err != nil {
+		return serverConfig{}, fmt.Errorf("job server configuration: %w%s", err, fromWhere(err, sources))
+	}
+	if _, err := cfg.processEnvironments(); err != nil {
+		return serverConfig{}, fmt.Errorf("job server configuration: %w%s", err, fromWhere(err, sources))
+	}
+	if err := cfg.Security.Check(); err != nil {
+		return serverConfig{}, fmt.Errorf("job server configuration: %w%s", err, fromWhere(err, sources))
+	}
+	if err := cfg.KafkaSecurity.Check(); err != nil {
 		return serverConfig{}, fmt.Errorf("job server configuration: %w%s", err, fromWhere(err, sources))
 	}
 	if _, err := newLogger(cfg.LogLevel); err != nil {
@@ -228,7 +302,7 @@ func envOptions(environ []string, known func(string) bool) (map[string]envOption
 			continue // the configuration file's path
 		case known(key):
 			var v any = val
-			if key == "stage_wasm" || key == "sdk_worker_pool" { // lists: comma-separated entries
+			if key == "stage_wasm" || key == "sdk_worker_pool" || key == "allowed_bootstrap_servers" { // lists: comma-separated entries
 				v = strings.Split(val, ",")
 			}
 			out[key] = envOption{name: name, raw: val, value: v}
@@ -260,7 +334,7 @@ func toolVariable(name string) bool {
 // the client commands).
 var allOptions = func() map[string]bool {
 	m := map[string]bool{}
-	for _, fs := range []*pflag.FlagSet{jobServerFlags(), workerFlagSet(new(workerFlags)), clientFlags(new(string))} {
+	for _, fs := range []*pflag.FlagSet{jobServerFlags(), workerFlagSet(new(workerFlags)), clientFlags(new(string)), proxyFlagSet(new(proxyFlags))} {
 		for _, n := range optionNames(fs) {
 			m[n] = true
 		}

@@ -24,7 +24,15 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts := []host.ServerOption{host.WithStuckBundlePolicy(exitOnStuckBundle)}
+	opts := []host.ServerOption{
+		host.WithStuckBundlePolicy(exitOnStuckBundle),
+		host.WithEndpointSecurity(cfg.Security),
+		host.WithKafkaSecurity(cfg.KafkaSecurity),
+		host.WithAllowedBootstrapServers(cfg.AllowedBootstrapServers),
+	}
+	if allow, _ := cfg.processEnvironments(); allow != nil {
+		opts = append(opts, host.WithProcessEnvironments(*allow))
+	}
 	if cfg.StatusPort != 0 {
 		opts = append(opts, host.WithStatus(host.StatusConfig{Addr: net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.StatusPort))}))
 	}
@@ -32,7 +40,7 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	exp, err := kafkaio.NewExpansionServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.ExpansionPort)), logger)
+	exp, err := kafkaio.NewExpansionServer(net.JoinHostPort(cfg.JobHost, strconv.Itoa(cfg.ExpansionPort)), logger, kafkaio.WithSecurity(cfg.Security))
 	if err != nil {
 		srv.Stop()
 		return err
@@ -42,7 +50,7 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	if u := srv.StatusURL(); u != "" {
 		fmt.Fprintf(stdout, "status page: %s (metrics: %smetrics)\n", u, u)
 	}
-	checkBrokers(ctx, cfg.BootstrapServers, stdout, logger)
+	checkBrokers(ctx, cfg.BootstrapServers, cfg.KafkaSecurity, stdout, logger)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve() }()
 	go func() { errc <- exp.Serve() }()

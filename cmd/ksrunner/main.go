@@ -4,6 +4,8 @@
 //	ksrunner worker --application_id X --bootstrap_servers B
 //	                             join a running application: one more process of it
 //	ksrunner broker --port N     run an in-memory development broker
+//	ksrunner proxy --forward LOCAL=REMOTE --auth_token_file F --tls_ca_file CA
+//	                             forward a loopback port to a guarded job or expansion endpoint, adding TLS and the token
 //	ksrunner jobs                list a job server's jobs
 //	ksrunner cancel JOB          cancel a job
 //	ksrunner drain JOB           drain a job: its sources stop, every window fires, it ends DRAINED
@@ -52,6 +54,10 @@ func init() {
 			flags: func() *pflag.FlagSet { return workerFlagSet(new(workerFlags)) }, run: runWorker},
 		{name: "broker", args: "[--port N]", summary: "run an in-memory Kafka broker for development (data in memory only)",
 			flags: brokerFlags, run: runBroker},
+		{name: "proxy", args: "--forward LOCAL=REMOTE [--auth_token_file F] [--tls_ca_file CA]", summary: "forward a loopback port to a guarded job, expansion or status endpoint, adding TLS and the bearer token",
+			about: "For Beam SDKs that can send neither TLS nor a token (Go and Python 2.77): submit to LOCAL,\n" +
+				"and the proxy calls REMOTE over TLS with the token.",
+			flags: func() *pflag.FlagSet { return proxyFlagSet(new(proxyFlags)) }, run: runProxy},
 		{name: "jobs", args: "[--endpoint HOST:PORT]", summary: "list the jobs of a job server",
 			flags: func() *pflag.FlagSet { return clientFlags(new(string)) }, run: runJobs},
 		{name: "cancel", args: "JOB [--endpoint HOST:PORT]", summary: "cancel a job, in every process of its application",

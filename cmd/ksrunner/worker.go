@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/endpoint"
 )
 
 // workerFlags are `ksrunner worker`'s options: flags, with KSRUNNER_*
@@ -22,6 +23,9 @@ type workerFlags struct {
 	statusHost                         string
 	statusPort                         int
 	pools                              []string
+	kafka                              host.KafkaSecurity
+	endpoint                           endpoint.Security // of the status endpoint
+	allowProcess                       bool
 }
 
 // workerFlagSet defines the worker's flags, into f.
@@ -34,6 +38,9 @@ func workerFlagSet(f *workerFlags) *pflag.FlagSet {
 	fs.StringVar(&f.statusHost, "status_host", "localhost", "host the status page and /metrics listen on")
 	fs.IntVar(&f.statusPort, "status_port", 0, "port of the worker's status page and Prometheus /metrics (0: none)")
 	fs.StringSliceVar(&f.pools, "sdk_worker_pool", nil, "ENVIRONMENT_ID=HOST:PORT: run the stages of that environment in the Beam SDK worker pool at HOST:PORT (repeatable)")
+	fs.BoolVar(&f.allowProcess, "allow_process_environments", true, "run the commands of the job's PROCESS environments (false: leave their stages to other processes)")
+	kafkaSecurityFlags(fs, &f.kafka)
+	endpointSecurityFlags(fs, &f.endpoint, "status endpoint")
 	return fs
 }
 
@@ -65,6 +72,12 @@ func parseWorkerFlags(args []string) (workerFlags, error) {
 	if f.statusPort < 0 || f.statusPort > 65535 {
 		return f, fmt.Errorf("option status_port: %d, want a port (0: no status page)%s", f.statusPort, fromWhere(errors.New("option status_port"), sources))
 	}
+	if err := f.kafka.Check(); err != nil {
+		return f, fmt.Errorf("worker: %w%s", err, fromWhere(err, sources))
+	}
+	if err := f.endpoint.Check(); err != nil {
+		return f, fmt.Errorf("worker: %w%s", err, fromWhere(err, sources))
+	}
 	return f, nil
 }
 
@@ -85,7 +98,12 @@ func runWorker(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 		pools[env] = addr
 	}
-	opts := []host.ServerOption{host.WithStuckBundlePolicy(exitOnStuckBundle)}
+	opts := []host.ServerOption{
+		host.WithStuckBundlePolicy(exitOnStuckBundle),
+		host.WithKafkaSecurity(f.kafka),
+		host.WithProcessEnvironments(f.allowProcess),
+		host.WithEndpointSecurity(f.endpoint),
+	}
 	if f.statusPort != 0 {
 		opts = append(opts, host.WithStatus(host.StatusConfig{Addr: net.JoinHostPort(f.statusHost, strconv.Itoa(f.statusPort))}))
 	}

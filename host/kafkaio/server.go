@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/ksrunner/ksrunner/host/endpoint"
 	"github.com/ksrunner/ksrunner/host/internal/expansion"
 )
 
@@ -20,14 +21,29 @@ type ExpansionServer struct {
 	srv *grpc.Server
 }
 
+// An ExpansionOption configures an ExpansionServer.
+type ExpansionOption func(*endpoint.Security)
+
+// WithSecurity sets how the expansion server admits clients (TLS, mutual
+// TLS, a bearer token): without it, it listens on loopback only (see
+// endpoint.Listen).
+func WithSecurity(s endpoint.Security) ExpansionOption {
+	return func(c *endpoint.Security) { *c = s }
+}
+
 // NewExpansionServer listens on addr (port 0 picks a free port); warnings
-// of expansions go to logger.
-func NewExpansionServer(addr string, logger *slog.Logger) (*ExpansionServer, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("expansion server: listen on %s: %w", addr, err)
+// of expansions go to logger. An address beyond loopback needs TLS and a
+// bearer token (WithSecurity), or insecure_bind.
+func NewExpansionServer(addr string, logger *slog.Logger, options ...ExpansionOption) (*ExpansionServer, error) {
+	var sec endpoint.Security
+	for _, o := range options {
+		o(&sec)
 	}
-	srv := grpc.NewServer()
+	lis, guard, err := endpoint.Listen("expansion", addr, sec, logger)
+	if err != nil {
+		return nil, fmt.Errorf("expansion server: %w", err)
+	}
+	srv := grpc.NewServer(guard.GRPCServerOptions()...)
 	expansion.NewService(logger).Register(srv)
 	return &ExpansionServer{lis: lis, srv: srv}, nil
 }

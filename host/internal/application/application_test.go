@@ -89,7 +89,7 @@ func TestSpecRoundTrip(t *testing.T) {
 
 func openTopic(ctx context.Context, t *testing.T, bootstrap, app string) *Topic {
 	t.Helper()
-	tp, err := Open(ctx, bootstrap, app, -1, true)
+	tp, err := Open(ctx, bootstrap, nil, app, -1, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestMissingTopic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	bootstrap := kafkatest.Broker(t)
-	tp, err := Open(ctx, bootstrap, kafkatest.UniqueName(t, "none"), -1, false)
+	tp, err := Open(ctx, bootstrap, nil, kafkatest.UniqueName(t, "none"), -1, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/shuffle"
 )
 
@@ -69,10 +69,11 @@ func pieceKey(fingerprint string, n int) string {
 
 // Topic is an application's pipeline topic on its cluster.
 type Topic struct {
-	appID   string
-	name    string // the Kafka name
-	brokers []string
-	adm     *kadm.Client
+	appID    string
+	name     string // the Kafka name
+	brokers  string
+	security *kafkaconn.Security
+	adm      *kadm.Client
 
 	// The manifest as of end offset cachedEnd (Manifest); a Topic is used
 	// by one goroutine at a time.
@@ -85,17 +86,17 @@ type Topic struct {
 // comma-separated list). With create, a missing topic is created
 // (compacted, one partition, replication as given, -1: the broker's
 // default); an instance that loses a creation race waits for the winner's.
-func Open(ctx context.Context, brokers, appID string, replication int, create bool) (*Topic, error) {
-	seeds := strings.Split(brokers, ",")
-	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+// Its clients connect per sec (nil: PLAINTEXT).
+func Open(ctx context.Context, brokers string, sec *kafkaconn.Security, appID string, replication int, create bool) (*Topic, error) {
+	cl, err := kafkaconn.NewClient(brokers, sec)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", brokers, err)
 	}
-	t := &Topic{appID: appID, name: shuffle.TopicName(appID, shuffle.PipelineTopic), brokers: seeds, adm: kadm.NewClient(cl)}
+	t := &Topic{appID: appID, name: shuffle.TopicName(appID, shuffle.PipelineTopic), brokers: brokers, security: sec, adm: kadm.NewClient(cl)}
 	if create {
 		if err := t.create(ctx, replication); err != nil {
 			t.Close()
-			return nil, err
+			return nil, kafkaconn.Explain(err, brokers, sec)
 		}
 	}
 	return t, nil
@@ -148,7 +149,7 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 	if err != nil || endOffset <= 0 {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(t.brokers...),
+	cl, err := kafkaconn.NewClient(t.brokers, t.security,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.name: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxBytes(16<<20),
@@ -345,7 +346,7 @@ func (t *Topic) write(ctx context.Context, spec *Spec, fp string, old *Manifest)
 // with one partition keeps them in order (idempotence keeps retries from
 // reordering them).
 func (t *Topic) produce(ctx context.Context, recs ...*kgo.Record) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(t.brokers...), kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(0))
+	cl, err := kafkaconn.NewClient(t.brokers, t.security, kgo.ProducerBatchMaxBytes(1<<20), kgo.ProducerLinger(0))
 	if err != nil {
 		return fmt.Errorf("pipeline topic %s: %w", t.name, err)
 	}

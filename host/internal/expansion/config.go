@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/xlangx"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -287,6 +288,9 @@ func ConfigRead(payload []byte, withMetadata bool) (*translate.KafkaRead, []stri
 			spec.ConsumerConfig[k] = v
 		}
 	}
+	if _, err := kafkaio.ParseSecurity(spec.ConsumerConfig, r.name("consumer_config")); err != nil {
+		return nil, nil, err
+	}
 	if err := spec.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -322,6 +326,9 @@ func ConfigWrite(payload []byte, withHeaders bool) (*translate.KafkaWrite, error
 			spec.ProducerConfig = map[string]string{}
 		}
 		spec.ProducerConfig[k] = v
+	}
+	if _, err := kafkaio.ParseSecurity(spec.ProducerConfig, r.name("producer_config")); err != nil {
+		return nil, err
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, err

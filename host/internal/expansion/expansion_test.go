@@ -232,6 +232,20 @@ func TestConfigRead(t *testing.T) {
 		{name: "with metadata needs bytes", meta: true,
 			row: goStyleRead{Topics: []string{"t"}, KeyDeserializer: ser + "StringDeserializer"},
 			err: []string{"with metadata", "ByteArrayDeserializer"}},
+		{name: "security settings honoured",
+			row: snakeStyleRead{Topics: []string{"t"}, ConsumerConfig: map[string]string{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+				"sasl.jaas.config":    `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`,
+				"ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem"}},
+			want: &translate.KafkaRead{Topics: []string{"t"}, KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime",
+				ConsumerConfig: map[string]string{"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+					"sasl.jaas.config":    `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`,
+					"ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem"}}},
+		{name: "unsupported security key",
+			row: snakeStyleRead{Topics: []string{"t"}, ConsumerConfig: map[string]string{"security.protocol": "SASL_SSL", "sasl.kerberos.service.name": "kafka"}},
+			err: []string{"consumer_config sasl.kerberos.service.name is not supported"}},
+		{name: "unsupported security value",
+			row: goStyleRead{Topics: []string{"t"}, ConsumerConfig: map[string]string{"security.protocol": "SSL", "ssl.truststore.type": "JKS", "ssl.truststore.location": "/ts.jks"}},
+			err: []string{`ConsumerConfig ssl.truststore.type="JKS": not supported`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			urn := URNReadWithoutMetadata
@@ -286,6 +300,10 @@ func TestConfigWrite(t *testing.T) {
 	_, err = ConfigWrite(encode(t, goStyleWrite{Topic: "out", KeySerializer: "com.example.AvroSerializer"}), false)
 	if err == nil || !strings.Contains(err.Error(), "KeySerializer") || !strings.Contains(err.Error(), "com.example.AvroSerializer") {
 		t.Errorf("unsupported serializer: %v, want an error naming the field and the class", err)
+	}
+	_, err = ConfigWrite(encode(t, goStyleWrite{ProducerConfig: map[string]string{"security.protocol": "SASL_SSL", "sasl.mechanism": "GSSAPI"}, Topic: "out"}), false)
+	if err == nil || !strings.Contains(err.Error(), `ProducerConfig sasl.mechanism="GSSAPI": not supported`) {
+		t.Errorf("unsupported SASL mechanism: %v, want an expansion error naming it", err)
 	}
 	_, err = ConfigWrite(encode(t, goStyleWrite{KeySerializer: ser + "StringSerializer"}), true)
 	if err == nil || !strings.Contains(err.Error(), "ByteArraySerializer") {

@@ -10,6 +10,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -275,6 +276,9 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 			spec.ConsumerConfig[k] = v
 		}
 	}
+	if _, err := kafkaio.ParseSecurity(spec.ConsumerConfig, r.name("consumer_config_updates")); err != nil {
+		return nil, nil, err
+	}
 	if err := spec.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -308,6 +312,9 @@ func schemaWrite(r *reader) (*translate.KafkaWrite, error) {
 			spec.ProducerConfig = map[string]string{}
 		}
 		spec.ProducerConfig[k] = v
+	}
+	if _, err := kafkaio.ParseSecurity(spec.ProducerConfig, r.name("producer_config_updates")); err != nil {
+		return nil, err
 	}
 	if err := spec.Validate(); err != nil {
 		return nil, err

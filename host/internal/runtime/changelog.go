@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
@@ -191,7 +192,7 @@ func (i *instance) restoreTask(ctx context.Context, sub int, partition int32, to
 			return err
 		}
 	}
-	cl, err := kgo.NewClient(append(append(changelogReaderOpts(i.cfg.BootstrapServers),
+	cl, err := kgo.NewClient(append(append(changelogReaderOpts(i.cfg.BootstrapServers, i.cfg.Security),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(pos)}}),
 	), i.cfg.reach.opts()...)...)
 	if err != nil {
@@ -294,15 +295,14 @@ const maxParallelRestores = 4
 //     trips, one per fetch (TestRestoreThroughput, on a loaded 2-core
 //     machine: 16-43 MB/s at franz-go's default of 1 MiB; 40-134 MB/s at
 //     32 MiB with batches committed beside the fetching).
-func changelogReaderOpts(bootstrap string) []kgo.Opt {
-	return []kgo.Opt{
-		kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+func changelogReaderOpts(bootstrap string, sec *kafkaconn.Security) []kgo.Opt {
+	return kafkaconn.Opts(bootstrap, sec,
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),
-		kgo.FetchMaxBytes(64 << 20),
-		kgo.FetchMaxPartitionBytes(32 << 20),
-	}
+		kgo.FetchMaxBytes(64<<20),
+		kgo.FetchMaxPartitionBytes(32<<20),
+	)
 }
 
 // applyChangelogRecord applies one changelog record, not a control record,

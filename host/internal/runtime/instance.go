@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 
@@ -173,8 +173,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	if cfg.Hooks != nil {
 		i.env.Now = cfg.Hooks.Now
 	}
-	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
-	if i.admin, err = kgo.NewClient(append([]kgo.Opt{seeds}, cfg.reach.opts()...)...); err != nil {
+	if i.admin, err = kafkaconn.NewClient(cfg.BootstrapServers, cfg.Security, cfg.reach.opts()...); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -189,8 +188,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	}
 	i.purge = newPurger(i.admin, purged, cfg.Logger)
 	i.standby = newStandby(i) // before the client: its callbacks use it
-	opts := []kgo.Opt{
-		seeds,
+	opts := kafkaconn.Opts(cfg.BootstrapServers, cfg.Security,
 		kgo.ConsumerGroup(cfg.ApplicationID),
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -199,14 +197,14 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RecordPartitioner(partitioner{data: shuffle.Partitioner()}),
 		kgo.ProducerLinger(0),
-		kgo.MaxBufferedRecords(1 << 20),
-		kgo.FetchMaxBytes(64 << 20),
+		kgo.MaxBufferedRecords(1<<20),
+		kgo.FetchMaxBytes(64<<20),
 		kgo.OnPartitionsAssigned(i.onAssigned),
 		kgo.OnPartitionsRevoked(i.onRevoked),
 		kgo.OnPartitionsLost(i.onLost),
 		kgo.OnPartitionsCallbackBlocked(i.onBlocked),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
-	}
+	)
 	inputs := map[uint32]string{}
 	for _, st := range cfg.Plan.SubTopologies {
 		if statefulSubTopology(st) {
@@ -538,7 +536,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 	sideDone := make(chan struct{})
 	go func() {
 		defer close(sideDone)
-		if err := i.side.run(ctx, i.cfg.BootstrapServers); err != nil {
+		if err := i.side.run(ctx, i.cfg.BootstrapServers, i.cfg.Security); err != nil {
 			i.setProduceErr(err)
 		}
 	}()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -32,7 +33,9 @@ import (
 //
 // auto.offset.reset and isolation.level are honoured elsewhere
 // (startOffsets; translate refuses all but read_committed);
-// bootstrap.servers is checked by checkKafkaIO.
+// bootstrap.servers is checked by checkKafkaIO; the security settings
+// (security.*, sasl.*, ssl.*) are the connection of every client of the
+// job (kafkaio.JobSecurity).
 
 // clientSetting maps one Kafka setting to a franz-go option.
 type clientSetting struct {
@@ -162,7 +165,9 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 			v := conf[k]
 			s, ok := honoured[k]
 			if !ok {
-				if !slices.Contains(handled, k) {
+				// Security settings are the job's connection
+				// (kafkaio.JobSecurity), not client settings.
+				if !slices.Contains(handled, k) && !kafkaio.IsSecurityKey(k) {
 					cc.notApplied[transform] = append(cc.notApplied[transform], k)
 				}
 				continue

@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/translate"
@@ -195,14 +195,14 @@ func available(ctx context.Context, cfg Config, adm *kadm.Client, st *translate.
 			from[p] = min(o.Offset, end.Offset)
 		}
 	}
-	return countRecords(ctx, cfg.BootstrapServers, topic, from, to, n)
+	return countRecords(ctx, cfg.BootstrapServers, cfg.Security, topic, from, to, n)
 }
 
 // countRecords counts the records (not transaction markers, read_committed)
 // of each partition p of topic in [from[p], to[p]), up to limit each. The
 // markers are fetched too (KeepControlRecords), so a partition whose range
 // ends with one is known to be read through.
-func countRecords(ctx context.Context, brokers, topic string, from, to []int64, limit int64) ([]int64, error) {
+func countRecords(ctx context.Context, brokers string, sec *kafkaconn.Security, topic string, from, to []int64, limit int64) ([]int64, error) {
 	count := make([]int64, len(from))
 	start := map[int32]kgo.Offset{}
 	for p := range from {
@@ -213,8 +213,7 @@ func countRecords(ctx context.Context, brokers, topic string, from, to []int64, 
 	if len(start) == 0 {
 		return count, nil
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(brokers, ",")...),
+	cl, err := kafkaconn.NewClient(brokers, sec,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: start}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords(),

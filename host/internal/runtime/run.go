@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
@@ -32,7 +33,11 @@ import (
 type Config struct {
 	Plan             *translate.Plan
 	BootstrapServers string // a comma-separated broker list
-	ApplicationID    string
+	// Security is how every client of the job connects to
+	// BootstrapServers (nil: PLAINTEXT): the runner's own settings, or
+	// those of the plan's Kafka reads and writes (kafkaio.JobSecurity).
+	Security      *kafkaconn.Security
+	ApplicationID string
 	// ReplicationFactor and Parallelism lay out the internal topics.
 	ReplicationFactor, Parallelism int
 	// KeepInternalTopics keeps a bounded job's topics when it is done.
@@ -193,11 +198,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 
+	// An authentication error, from whichever client, names the brokers.
+	defer func() { err = kafkaconn.Explain(err, cfg.BootstrapServers, cfg.Security) }()
 	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
 	if cfg.BadRecords == task.PolicyDeadLetter {
 		ts.SetDeadLetter(cfg.DeadLetterTopic, cfg.CreateDeadLetterTopic)
 	}
-	admin, err := topics.NewAdmin(cfg.BootstrapServers, r.opts()...)
+	admin, err := topics.NewAdmin(cfg.BootstrapServers, cfg.Security, r.opts()...)
 	if err != nil {
 		return err
 	}
@@ -298,7 +305,7 @@ func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *kadm.C
 			if err := ts.Create(ctx, admin); err != nil {
 				return err
 			}
-			return ts.WriteImpulses(ctx, cfg.BootstrapServers, cfg.reach.opts()...)
+			return ts.WriteImpulses(ctx, cfg.BootstrapServers, cfg.Security, cfg.reach.opts()...)
 		}()
 		if err == nil || ctx.Err() != nil || !cfg.reach.troubleSince(mark) {
 			return err
@@ -363,8 +370,7 @@ func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir stri
 // waitDone follows the status topic until every task of the plan reports the
 // maximum watermark.
 func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...),
+	cl, err := kafkaconn.NewClient(cfg.BootstrapServers, cfg.Security,
 		kgo.ConsumeTopics(ts.Full(shuffle.StatusTopic)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

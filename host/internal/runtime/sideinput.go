@@ -5,9 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"strings"
 	"sync/atomic"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
@@ -93,7 +93,7 @@ func (r *sideInputReader) watermark(topic string) int64 {
 }
 
 // run reads the side topics until ctx ends.
-func (r *sideInputReader) run(ctx context.Context, brokers string) error {
+func (r *sideInputReader) run(ctx context.Context, brokers string, sec *kafkaconn.Security) error {
 	if len(r.topics) == 0 {
 		return nil
 	}
@@ -101,8 +101,7 @@ func (r *sideInputReader) run(ctx context.Context, brokers string) error {
 	for full := range r.topics {
 		parts[full] = map[int32]kgo.Offset{0: kgo.NewOffset().AtStart()}
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(strings.Split(brokers, ",")...),
+	cl, err := kafkaconn.NewClient(brokers, sec,
 		kgo.ConsumePartitions(parts),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 	)

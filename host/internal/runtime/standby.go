@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -61,6 +62,7 @@ type standby struct {
 	replicas  int
 	group     string
 	bootstrap string
+	security  *kafkaconn.Security
 	db        *pebble.DB
 	logger    *slog.Logger
 	// subs are the stateful sub-topologies by input topic, and by
@@ -129,6 +131,7 @@ func newStandby(i *instance) *standby {
 		replicas:    i.cfg.NumStandbyReplicas,
 		group:       i.cfg.ApplicationID,
 		bootstrap:   i.cfg.BootstrapServers,
+		security:    i.cfg.Security,
 		db:          i.db,
 		logger:      i.cfg.Logger.With("component", "standby"),
 		subs:        map[string]standbySub{},
@@ -313,7 +316,7 @@ func (s *standby) start(ctx context.Context, group *kgo.Client) (stop func()) {
 	if s.self == nil {
 		s.self = func() string { m, _ := group.GroupMetadata(); return m }
 	}
-	cl, err := kgo.NewClient(changelogReaderOpts(s.bootstrap)...)
+	cl, err := kgo.NewClient(changelogReaderOpts(s.bootstrap, s.security)...)
 	if err != nil {
 		s.logger.Error("standby replicas off: cannot create their changelog consumer", "error", err)
 		return func() {}

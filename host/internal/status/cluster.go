@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
+
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -19,7 +21,9 @@ import (
 // ClusterConfig is the application a Cluster looks at.
 type ClusterConfig struct {
 	BootstrapServers string // a broker list
-	ApplicationID    string
+	// Security is how to connect to them (nil: PLAINTEXT).
+	Security      *kafkaconn.Security
+	ApplicationID string
 	// Inputs are the sub-topologies' input topics (Kafka names) by id;
 	// Source marks the user's topics (InputTopics).
 	Inputs map[int]string
@@ -53,12 +57,11 @@ type Cluster struct {
 
 // NewCluster returns a Cluster of the application; Close it.
 func NewCluster(cfg ClusterConfig) (*Cluster, error) {
-	seeds := kgo.SeedBrokers(strings.Split(cfg.BootstrapServers, ",")...)
-	admin, err := kgo.NewClient(seeds)
+	admin, err := kafkaconn.NewClient(cfg.BootstrapServers, cfg.Security)
 	if err != nil {
 		return nil, fmt.Errorf("status: kafka client: %w", err)
 	}
-	st, err := kgo.NewClient(seeds,
+	st, err := kafkaconn.NewClient(cfg.BootstrapServers, cfg.Security,
 		kgo.ConsumeTopics(shuffle.TopicName(cfg.ApplicationID, shuffle.StatusTopic)),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),

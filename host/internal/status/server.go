@@ -28,8 +28,13 @@ type Options struct {
 	// Middleware, if set, wraps every handler (authentication, for one).
 	Middleware func(http.Handler) http.Handler
 	// TLS, if set, serves HTTPS with it.
-	TLS    *tls.Config
-	Logger *slog.Logger
+	TLS *tls.Config
+	// Listener, if set, is where it serves, instead of listening on Addr;
+	// HTTPS says the listener already speaks TLS (for the page's URL).
+	// Start takes it over: Close closes it.
+	Listener net.Listener
+	HTTPS    bool
+	Logger   *slog.Logger
 }
 
 // Server serves the status page, its JSON API and /metrics. Start starts
@@ -54,11 +59,17 @@ func Start(src Source, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	lis, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("status page: listen on %s: %w", opts.Addr, err)
+	lis := opts.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", opts.Addr); err != nil {
+			return nil, fmt.Errorf("status page: listen on %s: %w", opts.Addr, err)
+		}
 	}
 	s := &Server{src: src, lis: lis, scheme: "http", done: make(chan struct{})}
+	if opts.HTTPS {
+		s.scheme = "https"
+	}
 	var h http.Handler = s.routes()
 	if opts.Middleware != nil {
 		h = opts.Middleware(h)

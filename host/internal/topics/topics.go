@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -258,10 +258,10 @@ func (t *Set) TaskCount() int {
 	return n
 }
 
-// NewAdmin is an admin client of brokers (a comma-separated list), with
-// opts besides.
-func NewAdmin(brokers string, opts ...kgo.Opt) (*kadm.Client, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...)}, opts...)...)
+// NewAdmin is an admin client of brokers (a comma-separated list),
+// connecting per sec (nil: PLAINTEXT), with opts besides.
+func NewAdmin(brokers string, sec *kafkaconn.Security, opts ...kgo.Opt) (*kadm.Client, error) {
+	cl, err := kafkaconn.NewClient(brokers, sec, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", brokers, err)
 	}
@@ -416,9 +416,9 @@ func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
 
 // WriteImpulses writes the impulse record of every impulse topic that is
 // still empty, so a restarted application does not replay its impulses;
-// opts are client options besides.
-func (t *Set) WriteImpulses(ctx context.Context, brokers string, opts ...kgo.Opt) error {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.RecordPartitioner(shuffle.Partitioner())}, opts...)...)
+// it connects per sec (nil: PLAINTEXT), with opts besides.
+func (t *Set) WriteImpulses(ctx context.Context, brokers string, sec *kafkaconn.Security, opts ...kgo.Opt) error {
+	cl, err := kafkaconn.NewClient(brokers, sec, append([]kgo.Opt{kgo.RecordPartitioner(shuffle.Partitioner())}, opts...)...)
 	if err != nil {
 		return err
 	}
