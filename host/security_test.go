@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -379,5 +380,59 @@ func TestUnstagedArtifactNotServed(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("the runner never asked the pool for a worker")
+	}
+}
+
+// TestStatusEndpointGuarded: the status page and /metrics listen like the
+// job endpoint: beyond loopback only with TLS and the token, and every
+// request must carry the token.
+func TestStatusEndpointGuarded(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sec, ca, token := guardedFiles(t)
+	// The job endpoint on loopback needs nothing; the status endpoint
+	// beyond it is refused without TLS and the token.
+	_, err := host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), quiet, host.WithStatus(host.StatusConfig{Addr: "0.0.0.0:0"}))
+	if err == nil || !strings.Contains(err.Error(), "status endpoint") || !strings.Contains(err.Error(), "auth_token_file") {
+		t.Fatalf("status page on 0.0.0.0 without security: %v, want an error naming the status endpoint and auth_token_file", err)
+	}
+
+	srv, err := host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), quiet, host.WithEndpointSecurity(sec), host.WithStatus(host.StatusConfig{Addr: "0.0.0.0:0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	u := srv.StatusURL()
+	if !strings.HasPrefix(u, "https://") {
+		t.Fatalf("status URL %q, want https", u)
+	}
+	port := portOf(t, strings.TrimSuffix(strings.TrimPrefix(u, "https://"), "/"))
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.PEM)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}, Timeout: 30 * time.Second}
+	get := func(path, tok string) int {
+		req, err := http.NewRequest(http.MethodGet, "https://127.0.0.1:"+port+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for _, path := range []string{"/", "/metrics", "/api/jobs"} {
+		if c := get(path, ""); c != http.StatusUnauthorized {
+			t.Errorf("GET %s without the token: %d, want 401", path, c)
+		}
+		if c := get(path, "guess"); c != http.StatusUnauthorized {
+			t.Errorf("GET %s with a wrong token: %d, want 401", path, c)
+		}
+		if c := get(path, token); c != http.StatusOK {
+			t.Errorf("GET %s with the token: %d, want 200", path, c)
+		}
 	}
 }
