@@ -158,11 +158,15 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	if err := checkStreaming(plan, spec.RawOptions); err != nil {
 		return nil, err
 	}
+	// Without an application_id a job gets one of its own, unique to this
+	// submission. A bounded job needs no more. An unbounded one runs too
+	// (Beam's pipelines carry no runner options, and its conformance suite
+	// submits them so), but nothing can find it again: a restarted process,
+	// a worker or a resubmission would need the id, so the job says so.
+	var derivedUnbounded bool
 	if spec.Options.ApplicationID == "" {
-		if !plan.Bounded {
-			return nil, fmt.Errorf("option application_id: required for an unbounded pipeline (it names the consumer group and internal topics, and must stay the same across restarts)")
-		}
 		spec.Options.ApplicationID = sanitizeID(spec.Name) + "-" + randomSuffix()
+		derivedUnbounded = !plan.Bounded
 	}
 	runnerKafka := server.kafka
 	if spec.EmbeddedBroker {
@@ -213,6 +217,9 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	}
 	for _, w := range optionTypos(spec.RawOptions) {
 		j.note(slog.LevelWarn, jobpb.JobMessage_JOB_MESSAGE_WARNING, w)
+	}
+	if derivedUnbounded {
+		j.note(slog.LevelWarn, jobpb.JobMessage_JOB_MESSAGE_WARNING, unnamedUnboundedWarning(spec.Options.ApplicationID))
 	}
 	if spec.Origin == originSubmitted {
 		// The pipeline as submitted, not as annotated for GetPipeline: the
@@ -325,6 +332,14 @@ func (j *job) onWASMStuck(s wasmabi.StuckBundle) {
 		return
 	}
 	j.events.setState(jobpb.JobState_FAILED)
+}
+
+// unnamedUnboundedWarning is the warning of an unbounded job submitted
+// without an application_id.
+func unnamedUnboundedWarning(id string) string {
+	return fmt.Sprintf("option application_id: not set, so this unbounded job runs as application %q, made for this submission: "+
+		"a restarted process, a worker or a resubmission finds it only by that id (submit with --application_id=%s to resume it; "+
+		"without one a resubmission is a new application that reads its Kafka topics from their offset reset policy)", id, id)
 }
 
 func randomSuffix() string {

@@ -25,8 +25,9 @@ type Options struct {
 	// BootstrapServers is a Kafka broker list, or "embedded" for an in-process
 	// broker that keeps data in memory only.
 	BootstrapServers string `koanf:"bootstrap_servers"`
-	// ApplicationID is the consumer group and internal topic prefix. Required
-	// for unbounded pipelines; bounded ones default to one derived from the job.
+	// ApplicationID is the consumer group and internal topic prefix. Unset,
+	// a job gets one made from its name for this submission only (an
+	// unbounded job is warned: nothing can find it again).
 	ApplicationID string `koanf:"application_id"`
 	// InternalParallelism is the partition count of repartition topics.
 	InternalParallelism int `koanf:"internal_parallelism"`
@@ -536,7 +537,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 	def := DefaultOptions()
 	return []*jobpb.PipelineOptionDescriptor{
 		d("bootstrap_servers", "Kafka brokers, or \"embedded\" for an in-memory broker", jobpb.PipelineOptionType_STRING, def.BootstrapServers),
-		d("application_id", "consumer group and internal topic prefix (required for unbounded pipelines)", jobpb.PipelineOptionType_STRING, ""),
+		d("application_id", "consumer group and internal topic prefix (default: one made per submission; give one to an unbounded pipeline so that restarts, workers and resubmissions find it)", jobpb.PipelineOptionType_STRING, ""),
 		d("internal_parallelism", "partitions of repartition topics", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.InternalParallelism)),
 		d("topic_replication_factor", "replication factor of internal topics (-1: broker default)", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TopicReplicationFactor)),
 		d("max_bundle_size", "input elements per bundle at most", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleSize)),

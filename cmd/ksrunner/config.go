@@ -110,7 +110,7 @@ func jobServerFlags() *pflag.FlagSet {
 	fs.Int("status_port", def.StatusPort, "port of the status page and Prometheus /metrics, on job_host (0: none)")
 	fs.String("log_level", def.LogLevel, "debug, info, warn or error")
 	fs.String("bootstrap_servers", def.BootstrapServers, `Kafka brokers, or "embedded" for an in-process broker (data in memory only)`)
-	fs.String("application_id", def.ApplicationID, "consumer group and internal topic prefix (required for unbounded pipelines)")
+	fs.String("application_id", def.ApplicationID, "consumer group and internal topic prefix (default: one made per submission; give one to an unbounded pipeline so that restarts, workers and resubmissions find it)")
 	fs.Int("internal_parallelism", def.InternalParallelism, "partitions of repartition topics")
 	fs.Int("topic_replication_factor", def.TopicReplicationFactor, "replication factor of internal topics (-1: broker default)")
 	fs.Int("max_bundle_size", def.MaxBundleSize, "input elements per bundle at most")

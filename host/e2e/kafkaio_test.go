@@ -252,10 +252,25 @@ func TestKafkaReadFailures(t *testing.T) {
 		t.Errorf("errors %q: none names all of %q", errs, parts)
 	}
 	t.Run("no application_id", func(t *testing.T) {
-		// A Kafka read is unbounded: the job needs an application_id.
+		// A Kafka read is unbounded: without an application_id it runs
+		// under one made for the submission, and a warning names it.
 		ctx := testContext(t, time.Minute)
-		if _, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, "in", "out"), map[string]string{"bootstrap_servers": bootstrap}); err == nil || !strings.Contains(err.Error(), "application_id") {
-			t.Errorf("submit without application_id: %v, want a refusal naming application_id", err)
+		in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+		kafkatest.CreateTopic(t, bootstrap, in, 1)
+		kafkatest.CreateTopic(t, bootstrap, out, 1)
+		id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), map[string]string{"bootstrap_servers": bootstrap})
+		if err != nil {
+			t.Fatalf("submit without application_id: %v", err)
+		}
+		if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := wait(ctx, ksrunner, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(r.Messages, func(m string) bool { return strings.Contains(m, "option application_id: not set") }) {
+			t.Errorf("no warning about the missing application_id; messages: %q", r.Messages)
 		}
 	})
 	t.Run("missing topic", func(t *testing.T) {

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -33,25 +35,19 @@ func (f *countTicksFn) ProcessElement(_ []byte, _ int64) {
 }
 
 // TestUnboundedSourceEnds: an unbounded pipeline (periodic.Impulse, a
-// splittable DoFn that checkpoints until its end time) with an
-// application_id runs every element and ends DONE once its source ends and
-// every task has reported the final watermark; without an application_id
-// it is refused at submission.
+// splittable DoFn that checkpoints until its end time) runs every element
+// and ends DONE once its source ends and every task has reported the final
+// watermark. Submitted without an application_id, as Beam's own suites
+// submit, it runs under one made for it, and a warning names that id.
 func TestUnboundedSourceEnds(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	token := kafkatest.UniqueName(t, "ticks")
-	build := func() *beam.Pipeline {
-		p, s := beam.NewPipelineWithRoot()
-		start := time.Now()
-		imp := periodic.Impulse(s, start, start.Add(2*time.Second), 100*time.Millisecond, false)
-		keyed := beam.ParDo(s, tickPair, imp)
-		beam.ParDo0(s, &countTicksFn{Token: token}, keyed)
-		return p
-	}
-	if _, err := submit(ctx, t, ksrunner, marshal(t, build()), nil); err == nil {
-		t.Error("an unbounded pipeline without application_id was accepted")
-	}
-	id, err := submit(ctx, t, ksrunner, marshal(t, build()), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e")})
+	p, s := beam.NewPipelineWithRoot()
+	start := time.Now()
+	imp := periodic.Impulse(s, start, start.Add(2*time.Second), 100*time.Millisecond, false)
+	keyed := beam.ParDo(s, tickPair, imp)
+	beam.ParDo0(s, &countTicksFn{Token: token}, keyed)
+	id, err := submit(ctx, t, ksrunner, marshal(t, p), nil)
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}
@@ -65,5 +61,10 @@ func TestUnboundedSourceEnds(t *testing.T) {
 	n, _ := ticks.Load(token)
 	if n == nil || n.(*atomic.Int64).Load() != 20 {
 		t.Errorf("countTicksFn saw %v elements, want 20 (2s of 100ms ticks)", n)
+	}
+	if !slices.ContainsFunc(r.Messages, func(m string) bool {
+		return strings.Contains(m, "option application_id: not set") && strings.Contains(m, "--application_id=")
+	}) {
+		t.Errorf("no warning naming the application_id the job runs under; messages: %q", r.Messages)
 	}
 }
