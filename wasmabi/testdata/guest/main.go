@@ -87,9 +87,13 @@ func init() {
 		}
 		return s, nil
 	}))
-	// Spin never returns on "bad".
+	// Spin never returns on "bad"; it logs "spinning" first, so
+	// that a test knows when guest code is spinning.
 	guest.Register(guest.Map("Spin", guest.String, guest.String, func(s string) (string, error) {
 		n := 0
+		if s == "bad" {
+			guest.Log(guest.LogWarn, "spinning")
+		}
 		for s == "bad" {
 			n++
 		}
