@@ -17,6 +17,7 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/ksrunner/ksrunner/shuffle"
@@ -127,7 +128,8 @@ func (m *Module) Instantiate(ctx context.Context, stage StageSpec) (_ *Instance,
 		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
 		WithRandSource(rand.Reader)
 	ctx = context.WithValue(ctx, instanceKey{}, i)
-	if i.mod, err = m.runtime.InstantiateModule(ctx, m.compiled, mc); err != nil {
+	mctx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(newLinearMemory))
+	if i.mod, err = m.runtime.InstantiateModule(mctx, m.compiled, mc); err != nil {
 		return nil, fail("instantiate", i.classify(ctx, err))
 	}
 	defer func() {

@@ -110,10 +110,17 @@ func init() {
 		}
 		return s, nil
 	}))
-	// Hog allocates and keeps 1 MiB per element until memory runs out.
+	// Hog, on "bad", allocates and keeps 1 MiB at a time until memory runs
+	// out. It writes to every page it allocates, so that the memory is
+	// really resident in the host (fresh pages are zero: Go would not touch
+	// them otherwise).
 	guest.Register(guest.Map("Hog", guest.String, guest.String, func(s string) (string, error) {
 		for s == "bad" {
-			hoard = append(hoard, make([]byte, 1<<20))
+			b := make([]byte, 1<<20)
+			for k := 0; k < len(b); k += 4096 {
+				b[k] = 1
+			}
+			hoard = append(hoard, b)
 		}
 		return s, nil
 	}))
