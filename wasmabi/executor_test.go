@@ -510,6 +510,26 @@ func TestInterruptibleDeadline(t *testing.T) {
 	assertDiscarded(t, i)
 }
 
+// TestInterruptibleSleep: a guest asleep (one long time.Sleep, a WASI
+// poll_oneoff in the host) is stopped at the deadline too.
+func TestInterruptibleSleep(t *testing.T) {
+	m := compile(t, guestModule(t), Config{Interruptible: true, BundleDeadline: 500 * time.Millisecond})
+	i := instantiate(t, m, stage("Nap"))
+	runBundle(t, i, encodeStrings(t, "1ms")) // a healthy bundle is fine
+	b, err := i.StartBundle(context.Background(), newCollector(t, false).emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-processAsync(b, encodeStrings(t, "1h")):
+		if !errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "guest interrupted") {
+			t.Fatalf("got %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sleeping guest was not interrupted")
+	}
+}
+
 // TestInterruptibleRawLoop: a module without imports or globals (the
 // rewrite adds both sections) spinning in "loop br 0" is stopped.
 func TestInterruptibleRawLoop(t *testing.T) {

@@ -110,6 +110,15 @@ func init() {
 		}
 		return s, nil
 	}))
+	// Nap sleeps for the duration the element names in one time.Sleep.
+	guest.Register(guest.Map("Nap", guest.String, guest.String, func(s string) (string, error) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return "", err
+		}
+		time.Sleep(d)
+		return s, nil
+	}))
 	// Hog, on "bad", allocates and keeps 1 MiB at a time until memory runs
 	// out. It writes to every page it allocates, so that the memory is
 	// really resident in the host (fresh pages are zero: Go would not touch
