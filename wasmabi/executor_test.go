@@ -516,18 +516,25 @@ func TestInterruptibleSleep(t *testing.T) {
 	m := compile(t, guestModule(t), Config{Interruptible: true, BundleDeadline: 500 * time.Millisecond})
 	i := instantiate(t, m, stage("Nap"))
 	runBundle(t, i, encodeStrings(t, "1ms")) // a healthy bundle is fine
+	if err := interrupted(t, i, encodeStrings(t, "1h")); !errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "guest interrupted") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// interrupted runs data in a new bundle of i, which must fail within 30s.
+func interrupted(t *testing.T, i *Instance, data []byte) error {
+	t.Helper()
 	b, err := i.StartBundle(context.Background(), newCollector(t, false).emit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-processAsync(b, encodeStrings(t, "1h")):
-		if !errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "guest interrupted") {
-			t.Fatalf("got %v", err)
-		}
+	case err := <-processAsync(b, data):
+		return err
 	case <-time.After(30 * time.Second):
-		t.Fatal("the sleeping guest was not interrupted")
+		t.Fatal("the guest was not interrupted")
 	}
+	return nil
 }
 
 // TestInterruptibleRawLoop: a module without imports or globals (the
@@ -537,17 +544,9 @@ func TestInterruptibleRawLoop(t *testing.T) {
 	m := compile(t, rawModule(1, map[string][]byte{abi.ExportProcess: spin}), Config{Name: "raw-spin", Interruptible: true, BundleDeadline: 500 * time.Millisecond})
 	i := instantiate(t, m, stage("Anything"))
 	runBundle(t, i, nil) // StartBundle and FinishBundle have no loop
-	b, err := i.StartBundle(context.Background(), newCollector(t, false).emit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-processAsync(b, encodeStrings(t, "a")):
-		if !errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "module raw-spin, stage stage-Anything: ksr_process: bundle deadline exceeded") {
-			t.Fatalf("got %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the spinning guest was not interrupted")
+	err := interrupted(t, i, encodeStrings(t, "a"))
+	if !errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "module raw-spin, stage stage-Anything: ksr_process: bundle deadline exceeded") {
+		t.Fatalf("got %v", err)
 	}
 	assertDiscarded(t, i)
 }
