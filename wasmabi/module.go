@@ -60,12 +60,15 @@ type Config struct {
 	// A guest growing past it fails (for Go guests: ErrTrap, "out of memory").
 	// Default DefaultMemoryLimitPages.
 	MemoryLimitPages uint32
-	// Interruptible compiles the module with wazero's WithCloseOnContextDone:
-	// a bundle past BundleDeadline (or whose context is cancelled) is stopped
-	// inside guest code and fails with ErrDeadline. It costs throughput
-	// (6-12x on tight guest loops). Without it, guest code is not checked: a
-	// bundle that never returns is reported to OnStuck by a watchdog, and one
-	// that returns late fails with ErrDeadline.
+	// Interruptible rewrites the module so that its loops poll the host
+	// now and then (package internal/interrupt): a bundle past
+	// BundleDeadline (or whose context is cancelled) is stopped inside
+	// guest code and fails with ErrDeadline. It costs about 1.1x of guest
+	// time, and refuses modules with instructions the rewrite does not
+	// know. Without it, guest code is not checked: a bundle that never
+	// returns is reported to OnStuck by a watchdog (and stalls the
+	// process's garbage collections meanwhile), one that returns late fails
+	// with ErrDeadline: leave it off for trusted modules only.
 	Interruptible bool
 	// BundleDeadline bounds the time from StartBundle to the end of Finish.
 	// Zero means no deadline.
