@@ -134,14 +134,6 @@ func Compile(ctx context.Context, wasm []byte, cfg Config) (_ *Module, err error
 		cfg.Logger = slog.Default()
 	}
 	m := &Module{name: cfg.Name, cfg: cfg}
-	if cfg.Interruptible {
-		// Cheap interruption: loops poll the host now and then (see package
-		// interrupt), instead of wazero's WithCloseOnContextDone, whose exit
-		// to Go at every loop header cost guests 6-7x.
-		if wasm, err = interrupt.Instrument(wasm, abi.ImportModule, abi.ImportPoll); err != nil {
-			return nil, fmt.Errorf("wasmabi: module %s: making it interruptible (run it with Interruptible off if it is trusted): %w", m.name, err)
-		}
-	}
 	rc := wazero.NewRuntimeConfigCompiler().
 		WithMemoryLimitPages(cfg.MemoryLimitPages)
 	if cfg.CacheDir != "" {
@@ -161,6 +153,21 @@ func Compile(ctx context.Context, wasm []byte, cfg Config) (_ *Module, err error
 	}
 	if err := instantiateHost(ctx, m.runtime); err != nil {
 		return nil, fmt.Errorf("wasmabi: module %s: host functions: %w", m.name, err)
+	}
+	if cfg.Interruptible {
+		// Cheap interruption: loops poll the host now and then (see package
+		// interrupt), instead of wazero's WithCloseOnContextDone, whose exit
+		// to Go at every loop header cost guests 6-7x.
+		rewritten, ierr := interrupt.Instrument(wasm, abi.ImportModule, abi.ImportPoll)
+		if ierr != nil {
+			// A module that does not even compile gets wazero's error,
+			// which says more than the rewrite's.
+			if _, err := m.runtime.CompileModule(ctx, wasm); err != nil {
+				return nil, fmt.Errorf("wasmabi: module %s: compile: %w", m.name, err)
+			}
+			return nil, fmt.Errorf("wasmabi: module %s: making it interruptible: %w (a trusted module can run with Interruptible off, option wasm_interruptible=false)", m.name, ierr)
+		}
+		wasm = rewritten
 	}
 	if m.compiled, err = m.runtime.CompileModule(ctx, wasm); err != nil {
 		return nil, fmt.Errorf("wasmabi: module %s: compile: %w", m.name, err)
