@@ -76,7 +76,7 @@ type Options struct {
 	StageWASM []string `koanf:"stage_wasm"`
 	// WASMInterruptible (the default) compiles WASM modules so that a
 	// bundle past WASMBundleDeadline, or of a cancelled job, is stopped
-	// inside guest code (package wasmabi/internal/interrupt: about 1.1x on
+	// inside guest code (package wasmabi/internal/interrupt: about 1.2x on
 	// bench wasm). Off is the fast mode for trusted modules only: a guest
 	// that spins then holds up the whole process (see WASMBundleDeadline).
 	WASMInterruptible bool `koanf:"wasm_interruptible"`
@@ -614,7 +614,7 @@ const (
 	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
 	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"
 	SessionTimeoutMsHelp           = "how long the group waits for a silent instance before moving its tasks to the others; classic: the member's session timeout (within the broker's group.min/max.session.timeout.ms); consumer: set, if not the default, as the group's consumer.session.timeout.ms (within group.consumer.min/max.session.timeout.ms)"
-	WASMInterruptibleHelp          = "stop WASM guest code past wasm_bundle_deadline or when its job is cancelled (the default; about 1.1x guest time); false is a fast mode for trusted modules only, in which a guest that never returns holds up the whole process"
+	WASMInterruptibleHelp          = "stop WASM guest code past wasm_bundle_deadline or when its job is cancelled (the default; about 1.2x guest time); false is a fast mode for trusted modules only, in which a guest that never returns holds up the whole process"
 	WASMMemoryLimitMBHelp          = "most linear memory of a WASM instance (one per task and stage), in MiB; a guest that needs more fails its job with \"out of memory\", naming the module and stage"
 	BrokerUnavailableTimeoutMsHelp = "how long a job goes on without reaching any of its Kafka brokers (retrying with backoff; it resumes by itself when they are back) before it fails, naming them"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"

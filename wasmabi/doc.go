@@ -138,7 +138,7 @@
 // host's ksr.poll every 65536 iterations, which stops a bundle whose
 // context is done, past the deadline or cancelled (ErrDeadline, or ErrTrap
 // "guest interrupted: context canceled"); a guest asleep in WASI's
-// poll_oneoff is woken. That costs about 1.1x of guest time, where wazero's
+// poll_oneoff is woken. That costs about 1.2x of guest time, where wazero's
 // WithCloseOnContextDone, which leaves native code for Go at every loop
 // header, cost 6-7x. The polls also let the Go scheduler stop the guest's
 // goroutine for a garbage collection: native code cannot be preempted, so a

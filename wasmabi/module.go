@@ -63,7 +63,7 @@ type Config struct {
 	// Interruptible rewrites the module so that its loops poll the host
 	// now and then (package internal/interrupt): a bundle past
 	// BundleDeadline (or whose context is cancelled) is stopped inside
-	// guest code and fails with ErrDeadline. It costs about 1.1x of guest
+	// guest code and fails with ErrDeadline. It costs about 1.2x of guest
 	// time, and refuses modules with instructions the rewrite does not
 	// know. Without it, guest code is not checked: a bundle that never
 	// returns is reported to OnStuck by a watchdog (and stalls the
