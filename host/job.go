@@ -194,13 +194,14 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		return nil, err
 	}
 	if j.wasm, err = executor.PrepareWASM(ctx, plan, executor.WASMConfig{
-		Modules:        spec.Modules,
-		Patterns:       stageWASM,
-		CacheDir:       spec.Options.wasmCacheDir(),
-		Interruptible:  spec.Options.WASMInterruptible,
-		BundleDeadline: spec.Options.WASMBundleDeadline,
-		OnStuck:        j.onWASMStuck,
-		Logger:         j.logger,
+		Modules:          spec.Modules,
+		Patterns:         stageWASM,
+		CacheDir:         spec.Options.wasmCacheDir(),
+		Interruptible:    spec.Options.WASMInterruptible,
+		MemoryLimitPages: spec.Options.wasmMemoryLimitPages(),
+		BundleDeadline:   spec.Options.WASMBundleDeadline,
+		OnStuck:          j.onWASMStuck,
+		Logger:           j.logger,
 	}); err != nil {
 		return nil, err
 	}

@@ -75,9 +75,16 @@ type Options struct {
 	// module (default: the last "/" segment of the transform's unique name).
 	// A job's pipeline option replaces the server's list.
 	StageWASM []string `koanf:"stage_wasm"`
-	// WASMInterruptible compiles WASM modules so that a bundle past
-	// WASMBundleDeadline is stopped inside guest code (costs throughput).
+	// WASMInterruptible (the default) compiles WASM modules so that a
+	// bundle past WASMBundleDeadline, or of a cancelled job, is stopped
+	// inside guest code (package wasmabi/internal/interrupt: about 1.2x on
+	// bench wasm). Off is the fast mode for trusted modules only: a guest
+	// that spins then holds up the whole process (see WASMBundleDeadline).
 	WASMInterruptible bool `koanf:"wasm_interruptible"`
+	// WASMMemoryLimitMB caps the linear memory of every WASM instance (one
+	// per task and stage), in MiB; a guest growing past it fails its job
+	// with "out of memory", naming the module and stage.
+	WASMMemoryLimitMB int `koanf:"wasm_memory_limit_mb"`
 	// WASMBundleDeadline bounds a WASM bundle. Past it an interruptible
 	// guest is stopped and the bundle fails; a non-interruptible guest
 	// cannot be stopped, so the process logs the stage and module and exits
@@ -148,6 +155,8 @@ func DefaultOptions() Options {
 		CommitIntervalMs:       100,
 		SourceIdleTimeoutMs:    1000,
 		ProcessingGuarantee:    ExactlyOnce,
+		WASMInterruptible:      true,
+		WASMMemoryLimitMB:      DefaultWASMMemoryLimitMB,
 		WASMBundleDeadline:     5 * time.Minute,
 
 		DeserializationErrorPolicy: string(task.PolicyFail),
@@ -165,6 +174,16 @@ func DefaultOptions() Options {
 const (
 	DefaultRecordPackBytes = 64 << 10
 	MaxRecordPackBytes     = 512 << 10
+)
+
+// DefaultWASMMemoryLimitMB is wasm_memory_limit_mb's default (wasmabi's
+// default too): room for a Go guest's runtime and a few 1 MiB input batches
+// with plenty to spare, while internal_parallelism tasks' instances of a
+// runaway stage still fit a machine. MaxWASMMemoryLimitMB is all that a
+// 32-bit WASM memory can address.
+const (
+	DefaultWASMMemoryLimitMB = 256
+	MaxWASMMemoryLimitMB     = 4096
 )
 
 // The values of option processing_guarantee.
@@ -195,8 +214,6 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option source_idle_timeout_ms: %d, must be at least 1", o.SourceIdleTimeoutMs)
 	case o.ProcessingGuarantee != ExactlyOnce && o.ProcessingGuarantee != AtLeastOnce:
 		return fmt.Errorf("option processing_guarantee: %q, must be %s or %s", o.ProcessingGuarantee, ExactlyOnce, AtLeastOnce)
-	case o.WASMBundleDeadline < 0:
-		return fmt.Errorf("option wasm_bundle_deadline: %v, must not be negative", o.WASMBundleDeadline)
 	case o.NumStandbyReplicas < 0:
 		return fmt.Errorf("option num_standby_replicas: %d, must not be negative", o.NumStandbyReplicas)
 	}
@@ -210,6 +227,9 @@ func (o Options) Validate() error {
 		return err
 	}
 	if err := o.validateRecordPack("option"); err != nil {
+		return err
+	}
+	if err := o.validateWASM("option"); err != nil {
 		return err
 	}
 	if err := o.validateGroup("option"); err != nil {
@@ -276,6 +296,21 @@ func (o Options) validateRecordPack(src string) error {
 	}
 	return nil
 }
+
+// validateWASM checks the WASM limits; src says where the values came from
+// (see validateBadRecords).
+func (o Options) validateWASM(src string) error {
+	switch {
+	case o.WASMBundleDeadline < 0:
+		return fmt.Errorf("%s wasm_bundle_deadline: %v, must not be negative", src, o.WASMBundleDeadline)
+	case o.WASMMemoryLimitMB < 1 || o.WASMMemoryLimitMB > MaxWASMMemoryLimitMB:
+		return fmt.Errorf("%s wasm_memory_limit_mb: %d, must be 1 to %d (MiB of linear memory per WASM instance)", src, o.WASMMemoryLimitMB, MaxWASMMemoryLimitMB)
+	}
+	return nil
+}
+
+// wasmMemoryLimitPages is wasm_memory_limit_mb in 64 KiB WASM pages.
+func (o Options) wasmMemoryLimitPages() uint32 { return uint32(o.WASMMemoryLimitMB) * 16 }
 
 // validateGroup checks the consumer-group options; src says where the
 // values came from (see validateBadRecords). The broker's limits on
@@ -483,6 +518,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"transaction_timeout_ms":     &o.TransactionTimeoutMs,
 		"num_standby_replicas":       &o.NumStandbyReplicas,
 		"session_timeout_ms":         &o.SessionTimeoutMs,
+		"wasm_memory_limit_mb":       &o.WASMMemoryLimitMB,
 
 		"broker_unavailable_timeout_ms": &o.BrokerUnavailableTimeoutMs,
 	} {
@@ -524,6 +560,9 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	if err := o.validateRecordPack("pipeline option"); err != nil {
 		return o, err
 	}
+	if err := o.validateWASM("pipeline option"); err != nil {
+		return o, err
+	}
 	if err := checkStateDir("pipeline option", o.StateDir); err != nil {
 		return o, err
 	}
@@ -549,7 +588,8 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("processing_guarantee", "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)", jobpb.PipelineOptionType_STRING, def.ProcessingGuarantee),
 		d("keep_internal_topics", "keep internal topics, whole, after a bounded job is done (consumed shuffle records are otherwise purged after each commit)", jobpb.PipelineOptionType_BOOLEAN, "false"),
 		d("stage_wasm", "PATTERN=MODULE[#DOFN] entries: run the transforms whose unique name matches PATTERN as WASM DoFns of MODULE (a file path, file: URL or artifact:NAME)", jobpb.PipelineOptionType_ARRAY, ""),
-		d("wasm_interruptible", "stop WASM guest code past wasm_bundle_deadline (slower guests)", jobpb.PipelineOptionType_BOOLEAN, "false"),
+		d("wasm_interruptible", WASMInterruptibleHelp, jobpb.PipelineOptionType_BOOLEAN, strconv.FormatBool(def.WASMInterruptible)),
+		d("wasm_memory_limit_mb", WASMMemoryLimitMBHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.WASMMemoryLimitMB)),
 		d("wasm_bundle_deadline", "longest a WASM bundle may run (e.g. 30s; 0: no limit)", jobpb.PipelineOptionType_STRING, def.WASMBundleDeadline.String()),
 		d("deserialization_error_policy", DeserializationErrorPolicyHelp, jobpb.PipelineOptionType_STRING, def.DeserializationErrorPolicy),
 		d("dead_letter_topic", DeadLetterTopicHelp, jobpb.PipelineOptionType_STRING, ""),
@@ -575,6 +615,8 @@ const (
 	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
 	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"
 	SessionTimeoutMsHelp           = "how long the group waits for a silent instance before moving its tasks to the others; classic: the member's session timeout (within the broker's group.min/max.session.timeout.ms); consumer: set, if not the default, as the group's consumer.session.timeout.ms (within group.consumer.min/max.session.timeout.ms)"
+	WASMInterruptibleHelp          = "stop WASM guest code past wasm_bundle_deadline or when its job is cancelled (the default; about 1.2x guest time); false is a fast mode for trusted modules only, in which a guest that never returns holds up the whole process"
+	WASMMemoryLimitMBHelp          = "most linear memory of a WASM instance (one per task and stage), in MiB; a guest that needs more fails its job with \"out of memory\", naming the module and stage"
 	BrokerUnavailableTimeoutMsHelp = "how long a job goes on without reaching any of its Kafka brokers (retrying with backoff; it resumes by itself when they are back) before it fails, naming them"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -155,8 +157,8 @@ func TestWASMFaults(t *testing.T) {
 		{"panic", "Panic", nil, []string{"module guest.wasm", "DoFn panicked", "(DoFn Panic): panic: boom on bad"}},
 		{"nil dereference", "NilDeref", nil, []string{"DoFn panicked", "nil pointer dereference"}},
 		{"trap", "Fatal", nil, []string{"module guest.wasm", "module trapped", "fatal on another goroutine"}},
-		{"memory", "Hog", map[string]string{}, []string{"module guest.wasm", "module trapped", "out of memory"}},
-		{"infinite loop, interruptible", "Spin", map[string]string{"wasm_interruptible": "true", "wasm_bundle_deadline": "1s"},
+		{"memory", "Hog", map[string]string{"wasm_memory_limit_mb": "64"}, []string{"module guest.wasm, stage stage-", "module trapped", "out of memory"}},
+		{"infinite loop, interruptible by default", "Spin", map[string]string{"wasm_bundle_deadline": "1s"},
 			[]string{"module guest.wasm", "bundle deadline exceeded (1s): guest interrupted"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -217,7 +219,7 @@ func TestWASMWatchdog(t *testing.T) {
 	onStuck.Store(&report)
 	defer onStuck.Store(nil)
 	id, r := env.Run(ctx, t, env.Marshal(t, faultPipeline(t, "3s")), map[string]string{
-		"stage_wasm": "Faulty/*=" + mod + "#Sleepy", "wasm_bundle_deadline": "500ms",
+		"stage_wasm": "Faulty/*=" + mod + "#Sleepy", "wasm_bundle_deadline": "500ms", "wasm_interruptible": "false",
 	})
 	select {
 	case msg := <-stuck:
@@ -235,6 +237,73 @@ func TestWASMWatchdog(t *testing.T) {
 	}
 }
 
+// TestWASMMemoryLimit: a guest growing past wasm_memory_limit_mb fails its
+// job with "out of memory", naming the module and the stage, and the memory
+// it held is given back: the server's RSS returns to within 100 MB of where
+// it was before the job, though the guest had made hundreds of MB resident.
+func TestWASMMemoryLimit(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("needs /proc/self/status:", err)
+	}
+	ctx := testContext(t, 3*time.Minute)
+	mod := testGuest(t)
+	const limitMB = 512
+	opts := map[string]string{"stage_wasm": "Faulty/*=" + mod + "#Hog", "wasm_memory_limit_mb": strconv.Itoa(limitMB)}
+	// A healthy run of the same job first, so that the baseline includes
+	// what any WASM job leaves behind (compilation cache, pools).
+	if id, r := env.Run(ctx, t, env.Marshal(t, faultPipeline(t, "a")), opts); r.State != jobpb.JobState_DONE {
+		t.Fatalf("healthy job %s ended %v: %q", id, r.State, r.Errors)
+	}
+	before := residentMB(t, "VmRSS")
+	// Reset the peak (VmHWM) so that it measures the failing job.
+	peakReset := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+
+	id, r := env.Run(ctx, t, env.Marshal(t, faultPipeline(t, "a", "bad", "c")), opts)
+	if r.State != jobpb.JobState_FAILED {
+		t.Fatalf("job %s ended %v, want FAILED", id, r.State)
+	}
+	msg := strings.Join(r.Errors, "\n")
+	for _, w := range []string{"module guest.wasm, stage stage-", "module trapped", "out of memory"} {
+		if !strings.Contains(msg, w) {
+			t.Errorf("job errors %q\nwant them to contain %q", msg, w)
+		}
+	}
+	after := residentMB(t, "VmRSS")
+	t.Logf("RSS before the job %d MB, after %d MB", before, after)
+	if peakReset {
+		peak := residentMB(t, "VmHWM")
+		t.Logf("peak RSS during the job %d MB", peak)
+		if peak-before < limitMB/2 {
+			t.Errorf("peak RSS %d MB, baseline %d MB: the guest did not make its memory resident, the test shows nothing", peak, before)
+		}
+	}
+	if after-before > 100 {
+		t.Errorf("RSS %d MB after the job, %d MB before: the guest's memory was not released", after, before)
+	}
+}
+
+// residentMB returns a field of /proc/self/status (VmRSS, VmHWM) in MB,
+// after a garbage collection that returns freed memory to the OS.
+func residentMB(t *testing.T, field string) int {
+	t.Helper()
+	debug.FreeOSMemory()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			if err != nil {
+				t.Fatalf("/proc/self/status %s: %v", line, err)
+			}
+			return kb >> 10
+		}
+	}
+	t.Fatalf("/proc/self/status has no %s", field)
+	return 0
+}
+
 // TestWASMPipelineOptions: how pipelines set stage_wasm and the WASM
 // options: a Go SDK pipeline sends its flags (and beam.PipelineOptions.Set
 // values) as strings under beam:option:go_options:v1; Python and Java send
@@ -243,7 +312,8 @@ func TestWASMPipelineOptions(t *testing.T) {
 	def := host.DefaultOptions()
 	def.StageWASM = []string{"Server=/s.wasm"}
 	goOpts, err := structpb.NewStruct(map[string]any{"beam:option:go_options:v1": map[string]any{"options": map[string]any{
-		"stage_wasm": "A*=/a.wasm#F,B=/b.wasm", "wasm_interruptible": "true", "wasm_bundle_deadline": "45s",
+		"stage_wasm": "A*=/a.wasm#F,B=/b.wasm", "wasm_interruptible": "false", "wasm_bundle_deadline": "45s",
+		"wasm_memory_limit_mb": "64",
 	}}})
 	if err != nil {
 		t.Fatal(err)
@@ -252,8 +322,11 @@ func TestWASMPipelineOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.StageWASM, []string{"A*=/a.wasm#F", "B=/b.wasm"}) || !o.WASMInterruptible || o.WASMBundleDeadline != 45*time.Second {
-		t.Errorf("Go options: %q %v %v", o.StageWASM, o.WASMInterruptible, o.WASMBundleDeadline)
+	if !slices.Equal(o.StageWASM, []string{"A*=/a.wasm#F", "B=/b.wasm"}) || o.WASMInterruptible || o.WASMBundleDeadline != 45*time.Second || o.WASMMemoryLimitMB != 64 {
+		t.Errorf("Go options: %q %v %v %v", o.StageWASM, o.WASMInterruptible, o.WASMBundleDeadline, o.WASMMemoryLimitMB)
+	}
+	if !def.WASMInterruptible || def.WASMMemoryLimitMB != 256 {
+		t.Errorf("defaults: wasm_interruptible %v, wasm_memory_limit_mb %d", def.WASMInterruptible, def.WASMMemoryLimitMB)
 	}
 	pyOpts, _ := structpb.NewStruct(map[string]any{"beam:option:stage_wasm:v1": []any{"P=/p.wasm", "Q=/q.wasm"}})
 	if o, err = def.WithPipelineOptions(pyOpts); err != nil {
@@ -265,8 +338,17 @@ func TestWASMPipelineOptions(t *testing.T) {
 	if o, _ = def.WithPipelineOptions(nil); !slices.Equal(o.StageWASM, def.StageWASM) {
 		t.Errorf("server default: %q", o.StageWASM)
 	}
-	bad, _ := structpb.NewStruct(map[string]any{"beam:option:go_options:v1": map[string]any{"options": map[string]any{"wasm_bundle_deadline": "soon"}}})
-	if _, err := def.WithPipelineOptions(bad); err == nil || !strings.Contains(err.Error(), "wasm_bundle_deadline") {
-		t.Errorf("bad deadline: %v", err)
+	for v, want := range map[[2]string]string{
+		{"wasm_bundle_deadline", "soon"}:  `pipeline option wasm_bundle_deadline: "soon" is not a duration`,
+		{"wasm_bundle_deadline", "-1s"}:   "pipeline option wasm_bundle_deadline: -1s, must not be negative",
+		{"wasm_memory_limit_mb", "lots"}:  `pipeline option wasm_memory_limit_mb: "lots" is not an integer`,
+		{"wasm_memory_limit_mb", "0"}:     "pipeline option wasm_memory_limit_mb: 0, must be 1 to 4096",
+		{"wasm_memory_limit_mb", "4097"}:  "pipeline option wasm_memory_limit_mb: 4097, must be 1 to 4096",
+		{"wasm_interruptible", "perhaps"}: `pipeline option wasm_interruptible: "perhaps" is not a boolean`,
+	} {
+		bad, _ := structpb.NewStruct(map[string]any{"beam:option:go_options:v1": map[string]any{"options": map[string]any{v[0]: v[1]}}})
+		if _, err := def.WithPipelineOptions(bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=%s: %v, want an error containing %q", v[0], v[1], err, want)
+		}
 	}
 }

@@ -129,19 +129,26 @@
 //
 // Limits. Memory: every instance's linear memory is capped at
 // Config.MemoryLimitPages (wazero's WithMemoryLimitPages); growing past it
-// fails the guest's allocation (a Go guest then traps, "out of memory").
-// Time: Config.BundleDeadline bounds a bundle from StartBundle to Finish. With
-// Config.Interruptible the module is compiled with wazero's
-// WithCloseOnContextDone, and guest code past the deadline is stopped
-// (ErrDeadline); that costs guest throughput (the compiled code polls at
-// every loop header, and a Go guest compiles every function to a loop). By
-// default guest code is not
-// checked: a bundle that returns late fails with ErrDeadline, and a watchdog
-// timer per instance reports a bundle still running at the deadline to
-// Config.OnStuck (after logging the stage and module), since nothing can stop
-// it in-process: the host then exits, so Kafka moves the task's partitions to
-// another instance and the open transaction aborts. Close stops the
-// watchdog.
+// fails the guest's allocation (a Go guest then traps, "out of memory"). On
+// Linux the memory is a mapping reserved at the cap, grown in place and
+// given back to the system when the instance closes (see linearMemory).
+// Time: Config.BundleDeadline bounds a bundle from StartBundle to Finish.
+// With Config.Interruptible the module is rewritten before compiling
+// (package internal/interrupt): its loops count down a budget and call the
+// host's ksr.poll every 65536 iterations, which stops a bundle whose
+// context is done, past the deadline or cancelled (ErrDeadline, or ErrTrap
+// "guest interrupted: context canceled"); a guest asleep in WASI's
+// poll_oneoff is woken. That costs about 1.2x of guest time, where wazero's
+// WithCloseOnContextDone, which leaves native code for Go at every loop
+// header, cost 6-7x. The polls also let the Go scheduler stop the guest's
+// goroutine for a garbage collection: native code cannot be preempted, so a
+// guest spinning without them stalls every stop-the-world of the process.
+// Without Interruptible guest code is not checked: a bundle that returns
+// late fails with ErrDeadline, and a watchdog timer per instance reports a
+// bundle still running at the deadline to Config.OnStuck (after logging the
+// stage and module), since nothing can stop it in-process: the host then
+// exits, so Kafka moves the task's partitions to another instance and the
+// open transaction aborts. Close stops the watchdog.
 //
 // Writing DoFns in Go: see package wasmabi/guest, which implements all of
 // the above. Other languages implement the exports directly.

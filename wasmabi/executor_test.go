@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,7 +49,17 @@ func randomLines(n int) []string {
 // many small batches, and checks every output exactly: values, order,
 // timestamps, windows and panes.
 func TestSplitWords(t *testing.T) {
-	m := compile(t, guestModule(t), Config{BatchBytes: 4 << 10})
+	// Interruptible runs the rewritten module (package interrupt): the same
+	// outputs show that its function indices were remapped right.
+	for _, interruptible := range []bool{false, true} {
+		t.Run(fmt.Sprintf("interruptible=%v", interruptible), func(t *testing.T) {
+			testSplitWords(t, Config{BatchBytes: 4 << 10, Interruptible: interruptible})
+		})
+	}
+}
+
+func testSplitWords(t *testing.T, cfg Config) {
+	m := compile(t, guestModule(t), cfg)
 	s := StageSpec{
 		ID: "split-upper",
 		Transforms: []Transform{
@@ -497,6 +509,102 @@ func TestInterruptibleDeadline(t *testing.T) {
 	}
 	assertDiscarded(t, i)
 }
+
+// TestInterruptibleSleep: a guest asleep (one long time.Sleep, a WASI
+// poll_oneoff in the host) is stopped at the deadline too.
+func TestInterruptibleSleep(t *testing.T) {
+	m := compile(t, guestModule(t), Config{Interruptible: true, BundleDeadline: 500 * time.Millisecond})
+	i := instantiate(t, m, stage("Nap"))
+	runBundle(t, i, encodeStrings(t, "1ms")) // a healthy bundle is fine
+	if err := interrupted(t, i, encodeStrings(t, "1h")); !errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "guest interrupted") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// interrupted runs data in a new bundle of i, which must fail within 30s.
+func interrupted(t *testing.T, i *Instance, data []byte) error {
+	t.Helper()
+	b, err := i.StartBundle(context.Background(), newCollector(t, false).emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-processAsync(b, data):
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("the guest was not interrupted")
+	}
+	return nil
+}
+
+// TestInterruptibleRawLoop: a module without imports or globals (the
+// rewrite adds both sections) spinning in "loop br 0" is stopped.
+func TestInterruptibleRawLoop(t *testing.T) {
+	spin := []byte{0x03, 0x40, 0x0c, 0x00, 0x0b, 0x41, 0x00} // loop br 0 end; i32.const 0
+	m := compile(t, rawModule(1, map[string][]byte{abi.ExportProcess: spin}), Config{Name: "raw-spin", Interruptible: true, BundleDeadline: 500 * time.Millisecond})
+	i := instantiate(t, m, stage("Anything"))
+	runBundle(t, i, nil) // StartBundle and FinishBundle have no loop
+	err := interrupted(t, i, encodeStrings(t, "a"))
+	if !errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "module raw-spin, stage stage-Anything: ksr_process: bundle deadline exceeded") {
+		t.Fatalf("got %v", err)
+	}
+	assertDiscarded(t, i)
+}
+
+// TestInterruptibleGC: guest code that never returns must not hold up the
+// rest of the process. Native code cannot be preempted, so a garbage
+// collection (which stops the world) would wait for a spinning guest
+// forever; an interruptible guest's polls let it through.
+func TestInterruptibleGC(t *testing.T) {
+	spinning := make(chan struct{})
+	var once sync.Once
+	logger := slog.New(handlerFunc(func(r slog.Record) {
+		if r.Message == "spinning" {
+			once.Do(func() { close(spinning) })
+		}
+	}))
+	m := compile(t, guestModule(t), Config{Interruptible: true, Logger: logger})
+	i := instantiate(t, m, stage("Spin"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b, err := i.StartBundle(ctx, newCollector(t, false).emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := processAsync(b, encodeStrings(t, "bad"))
+	select {
+	case <-spinning:
+	case err := <-done:
+		t.Fatalf("Process returned: %v", err)
+	}
+	gc := make(chan struct{})
+	go func() {
+		runtime.GC()
+		close(gc)
+	}()
+	select {
+	case <-gc:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a garbage collection waited 30s for the spinning guest")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the guest stopped spinning by itself: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, ErrTrap) || !strings.Contains(err.Error(), "guest interrupted: context canceled") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// handlerFunc is a slog.Handler calling a function per record.
+type handlerFunc func(slog.Record)
+
+func (h handlerFunc) Enabled(context.Context, slog.Level) bool      { return true }
+func (h handlerFunc) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+func (h handlerFunc) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h handlerFunc) WithGroup(string) slog.Handler                 { return h }
 
 func TestInterruptibleCancel(t *testing.T) {
 	m := compile(t, guestModule(t), Config{Interruptible: true})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/ksrunner/ksrunner/wasmabi/internal/abi"
 )
@@ -57,6 +58,18 @@ var hostFunctions = map[string]*hostFunction{
 			d = old.merge(d)
 		}
 		i.metrics.Distributions[k] = d
+	}},
+	// poll(): an interruptible module's loops call it now and then (package
+	// interrupt). A done context stops the guest: wazero passes an exit
+	// error panicked by a host function through as the call's error.
+	abi.ImportPoll: {fn: func(ctx context.Context, _ *Instance, _ api.Memory, _ []uint64) {
+		switch ctx.Err() {
+		case nil:
+		case context.DeadlineExceeded:
+			panic(sys.NewExitError(sys.ExitCodeDeadlineExceeded))
+		default:
+			panic(sys.NewExitError(sys.ExitCodeContextCanceled))
+		}
 	}},
 }
 

@@ -17,6 +17,7 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/ksrunner/ksrunner/shuffle"
@@ -124,10 +125,11 @@ func (m *Module) Instantiate(ctx context.Context, stage StageSpec) (_ *Instance,
 		WithName(""). // anonymous: many instances per runtime
 		WithStartFunctions().
 		WithStdout(i.out).WithStderr(i.out).
-		WithSysWalltime().WithSysNanotime().WithSysNanosleep().
+		WithSysWalltime().WithSysNanotime().WithNanosleep(i.sleep).
 		WithRandSource(rand.Reader)
 	ctx = context.WithValue(ctx, instanceKey{}, i)
-	if i.mod, err = m.runtime.InstantiateModule(ctx, m.compiled, mc); err != nil {
+	mctx := experimental.WithMemoryAllocator(ctx, experimental.MemoryAllocatorFunc(newLinearMemory))
+	if i.mod, err = m.runtime.InstantiateModule(mctx, m.compiled, mc); err != nil {
 		return nil, fail("instantiate", i.classify(ctx, err))
 	}
 	defer func() {
@@ -168,6 +170,25 @@ func (m *Module) Instantiate(ctx context.Context, stage StageSpec) (_ *Instance,
 	}
 	i.dog.init(i)
 	return i, nil
+}
+
+// sleep is the guest's clock sleep (WASI poll_oneoff, where a Go guest
+// waits when all its goroutines sleep). It ends early when the bundle's
+// context is done: a guest asleep runs no loop that could poll, and wazero's
+// own sleep cannot be interrupted. Woken early, the guest runs on until its
+// next poll stops it. It runs on the goroutine calling into the guest, the
+// instance's, so reading i.bundle is safe.
+func (i *Instance) sleep(ns int64) {
+	var done <-chan struct{}
+	if b := i.bundle; b != nil {
+		done = b.ctx.Done()
+	}
+	t := time.NewTimer(time.Duration(ns))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-done:
+	}
 }
 
 // stageDescription validates the stage's wiring and encodes it for

@@ -12,23 +12,23 @@ import (
 func TestStageWASMConfig(t *testing.T) {
 	// Flags: repeatable and comma-separated.
 	cfg, err := loadServerConfig([]string{"--stage_wasm=A*=/m/a.wasm", "--stage_wasm=B=/m/b.wasm#Fn,C=file:///m/c.wasm",
-		"--wasm_interruptible", "--wasm_bundle_deadline=30s"})
+		"--wasm_interruptible=false", "--wasm_bundle_deadline=30s", "--wasm_memory_limit_mb=128"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{"A*=/m/a.wasm", "B=/m/b.wasm#Fn", "C=file:///m/c.wasm"}; !slices.Equal(cfg.StageWASM, want) {
 		t.Errorf("flags: stage_wasm %q, want %q", cfg.StageWASM, want)
 	}
-	if !cfg.WASMInterruptible || cfg.WASMBundleDeadline != 30*time.Second {
-		t.Errorf("flags: interruptible %v, deadline %v", cfg.WASMInterruptible, cfg.WASMBundleDeadline)
+	if cfg.WASMInterruptible || cfg.WASMBundleDeadline != 30*time.Second || cfg.WASMMemoryLimitMB != 128 {
+		t.Errorf("flags: interruptible %v, deadline %v, memory limit %d", cfg.WASMInterruptible, cfg.WASMBundleDeadline, cfg.WASMMemoryLimitMB)
 	}
 
 	// Defaults.
 	if cfg, err = loadServerConfig(nil); err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.StageWASM) != 0 || cfg.WASMInterruptible || cfg.WASMBundleDeadline != 5*time.Minute {
-		t.Errorf("defaults: %q %v %v", cfg.StageWASM, cfg.WASMInterruptible, cfg.WASMBundleDeadline)
+	if len(cfg.StageWASM) != 0 || !cfg.WASMInterruptible || cfg.WASMBundleDeadline != 5*time.Minute || cfg.WASMMemoryLimitMB != 256 {
+		t.Errorf("defaults: %q %v %v %d", cfg.StageWASM, cfg.WASMInterruptible, cfg.WASMBundleDeadline, cfg.WASMMemoryLimitMB)
 	}
 
 	// Environment (comma-separated) and config file (a list).
@@ -52,6 +52,9 @@ func TestStageWASMConfig(t *testing.T) {
 	// Malformed entries fail at startup.
 	if _, err := loadServerConfig([]string{"--stage_wasm=nomodule"}); err == nil {
 		t.Error("--stage_wasm=nomodule: no error")
+	}
+	if _, err := loadServerConfig([]string{"--wasm_memory_limit_mb=0"}); err == nil || !strings.Contains(err.Error(), "wasm_memory_limit_mb: 0, must be 1 to 4096") {
+		t.Errorf("--wasm_memory_limit_mb=0: %v", err)
 	}
 }
 

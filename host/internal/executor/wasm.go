@@ -78,9 +78,12 @@ type WASMConfig struct {
 	Patterns map[string]string
 	// CacheDir holds compiled modules (wazero keys entries by the module's
 	// hash and its own version, so processes may share it).
-	CacheDir       string
-	Interruptible  bool
-	BundleDeadline time.Duration
+	CacheDir      string
+	Interruptible bool
+	// MemoryLimitPages caps every instance's linear memory (64 KiB pages;
+	// 0: wasmabi's default).
+	MemoryLimitPages uint32
+	BundleDeadline   time.Duration
 	// OnStuck is called when a bundle of a non-interruptible guest is still
 	// running at BundleDeadline: what to do then (the guest cannot be stopped
 	// in-process) is the caller's policy.
@@ -216,12 +219,13 @@ func (w *WASM) prepareStage(ctx context.Context, plan *translate.Plan, s *transl
 			return err
 		}
 		mcfg := wasmabi.Config{
-			Name:           name,
-			CacheDir:       cfg.CacheDir,
-			Interruptible:  cfg.Interruptible,
-			BundleDeadline: cfg.BundleDeadline,
-			OnStuck:        cfg.OnStuck,
-			Logger:         cfg.Logger,
+			Name:             name,
+			CacheDir:         cfg.CacheDir,
+			Interruptible:    cfg.Interruptible,
+			MemoryLimitPages: cfg.MemoryLimitPages,
+			BundleDeadline:   cfg.BundleDeadline,
+			OnStuck:          cfg.OnStuck,
+			Logger:           cfg.Logger,
 		}
 		if m, err = wasmabi.Compile(ctx, wasm, mcfg); err != nil {
 			return err

@@ -28,6 +28,10 @@ const (
 	ImportLog          = "log"
 	ImportCounter      = "counter"
 	ImportDistribution = "distribution"
+	// ImportPoll is not for guests: the host adds it to an interruptible
+	// module (package interrupt) and calls it from every loop header once
+	// per interrupt.Budget iterations.
+	ImportPoll = "poll"
 )
 
 // Status codes returned by ksr_setup, ksr_start_bundle, ksr_process,

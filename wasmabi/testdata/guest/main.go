@@ -87,9 +87,13 @@ func init() {
 		}
 		return s, nil
 	}))
-	// Spin never returns on "bad".
+	// Spin never returns on "bad"; it logs "spinning" first, so
+	// that a test knows when guest code is spinning.
 	guest.Register(guest.Map("Spin", guest.String, guest.String, func(s string) (string, error) {
 		n := 0
+		if s == "bad" {
+			guest.Log(guest.LogWarn, "spinning")
+		}
 		for s == "bad" {
 			n++
 		}
@@ -106,10 +110,26 @@ func init() {
 		}
 		return s, nil
 	}))
-	// Hog allocates and keeps 1 MiB per element until memory runs out.
+	// Nap sleeps for the duration the element names in one time.Sleep.
+	guest.Register(guest.Map("Nap", guest.String, guest.String, func(s string) (string, error) {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return "", err
+		}
+		time.Sleep(d)
+		return s, nil
+	}))
+	// Hog, on "bad", allocates and keeps 1 MiB at a time until memory runs
+	// out. It writes to every page it allocates, so that the memory is
+	// really resident in the host (fresh pages are zero: Go would not touch
+	// them otherwise).
 	guest.Register(guest.Map("Hog", guest.String, guest.String, func(s string) (string, error) {
 		for s == "bad" {
-			hoard = append(hoard, make([]byte, 1<<20))
+			b := make([]byte, 1<<20)
+			for k := 0; k < len(b); k += 4096 {
+				b[k] = 1
+			}
+			hoard = append(hoard, b)
 		}
 		return s, nil
 	}))
