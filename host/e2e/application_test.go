@@ -51,11 +51,11 @@ func memberTasks(ctx context.Context, t *testing.T, bootstrap, appID string) map
 	return out
 }
 
-// startServer starts an in-process job server with defaults opts; Stop it
-// (t.Cleanup does too).
-func startServer(t *testing.T, opts host.Options) (*host.JobServer, jobpb.JobServiceClient) {
+// startServer starts an in-process job server with defaults opts (and
+// sopts); Stop it (t.Cleanup does too).
+func startServer(t *testing.T, opts host.Options, sopts ...host.ServerOption) (*host.JobServer, jobpb.JobServiceClient) {
 	t.Helper()
-	srv, err := host.NewJobServer("127.0.0.1:0", opts, testLogger())
+	srv, err := host.NewJobServer("127.0.0.1:0", opts, testLogger(), sopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
