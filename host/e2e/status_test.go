@@ -274,15 +274,7 @@ func TestStatusShowsWorkerTasks(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	run := statusJobRunning(ctx, t, map[string]string{"state_dir": t.TempDir()})
 	base, id, appID, bootstrap := run.base, run.id, run.appID, run.bootstrap
-	w, err := host.NewWorker(host.WorkerConfig{ApplicationID: appID, BootstrapServers: bootstrap, StateDir: t.TempDir(), Logger: testLogger()},
-		host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stopWorker := context.WithCancel(ctx)
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-workerDone })
+	w, _ := startWorkerInProcess(ctx, t, appID, bootstrap, host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
 
 	var server statusJob
 	server = waitStatus(t, base, id, 90*time.Second, "tasks owned by this process and by another instance", func(j statusJob) bool {
