@@ -2,18 +2,15 @@ package pythontest
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -89,12 +86,8 @@ func asciiUpper(b []byte) string {
 // and the output (read_committed) holds each value of the 2-partition
 // input, prefixed "b:", exactly once.
 func TestKafkaManagedPythonBounded(t *testing.T) {
-	py := beamPython(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bootstrap := kafkatest.Broker(t)
-	endpoint := startJobServer(t, host.DefaultOptions())
-	expansion := startExpansionServer(t)
+	ctx, env := newKafkaEnv(t)
+	py, bootstrap, endpoint, expansion := env.py, env.bootstrap, env.endpoint, env.expansion
 	in, out := kafkatest.UniqueName(t, "pymbin"), kafkatest.UniqueName(t, "pymbout")
 	kafkatest.CreateTopic(t, bootstrap, in, 2)
 	kafkatest.CreateTopic(t, bootstrap, out, 1)

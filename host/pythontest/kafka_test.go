@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -116,13 +115,7 @@ func startExpansionServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve()
-	t.Cleanup(func() {
-		srv.Stop()
-		if t.Failed() || os.Getenv("KSRUNNER_DEBUG") != "" {
-			t.Logf("expansion server log:\n%s", logOut.String())
-		}
-	})
+	serveForTest(t, "expansion server", srv.Serve, srv.Stop, &logOut)
 	return srv.Endpoint()
 }
 
