@@ -366,7 +366,8 @@ func (j *job) Cancel() { j.cancel(errCancelled) }
 func (j *job) end() { j.cancel(errAppEnded) }
 
 // Drain drains the job (task/drain.go): its sources stop where they are,
-// its watermark goes to +inf, firing every window, and it ends DRAINED.
+// its watermark goes to +inf, firing every window, and it ends DONE (see
+// drainedState).
 // The application's other processes stop (the pipeline topic says it
 // drains), so that their tasks move here and drain too. It reports false
 // if the job has already ended.
@@ -377,7 +378,7 @@ func (j *job) Drain() bool {
 	if j.draining.Swap(true) {
 		return true
 	}
-	msg := "draining: the job's sources stop at their current positions and its watermark goes to +inf, firing every window; it ends DRAINED"
+	msg := "draining: the job's sources stop at their current positions and its watermark goes to +inf, firing every window; it ends DONE once all it read is written"
 	j.note(slog.LevelInfo, jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
 	j.events.setState(jobpb.JobState_DRAINING)
 	go func() {
@@ -394,6 +395,20 @@ func (j *job) Drain() bool {
 	}()
 	return true
 }
+
+// drainedState is the Job API state a drained job ends in: DONE, not
+// Beam's DRAINED. Python's portable runner (apache-beam 2.77,
+// PortableRunner's _observe_state) raises "Pipeline ... failed in state
+// DRAINED" for every terminal state but DONE, so a drained Python job
+// would fail its wait_until_finish; Go's runnerlib.WaitForCompletion
+// returns nil on DONE (and on DRAINED only because the stream ends). The
+// drain stays visible: the state history goes DRAINING, DONE (`ksrunner
+// jobs` shows "DONE (drained)"), the message "job drained", the status
+// page's Drained and the pipeline topic's `drained`.
+const drainedState = jobpb.JobState_DONE
+
+// drained reports whether the job ended drained.
+func (j *job) drained() bool { return j.draining.Load() && j.State() == drainedState }
 
 // Stop stops running the job in this process only; it ends CANCELLED here
 // unless it already ended, and goes on in the application's other
@@ -423,7 +438,8 @@ func (j *job) run(ctx context.Context) {
 	switch {
 	case err == nil && j.draining.Load():
 		j.logger.Info("job drained", "took", took)
-		j.events.setState(jobpb.JobState_DRAINED)
+		j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, "job drained: every window fired and all it read is written")
+		j.events.setState(drainedState)
 	case err == nil:
 		j.logger.Info("job done", "took", took)
 		j.events.setState(jobpb.JobState_DONE)

@@ -43,16 +43,13 @@ func startStatus(src status.Source, c *serverConfig, logger *slog.Logger) (*stat
 	return status.Start(src, status.Options{Listener: guard.HTTPListener(lis), HTTPS: guard.TLS(), Middleware: mw, Logger: logger})
 }
 
-// drainUnavailable is why the page's Drain button is disabled.
-const drainUnavailable = "Drain is not built yet: cancel the job, or let a bounded job finish (see README, Not supported yet)"
-
 // statusView is the job as the status page shows it.
 func (j *job) statusView(ctx context.Context, process string) *status.Job {
 	local := j.observer.Snapshot()
 	v := &status.Job{
 		ID: j.spec.ID, Name: j.spec.Name, State: j.State().String(), ApplicationID: j.spec.Options.ApplicationID,
 		StartedAt: j.started, Process: process, Instance: local.ID, Commits: local.Commits, Aborts: local.Aborts,
-		CanCancel: !isClosed(j.done), DrainUnavailable: drainUnavailable,
+		CanCancel: !isClosed(j.done), Drained: j.drained(),
 		Topology: status.TopologyOf(j.plan),
 		Metrics:  status.UserMetrics(j.metrics.Attempted.Results(), j.metrics.Committed.Results()),
 	}
@@ -61,6 +58,18 @@ func (j *job) statusView(ctx context.Context, process string) *status.Job {
 		v.CancelUnavailable = "cancel the job on its job server (the Job API's Cancel, or its status page): it stops every process of the application"
 	} else if !v.CanCancel {
 		v.CancelUnavailable = "the job has ended"
+	}
+	// The button offers what job.Drain accepts: a job server's job that has
+	// not ended, once.
+	switch {
+	case process == "worker":
+		v.DrainUnavailable = workerDrains
+	case isTerminal(j.State()) || isClosed(j.done):
+		v.DrainUnavailable = "the job has ended"
+	case j.draining.Load():
+		v.DrainUnavailable = "the job is draining"
+	default:
+		v.CanDrain = true
 	}
 	inputs, source := status.InputTopics(j.plan, j.spec.Options.ApplicationID)
 	var cluster []status.Task
@@ -153,10 +162,14 @@ func (v serverStatus) Cancel(id string) error {
 }
 
 func (v serverStatus) Drain(id string) error {
-	if _, err := v.s.job(id); err != nil {
+	j, err := v.s.job(id)
+	if err != nil {
 		return fmt.Errorf("drain %q: %w", id, status.ErrNotFound)
 	}
-	return fmt.Errorf("drain %q: %s: %w", id, drainUnavailable, status.ErrUnsupported)
+	if !j.Drain() {
+		return fmt.Errorf("drain %q: the job has ended (%s): %w", id, j.State(), status.ErrConflict)
+	}
+	return nil
 }
 
 // workerStatus is a Worker as the status page's Source: its current job.
@@ -176,6 +189,9 @@ func (v workerStatus) Cancel(id string) error {
 	return fmt.Errorf("cancel %q: a worker does not cancel jobs: cancel it on its job server: %w", id, status.ErrUnsupported)
 }
 
+// workerDrains is why a worker's page has no Drain.
+const workerDrains = "drain the job on its job server (the Job API's Drain, `ksrunner drain` or its status page): the worker then stops and hands its tasks to the draining job server"
+
 func (v workerStatus) Drain(id string) error {
-	return fmt.Errorf("drain %q: %s: %w", id, drainUnavailable, status.ErrUnsupported)
+	return fmt.Errorf("drain %q: a worker does not drain jobs: %s: %w", id, workerDrains, status.ErrUnsupported)
 }

@@ -19,15 +19,12 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
-	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
 	_ "github.com/ksrunner/ksrunner/host/kafkaio" // expands kafkaio.Read/Write in-process
@@ -590,32 +587,16 @@ func (b *kafkaBench) start(ctx context.Context, variant, in, out, profile string
 // cancelBenchJob cancels the job named name and waits for its Execute to
 // return (done).
 func cancelBenchJob(ctx context.Context, endpoint, name string, done <-chan error) error {
-	cc, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	js := jobpb.NewJobServiceClient(cc)
-	jobs, err := js.GetJobs(ctx, &jobpb.GetJobsRequest{})
-	if err != nil {
-		return fmt.Errorf("listing jobs to cancel %s: %w", name, err)
-	}
-	id := ""
-	for _, j := range jobs.GetJobInfo() {
-		if j.GetJobName() == name {
-			id = j.GetJobId()
-		}
-	}
-	if id == "" {
+	id, err := host.CancelNamed(ctx, endpoint, name)
+	if errors.Is(err, host.ErrNoSuchJob) {
 		select {
 		case err := <-done:
 			return fmt.Errorf("job %s ended before it was cancelled: %v", name, err)
 		default:
 		}
-		return fmt.Errorf("job %s not found on %s", name, endpoint)
 	}
-	if _, err := js.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
-		return fmt.Errorf("cancelling job %s: %w", id, err)
+	if err != nil {
+		return err
 	}
 	select {
 	case err := <-done:

@@ -335,12 +335,7 @@ func benchWASM(ctx context.Context, path, cache string, interruptible bool, chun
 	if err != nil {
 		return benchTime{}, 0, err
 	}
-	for _, c := range chunks {
-		if err := b.Process(c); err != nil {
-			return benchTime{}, 0, err
-		}
-	}
-	if _, err := b.Finish(); err != nil {
+	if err := feedBundle(chunks, b.Process, b.Finish); err != nil {
 		return benchTime{}, 0, err
 	}
 	return clock.stop(), outputs, nil
@@ -403,15 +398,22 @@ func benchHarness(ctx context.Context, chunks [][]byte, logger *slog.Logger) (be
 	if err != nil {
 		return benchTime{}, 0, err
 	}
-	for _, c := range chunks {
-		if err := b.Process(c); err != nil {
-			return benchTime{}, 0, err
-		}
-	}
-	if _, err := b.Finish(); err != nil {
+	if err := feedBundle(chunks, b.Process, b.Finish); err != nil {
 		return benchTime{}, 0, err
 	}
 	return clock.stop(), outputs, nil
+}
+
+// feedBundle processes chunks as a started bundle's input and finishes it:
+// the WASM instance's and the SDK harness's bundles alike.
+func feedBundle[R any](chunks [][]byte, process func([]byte) error, finish func() (R, error)) error {
+	for _, c := range chunks {
+		if err := process(c); err != nil {
+			return err
+		}
+	}
+	_, err := finish()
+	return err
 }
 
 const benchOutput = "bench-out"

@@ -214,8 +214,8 @@ func startJobServer(t *testing.T, args ...string) (endpoint string, stdout func(
 
 // The client commands against a running job server: jobs lists the jobs,
 // drain ends an unbounded job (a periodic impulse, a splittable DoFn that
-// checkpoints) DRAINED with its windows fired, cancel ends one CANCELLED;
-// an unknown job is an error naming it.
+// checkpoints) DONE with its windows fired, and jobs then shows it
+// drained; cancel ends one CANCELLED; an unknown job is an error naming it.
 func TestClientCommands(t *testing.T) {
 	endpoint, _ := startJobServer(t, "--bootstrap_servers="+kafkatest.Broker(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -266,12 +266,17 @@ func TestClientCommands(t *testing.T) {
 		t.Errorf("jobs: exit %d (%s):\n%s", code, errOut, out)
 	}
 	code, out, errOut = runCLI(t, "drain", drained, "--endpoint="+endpoint)
-	if code != 0 || !strings.Contains(out, "job "+drained+": DRAINED") {
+	if code != 0 || !strings.Contains(out, "job "+drained+": DRAINING") || !strings.Contains(out, "job "+drained+": DONE") {
 		t.Errorf("drain: exit %d (%s):\n%s", code, errOut, out)
 	}
 	code, out, errOut = runCLI(t, "cancel", "--endpoint="+endpoint, cancelled)
 	if code != 0 || !strings.Contains(out, "job "+cancelled+": CANCELLED") {
 		t.Errorf("cancel: exit %d (%s):\n%s", code, errOut, out)
+	}
+	code, out, errOut = runCLI(t, "jobs", "--endpoint", endpoint)
+	if code != 0 || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(drained)+`\s+DONE \(drained\)\s`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(cancelled)+`\s+CANCELLED\s`).MatchString(out) {
+		t.Errorf("jobs after the drain and the cancel: exit %d (%s):\n%s", code, errOut, out)
 	}
 	if code, _, errOut := runCLI(t, "cancel", "nosuchjob", "--endpoint="+endpoint); code == 0 || !strings.Contains(errOut, `unknown job id "nosuchjob"`) {
 		t.Errorf("cancel nosuchjob: exit %d, %q", code, errOut)

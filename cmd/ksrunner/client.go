@@ -89,9 +89,32 @@ func runJobs(ctx context.Context, args []string, stdout io.Writer) error {
 		if app == "" {
 			app = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", j.GetJobId(), j.GetState(), j.GetJobName(), app)
+		state := j.GetState().String()
+		if j.GetState() == jobpb.JobState_DONE && wasDrained(ctx, client, j.GetJobId()) {
+			state += " (drained)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", j.GetJobId(), state, j.GetJobName(), app)
 	}
 	return tw.Flush()
+}
+
+// wasDrained reports whether a job that ended went through DRAINING: ksrunner
+// ends a drained job DONE (the state every SDK client takes as success), so
+// its state history is what says it was drained. Any error says no.
+func wasDrained(ctx context.Context, client jobpb.JobServiceClient, id string) bool {
+	stream, err := client.GetStateStream(ctx, &jobpb.GetJobStateRequest{JobId: id})
+	if err != nil {
+		return false
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return false
+		}
+		if ev.GetState() == jobpb.JobState_DRAINING {
+			return true
+		}
+	}
 }
 
 // pipelineOption reads a job's option as the SDKs send it (the Go SDK

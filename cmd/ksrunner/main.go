@@ -8,7 +8,7 @@
 //	                             forward a loopback port to a guarded job or expansion endpoint, adding TLS and the token
 //	ksrunner jobs                list a job server's jobs
 //	ksrunner cancel JOB          cancel a job
-//	ksrunner drain JOB           drain a job: its sources stop, every window fires, it ends DRAINED
+//	ksrunner drain JOB           drain a job: its sources stop, every window fires, it ends DONE
 //	ksrunner version             the build's version
 //	ksrunner help [COMMAND]      the commands, or a command's flags
 //
@@ -63,10 +63,11 @@ func init() {
 		{name: "cancel", args: "JOB [--endpoint HOST:PORT]", summary: "cancel a job, in every process of its application",
 			about: "The job ends CANCELLED; its application's processes stop it and nothing resumes it.",
 			flags: func() *pflag.FlagSet { return clientFlags(new(string)) }, run: runCancel},
-		{name: "drain", args: "JOB [--endpoint HOST:PORT]", summary: "drain a job: its sources stop where they are, every window fires, it ends DRAINED",
+		{name: "drain", args: "JOB [--endpoint HOST:PORT]", summary: "drain a job: its sources stop where they are, every window fires, it ends DONE",
 			about: "The job's Kafka reads stop at their current positions (committed, so a later job under the\n" +
 				"same application_id goes on from there), its watermark goes to +inf, firing every window\n" +
-				"and timer, and the job ends DRAINED once all it read is written.",
+				"and timer, and the job ends DONE once all it read is written (DONE, not Beam's DRAINED, which\n" +
+				"Python's portable runner reports as a failure; `ksrunner jobs` shows it as DONE (drained)).",
 			flags: func() *pflag.FlagSet { return clientFlags(new(string)) }, run: runDrain},
 		{name: "version", summary: "print the build's version (module, VCS revision, Go, Beam SDK)", run: runVersion},
 		{name: "help", args: "[COMMAND]", summary: "list the commands, or show a command's flags", run: runHelp},

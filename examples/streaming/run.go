@@ -19,15 +19,12 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
-	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/options/jobopts"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/kafkastreams" // the runner; expands kafkaio.Read/Write in-process
@@ -358,27 +355,9 @@ func readCounts(ctx context.Context, cfg Config, from kadm.ListedOffsets, want m
 func cancelJob(ctx context.Context, name string, job *running) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cc, err := grpc.NewClient(*jobopts.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	id, err := host.CancelNamed(ctx, *jobopts.Endpoint, name)
 	if err != nil {
 		return err
-	}
-	defer cc.Close()
-	js := jobpb.NewJobServiceClient(cc)
-	jobs, err := js.GetJobs(ctx, &jobpb.GetJobsRequest{})
-	if err != nil {
-		return fmt.Errorf("listing jobs to cancel %s: %w", name, err)
-	}
-	id := ""
-	for _, j := range jobs.GetJobInfo() {
-		if j.GetJobName() == name {
-			id = j.GetJobId()
-		}
-	}
-	if id == "" {
-		return fmt.Errorf("job %s not found on %s", name, *jobopts.Endpoint)
-	}
-	if _, err := js.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
-		return fmt.Errorf("cancelling job %s: %w", id, err)
 	}
 	select {
 	case <-job.done:

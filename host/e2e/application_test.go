@@ -51,11 +51,11 @@ func memberTasks(ctx context.Context, t *testing.T, bootstrap, appID string) map
 	return out
 }
 
-// startServer starts an in-process job server with defaults opts; Stop it
-// (t.Cleanup does too).
-func startServer(t *testing.T, opts host.Options) (*host.JobServer, jobpb.JobServiceClient) {
+// startServer starts an in-process job server with defaults opts (and
+// sopts); Stop it (t.Cleanup does too).
+func startServer(t *testing.T, opts host.Options, sopts ...host.ServerOption) (*host.JobServer, jobpb.JobServiceClient) {
 	t.Helper()
-	srv, err := host.NewJobServer("127.0.0.1:0", opts, testLogger())
+	srv, err := host.NewJobServer("127.0.0.1:0", opts, testLogger(), sopts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +67,22 @@ func startServer(t *testing.T, opts host.Options) (*host.JobServer, jobpb.JobSer
 	}
 	t.Cleanup(func() { cc.Close() })
 	return srv, jobpb.NewJobServiceClient(cc)
+}
+
+// startWorkerInProcess runs a worker (host.Worker, `ksrunner worker`) of the
+// application on a state_dir of its own until the test ends; workerDone
+// receives what its Run returned.
+func startWorkerInProcess(ctx context.Context, t *testing.T, appID, bootstrap string, opts ...host.ServerOption) (w *host.Worker, workerDone <-chan error) {
+	t.Helper()
+	w, err := host.NewWorker(host.WorkerConfig{ApplicationID: appID, BootstrapServers: bootstrap, StateDir: t.TempDir(), Logger: testLogger()}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	t.Cleanup(func() { stopWorker(); <-done })
+	return w, done
 }
 
 // ownPool starts a LOOPBACK SDK worker pool that outlives the job servers
@@ -113,14 +129,7 @@ func TestWorkerJoinsApplication(t *testing.T) {
 	go func() { r, err := wait(ctx, ksrunner, id); ended <- jobEnd{r.State, r.Errors, err} }()
 	checkCounts(t, "before the worker", readCommitted(ctx, t, bootstrap, out, len(want1)), want1)
 
-	w, err := host.NewWorker(host.WorkerConfig{ApplicationID: appID, BootstrapServers: bootstrap, StateDir: t.TempDir(), Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stopWorker := context.WithCancel(ctx)
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-workerDone })
+	w, _ := startWorkerInProcess(ctx, t, appID, bootstrap)
 
 	// Both processes hold tasks.
 	var members map[string]int

@@ -76,6 +76,16 @@ func (d countData) fired(rs []countRec) map[string]int64 {
 	return want
 }
 
+// windows is what the output holds once the job has read rs and drained:
+// the sums of every one-minute window of rs.
+func (d countData) windows(rs []countRec) map[string]int64 {
+	all := map[string]int64{}
+	for _, r := range rs {
+		all[fmt.Sprintf("%s@%d", r.key, r.ts-r.ts%60000)] += r.value
+	}
+	return all
+}
+
 // halves returns the first and the whole data's fired windows, failing
 // unless each half fires some.
 func (d countData) halves(t *testing.T) (want1, want2 map[string]int64) {

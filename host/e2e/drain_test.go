@@ -1,11 +1,11 @@
 package e2e
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/runnerlib"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -14,7 +14,9 @@ import (
 // TestDrain: Drain of an unbounded job reading Kafka (windowed sums, idle
 // partitions never advance: only data and the drain move the watermark)
 // fires every window, the ones the data had not closed too, each once; the
-// job goes DRAINING then DRAINED; the read stops where it was, so its
+// job goes DRAINING then DONE (not DRAINED: see host.drainedState), and
+// the Go SDK's own client (runnerlib.WaitForCompletion, what beam.Run of
+// the universal runner waits with) returns success; the read stops where it was, so its
 // committed offsets are the input's ends and records produced afterwards
 // are not read.
 func TestDrain(t *testing.T) {
@@ -24,10 +26,7 @@ func TestDrain(t *testing.T) {
 	d := newCountData(200, 4)
 	d.produce(ctx, t, bootstrap, in, d.recs)
 	closed := d.fired(d.recs)
-	all := map[string]int64{}
-	for _, r := range d.recs {
-		all[fmt.Sprintf("%s@%d", r.key, r.ts-r.ts%60000)] += r.value
-	}
+	all := d.windows(d.recs)
 	if len(closed) == 0 || len(all) <= len(closed) {
 		t.Fatalf("test data: %d windows closed by the data, %d in all", len(closed), len(all))
 	}
@@ -40,6 +39,8 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("submit: %v", err)
 	}
 	t.Cleanup(func() { ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}) })
+	waited := make(chan error, 1)
+	go func() { waited <- runnerlib.WaitForCompletion(ctx, ksrunner, id) }()
 	states, err := ksrunner.GetStateStream(ctx, &jobpb.GetJobStateRequest{JobId: id})
 	if err != nil {
 		t.Fatal(err)
@@ -61,8 +62,11 @@ func TestDrain(t *testing.T) {
 		}
 		seen = append(seen, ev.GetState())
 	}
-	if n := len(seen); n < 2 || seen[n-2] != jobpb.JobState_DRAINING || seen[n-1] != jobpb.JobState_DRAINED {
-		t.Fatalf("states %v, want ... DRAINING, DRAINED", seen)
+	if n := len(seen); n < 2 || seen[n-2] != jobpb.JobState_DRAINING || seen[n-1] != jobpb.JobState_DONE {
+		t.Fatalf("states %v, want ... DRAINING, DONE", seen)
+	}
+	if err := <-waited; err != nil {
+		t.Errorf("runnerlib.WaitForCompletion of the drained job: %v, want success", err)
 	}
 	if _, err := ksrunner.Drain(ctx, &jobpb.DrainJobRequest{JobId: id}); err == nil {
 		t.Error("Drain of a drained job: no error")

@@ -14,8 +14,6 @@ import (
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/chromedp/chromedp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -28,8 +26,10 @@ type statusJob struct {
 	ApplicationID                      string `json:"application_id"`
 	Commits                            int64
 	CanCancel                          bool   `json:"can_cancel"`
+	CancelUnavailable                  string `json:"cancel_unavailable"`
 	CanDrain                           bool   `json:"can_drain"`
 	DrainUnavailable                   string `json:"drain_unavailable"`
+	Drained                            bool
 	ClusterError                       string `json:"cluster_error"`
 	Topology                           struct {
 		Nodes []struct{ ID, Kind, Label, Root string }
@@ -51,24 +51,6 @@ type statusJob struct {
 		}
 	}
 	Messages []struct{ Importance, Text string }
-}
-
-// startStatusServer starts a job server whose status page listens on a
-// free loopback port.
-func startStatusServer(t *testing.T, opts host.Options) (*host.JobServer, jobpb.JobServiceClient) {
-	t.Helper()
-	srv, err := host.NewJobServer("127.0.0.1:0", opts, testLogger(), host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return srv, jobpb.NewJobServiceClient(cc)
 }
 
 func httpGet(t *testing.T, url string) (int, []byte) {
@@ -115,55 +97,52 @@ func waitStatus(t *testing.T, base, id string, within time.Duration, what string
 	}
 }
 
+// statusRun is a job running on a job server with a status page.
+type statusRun struct {
+	base, id, appID, bootstrap, in, out string
+	client                              jobpb.JobServiceClient
+	// read is the input the job was given (of data); n its size.
+	data countData
+	read []countRec
+	n    int
+}
+
 // statusJobRunning submits the windowed Kafka count (a Kafka read of 4
 // partitions, a GroupByKey over 2, a Kafka write) to a job server with a
-// status page, with n records in its input, and waits until the output
-// shows they were processed. It returns the status page's address and
-// the job id.
-func statusJobRunning(ctx context.Context, t *testing.T, extra map[string]string) (base, id, appID, bootstrap string, client jobpb.JobServiceClient) {
+// status page, with 100 records in its input, and waits until the output
+// shows they were processed.
+func statusJobRunning(ctx context.Context, t *testing.T, extra map[string]string) statusRun {
 	t.Helper()
-	bootstrap = kafkatest.Broker(t)
-	const partitions, n = 4, 200
-	in, out := countTopics(t, bootstrap, "status", partitions)
-	data := newCountData(n, partitions)
+	r := statusRun{bootstrap: kafkatest.Broker(t), n: 100}
+	const partitions = 4
+	r.in, r.out = countTopics(t, r.bootstrap, "status", partitions)
+	r.data = newCountData(2*r.n, partitions)
+	data := r.data
 	want1, _ := data.halves(t)
-	appID = kafkatest.UniqueName(t, "status")
-	srv, client := startStatusServer(t, host.DefaultOptions())
-	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
-	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2", "source_idle_timeout_ms": "3600000"}
+	r.appID = kafkatest.UniqueName(t, "status")
+	srv, client := startServer(t, host.DefaultOptions(), host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
+	r.read = data.recs[:r.n]
+	data.produce(ctx, t, r.bootstrap, r.in, r.read)
+	opts := map[string]string{"application_id": r.appID, "bootstrap_servers": r.bootstrap, "internal_parallelism": "2", "source_idle_timeout_ms": "3600000"}
 	for k, v := range extra {
 		opts[k] = v
 	}
-	id, err := submit(ctx, t, client, kafkaCountPipeline(t, in, out), opts)
+	id, err := submit(ctx, t, client, kafkaCountPipeline(t, r.in, r.out), opts)
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}
 	t.Cleanup(func() { client.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
-	readCommitted(ctx, t, bootstrap, out, len(want1))
-	return srv.StatusURL(), id, appID, bootstrap, client
+	readCommitted(ctx, t, r.bootstrap, r.out, len(want1))
+	r.base, r.id, r.client = srv.StatusURL(), id, client
+	return r
 }
 
-// TestStatusAPI: the status page's JSON API and /metrics show a running
-// job on its broker: its state, its topology (the Kafka topics it reads and
-// writes around its sub-topologies), every task with this process as its
-// owner, the records its source tasks consumed (every input record), their
-// lag and watermarks; Drain is refused as not built, and the actions
-// require the page's header.
-func TestStatusAPI(t *testing.T) {
-	ctx := testContext(t, 3*time.Minute)
-	base, id, appID, _, _ := statusJobRunning(ctx, t, nil)
-
-	code, b := httpGet(t, base+"api/jobs")
-	var list []struct{ ID, State string }
-	if err := json.Unmarshal(b, &list); code != http.StatusOK || err != nil || len(list) != 1 || list[0].ID != id || list[0].State != "RUNNING" {
-		t.Fatalf("GET api/jobs: %d %s (%v), want job %s RUNNING", code, b, err, id)
-	}
-	if code, _ := httpGet(t, base+"api/jobs/nope"); code != http.StatusNotFound {
-		t.Errorf("GET api/jobs/nope: %d, want 404", code)
-	}
-
-	// The source tasks have consumed every record and committed them.
-	j := waitStatus(t, base, id, time.Minute, "4 source tasks that consumed 100 records, committed, and 2 group-by-key tasks, all owned here", func(j statusJob) bool {
+// waitAllRead waits until the status page shows the job's 4 source tasks
+// consumed and committed every input record and its 2 group-by-key tasks,
+// all owned by this process.
+func (r statusRun) waitAllRead(t *testing.T) statusJob {
+	t.Helper()
+	return waitStatus(t, r.base, r.id, time.Minute, fmt.Sprintf("4 source tasks that consumed %d records, committed, and 2 group-by-key tasks, all owned here", r.n), func(j statusJob) bool {
 		in, committed, src, gbk := int64(0), int64(0), 0, 0
 		for _, tk := range j.Tasks {
 			if tk.Owner == "" || tk.Owner != j.Instance || !tk.Local || tk.Instance == nil || !tk.Instance.Owned {
@@ -177,13 +156,38 @@ func TestStatusAPI(t *testing.T) {
 				gbk++
 			}
 		}
-		return src == 4 && gbk == 2 && in == 100 && committed == 100 && j.ClusterError == ""
+		return src == 4 && gbk == 2 && in == int64(r.n) && committed == int64(r.n) && j.ClusterError == ""
 	})
+}
+
+// TestStatusAPI: the status page's JSON API and /metrics show a running
+// job on its broker: its state, its topology (the Kafka topics it reads and
+// writes around its sub-topologies), every task with this process as its
+// owner, the records its source tasks consumed (every input record), their
+// lag and watermarks; Cancel and Drain are offered, require the page's
+// header, and once Cancel ended the job both are refused saying why (Drain
+// of an ended job: 409).
+func TestStatusAPI(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	run := statusJobRunning(ctx, t, nil)
+	base, id, appID := run.base, run.id, run.appID
+
+	code, b := httpGet(t, base+"api/jobs")
+	var list []struct{ ID, State string }
+	if err := json.Unmarshal(b, &list); code != http.StatusOK || err != nil || len(list) != 1 || list[0].ID != id || list[0].State != "RUNNING" {
+		t.Fatalf("GET api/jobs: %d %s (%v), want job %s RUNNING", code, b, err, id)
+	}
+	if code, _ := httpGet(t, base+"api/jobs/nope"); code != http.StatusNotFound {
+		t.Errorf("GET api/jobs/nope: %d, want 404", code)
+	}
+
+	// The source tasks have consumed every record and committed them.
+	j := run.waitAllRead(t)
 	if j.State != "RUNNING" || j.ApplicationID != appID || j.Process != "jobserver" || len(j.Instance) != 16 || j.Commits == 0 {
 		t.Errorf("job: state %s, application %s, process %s, instance %q, commits %d; want RUNNING, %s, jobserver, an instance id, commits", j.State, j.ApplicationID, j.Process, j.Instance, j.Commits, appID)
 	}
-	if !j.CanCancel || j.CanDrain || !strings.Contains(j.DrainUnavailable, "not built") {
-		t.Errorf("actions: can_cancel %v, can_drain %v (%q); want cancel only, drain unavailable saying why", j.CanCancel, j.CanDrain, j.DrainUnavailable)
+	if !j.CanCancel || !j.CanDrain || j.DrainUnavailable != "" {
+		t.Errorf("actions: can_cancel %v, can_drain %v (%q); want both", j.CanCancel, j.CanDrain, j.DrainUnavailable)
 	}
 	kinds := map[string]int{}
 	roots := map[string]bool{}
@@ -228,18 +232,37 @@ func TestStatusAPI(t *testing.T) {
 		}
 	}
 
-	// The actions: without the page's header, refused; Drain not built.
-	resp, err := http.Post(base+"api/jobs/"+id+"/cancel", "", nil)
-	if err != nil || resp.StatusCode != http.StatusForbidden {
-		t.Errorf("POST cancel without the header: %v %v, want 403", resp.StatusCode, err)
+	// The actions: without the page's header, refused; Cancel ends the
+	// job; Drain then is refused, and the page says why.
+	post := func(action string, header bool) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, base+"api/jobs/"+id+"/"+action, nil)
+		if header {
+			req.Header.Set("X-Ksrunner-Action", action)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("POST %s: %v", action, err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
 	}
-	req, _ := http.NewRequest(http.MethodPost, base+"api/jobs/"+id+"/drain", nil)
-	req.Header.Set("X-Ksrunner-Action", "drain")
-	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNotImplemented {
-		t.Errorf("POST drain: %v %v, want 501", resp.StatusCode, err)
+	if code := post("drain", false); code != http.StatusForbidden {
+		t.Errorf("POST drain without the header: %d, want 403", code)
 	}
 	if j := getStatusJob(t, base, id); j.State != "RUNNING" {
-		t.Errorf("after the refused actions the job is %s, want RUNNING", j.State)
+		t.Errorf("after the refused action the job is %s, want RUNNING", j.State)
+	}
+	if code := post("cancel", true); code != http.StatusOK {
+		t.Errorf("POST cancel: %d, want 200", code)
+	}
+	j = waitStatus(t, base, id, time.Minute, "CANCELLED", func(j statusJob) bool { return j.State == "CANCELLED" })
+	if j.CanCancel || j.CanDrain || j.Drained || j.CancelUnavailable != "the job has ended" || j.DrainUnavailable != "the job has ended" {
+		t.Errorf("actions of the cancelled job: can_cancel %v (%q), can_drain %v (%q), drained %v; want neither, saying the job has ended, not drained",
+			j.CanCancel, j.CancelUnavailable, j.CanDrain, j.DrainUnavailable, j.Drained)
+	}
+	if code := post("drain", true); code != http.StatusConflict {
+		t.Errorf("POST drain of the cancelled job: %d, want 409", code)
 	}
 }
 
@@ -249,16 +272,9 @@ func TestStatusAPI(t *testing.T) {
 // /metrics show them as its local tasks.
 func TestStatusShowsWorkerTasks(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
-	base, id, appID, bootstrap, _ := statusJobRunning(ctx, t, map[string]string{"state_dir": t.TempDir()})
-	w, err := host.NewWorker(host.WorkerConfig{ApplicationID: appID, BootstrapServers: bootstrap, StateDir: t.TempDir(), Logger: testLogger()},
-		host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, stopWorker := context.WithCancel(ctx)
-	workerDone := make(chan error, 1)
-	go func() { workerDone <- w.Run(wctx) }()
-	t.Cleanup(func() { stopWorker(); <-workerDone })
+	run := statusJobRunning(ctx, t, map[string]string{"state_dir": t.TempDir()})
+	base, id, appID, bootstrap := run.base, run.id, run.appID, run.bootstrap
+	w, _ := startWorkerInProcess(ctx, t, appID, bootstrap, host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
 
 	var server statusJob
 	server = waitStatus(t, base, id, 90*time.Second, "tasks owned by this process and by another instance", func(j statusJob) bool {
@@ -293,8 +309,9 @@ func TestStatusShowsWorkerTasks(t *testing.T) {
 		}
 		return false
 	})
-	if wj.Process != "worker" || wj.Instance != workerInstance || wj.CanCancel {
-		t.Errorf("worker's job: process %s, instance %s, can_cancel %v; want worker, %s (the owner the job server shows), false", wj.Process, wj.Instance, wj.CanCancel, workerInstance)
+	if wj.Process != "worker" || wj.Instance != workerInstance || wj.CanCancel || wj.CanDrain || !strings.Contains(wj.DrainUnavailable, "job server") {
+		t.Errorf("worker's job: process %s, instance %s, can_cancel %v, can_drain %v (%q); want worker, %s (the owner the job server shows), neither (drain on the job server)",
+			wj.Process, wj.Instance, wj.CanCancel, wj.CanDrain, wj.DrainUnavailable, workerInstance)
 	}
 	_, b = httpGet(t, w.StatusURL()+"metrics")
 	if want := fmt.Sprintf(`local="true",owner=%q`, workerInstance); !strings.Contains(string(b), want) {
@@ -317,14 +334,17 @@ func browserPath(t *testing.T) string {
 	return ""
 }
 
-// TestStatusPageBrowser opens the status page of a running job in
-// Chromium: the job list links to the job, whose page draws the topology
-// (its graph nodes) and lists the tasks; Drain is disabled, saying why;
-// pressing Cancel cancels the job, which the page then shows.
+// TestStatusPageBrowser opens the status page of a running streaming job
+// in Chromium: the job list links to the job, whose page draws the topology
+// (its graph nodes) and lists the tasks; pressing Drain drains the job: it
+// ends DONE, the page says "DONE (drained)" with Cancel and Drain disabled,
+// and the output holds every window of the input, the ones no data had
+// closed too, each once (issue 14).
 func TestStatusPageBrowser(t *testing.T) {
 	bin := browserPath(t)
 	ctx := testContext(t, 3*time.Minute)
-	base, id, _, _, client := statusJobRunning(ctx, t, nil)
+	run := statusJobRunning(ctx, t, nil)
+	base, id, client := run.base, run.id, run.client
 
 	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.Flag("headless", true))...)
@@ -367,8 +387,8 @@ func TestStatusPageBrowser(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if !drainDisabled || !strings.Contains(drainTitle, "not built") {
-		t.Errorf("Drain: disabled %v, title %q; want disabled, saying it is not built", drainDisabled, drainTitle)
+	if drainDisabled || drainTitle != "" {
+		t.Errorf("Drain: disabled %v, title %q; want enabled", drainDisabled, drainTitle)
 	}
 	var graphText string
 	if err := chromedp.Run(bctx, chromedp.Evaluate(`window.ksGraph.nodes().map(n => n.data("label")).join("|")`, &graphText)); err != nil {
@@ -387,14 +407,31 @@ func TestStatusPageBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Drained once every input record is read, so every window is there
+	// to fire.
+	run.waitAllRead(t)
+	all := run.data.windows(run.read)
+	if closed := run.data.fired(run.read); len(closed) >= len(all) {
+		t.Fatalf("test data: the input closes %d windows of %d: nothing left for the drain to fire", len(closed), len(all))
+	}
+	var cancelDisabled bool
 	if err := chromedp.Run(bctx,
-		chromedp.Click(`#cancel`, chromedp.ByID),
-		chromedp.WaitVisible(`#job-state.CANCELLED`, chromedp.ByQuery),
+		chromedp.Click(`#drain`, chromedp.ByID),
+		chromedp.WaitVisible(`#job-state.DONE`, chromedp.ByQuery),
+		chromedp.Text(`#job-state`, &state, chromedp.ByID),
+		chromedp.Evaluate(`document.getElementById("cancel").disabled`, &cancelDisabled),
+		chromedp.Evaluate(`document.getElementById("drain").disabled`, &drainDisabled),
+		chromedp.AttributeValue(`#drain`, "title", &drainTitle, nil, chromedp.ByID),
 	); err != nil {
-		t.Fatalf("pressing Cancel: %v", err)
+		t.Fatalf("pressing Drain: %v", err)
+	}
+	if state != "DONE (drained)" || !cancelDisabled || !drainDisabled || drainTitle != "the job has ended" {
+		t.Errorf("after Drain the page shows %q, Cancel disabled %v, Drain disabled %v (%q); want DONE (drained), both disabled, saying the job has ended",
+			state, cancelDisabled, drainDisabled, drainTitle)
 	}
 	st, err := client.GetState(ctx, &jobpb.GetJobStateRequest{JobId: id})
-	if err != nil || st.GetState() != jobpb.JobState_CANCELLED {
-		t.Errorf("after Cancel on the page the Job API says %v (%v), want CANCELLED", st.GetState(), err)
+	if err != nil || st.GetState() != jobpb.JobState_DONE {
+		t.Errorf("after Drain on the page the Job API says %v (%v), want DONE", st.GetState(), err)
 	}
+	checkCounts(t, "after the drain", readCommitted(ctx, t, run.bootstrap, run.out, -1), all)
 }

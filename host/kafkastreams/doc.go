@@ -21,7 +21,11 @@
 // The job server's defaults are ksrunner's, overridden by KSRUNNER_*
 // environment variables of the job options (KSRUNNER_INTERNAL_PARALLELISM=8);
 // its log goes to stderr at KSRUNNER_LOG_LEVEL (default warn; KSRUNNER_DEBUG
-// set: debug).
+// set: debug). It serves the status page while the job runs, on
+// localhost:8074 as `ksrunner jobserver` does, or on a free port when 8074
+// is in use; KSRUNNER_STATUS_PORT sets the port (in use: an error), 0 turns
+// it off. The terminal's first line says where the job server, its broker
+// and its status page are.
 //
 // With --endpoint=HOST:PORT it submits to that job server (`ksrunner
 // jobserver`), with the LOOPBACK environment unless --environment_type

@@ -16,8 +16,9 @@ import (
 const envPrefix = "KSRUNNER_"
 
 // serverOnlyOptions are the options of `ksrunner jobserver` that are not
-// job options: an in-process job server has no use for them, but their
-// variables are not misspellings either.
+// job options: an in-process job server has no use for them (but
+// status_port: KSRUNNER_STATUS_PORT, see statusPort), and their variables
+// are not misspellings either.
 var serverOnlyOptions = []string{"config", "job_host", "job_port", "expansion_port", "log_level", "status_port", "endpoint"}
 
 // serverDefaults are the in-process job server's defaults: ksrunner's,
@@ -96,6 +97,27 @@ func setField(f reflect.Value, val string) error {
 		return fmt.Errorf("option of type %s cannot be set from the environment", f.Type())
 	}
 	return nil
+}
+
+// defaultStatusPort is the in-process job server's status page port when
+// KSRUNNER_STATUS_PORT is not set: `ksrunner jobserver`'s, so that the page
+// is where the README says. Taken, the page goes to a free port (see
+// startInProcess); a variable for tests.
+var defaultStatusPort = 8074
+
+// statusPort is the in-process job server's status page port: the
+// KSRUNNER_STATUS_PORT variable (explicit: a port in use is then an
+// error), 0 for none, or defaultStatusPort.
+func statusPort(lookup func(string) (string, bool)) (port int, explicit bool, err error) {
+	v, ok := lookup(envPrefix + "STATUS_PORT")
+	if !ok || strings.TrimSpace(v) == "" {
+		return defaultStatusPort, false, nil
+	}
+	port, err = strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || port < 0 || port > 65535 {
+		return 0, true, fmt.Errorf("environment variable %sSTATUS_PORT=%q: want a port, or 0 for no status page", envPrefix, v)
+	}
+	return port, true, nil
 }
 
 // serverLogLevel is the in-process job server's log level: KSRUNNER_DEBUG

@@ -2,10 +2,14 @@ package kafkastreams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -48,7 +52,8 @@ var (
 
 // Execute runs p on ksrunner: on the job server at --endpoint, or on one it
 // starts in this process (see the package documentation). It returns once
-// the job ended (DONE, DRAINED or CANCELLED; a FAILED job is an error with
+// the job ended (DONE, CANCELLED, or DRAINED from a job server that ends
+// drained jobs so; a FAILED job is an error with
 // its last error message), or once it is submitted with --async.
 func Execute(ctx context.Context, p *beam.Pipeline) (beam.PipelineResult, error) {
 	if !beam.Initialized() {
@@ -77,7 +82,8 @@ func Execute(ctx context.Context, p *beam.Pipeline) (beam.PipelineResult, error)
 	return submit(ctx, p, endpoint)
 }
 
-// startInProcess starts a job server in this process, on a free port.
+// startInProcess starts a job server in this process, on a free port, with
+// its status page (statusPort), and says where both are, once.
 func startInProcess() (*host.JobServer, error) {
 	defaults, err := serverDefaults(os.Environ())
 	if err != nil {
@@ -87,9 +93,35 @@ func startInProcess() (*host.JobServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ksrunner: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(serverLog, &slog.HandlerOptions{Level: level}))
-	srv, err := host.NewJobServer("localhost:0", defaults, logger, host.WithMessagesOnly())
+	port, explicit, err := statusPort(os.LookupEnv)
 	if err != nil {
+		return nil, fmt.Errorf("ksrunner: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(serverLog, &slog.HandlerOptions{Level: level}))
+	start := func(statusAddr string) (*host.JobServer, error) {
+		opts := []host.ServerOption{host.WithMessagesOnly()}
+		if statusAddr != "" {
+			opts = append(opts, host.WithStatus(host.StatusConfig{Addr: statusAddr}))
+		}
+		return host.NewJobServer("localhost:0", defaults, logger, opts...)
+	}
+	statusAddr := ""
+	if port != 0 {
+		statusAddr = net.JoinHostPort("localhost", strconv.Itoa(port))
+	}
+	srv, err := start(statusAddr)
+	statusNote := ""
+	if err != nil && !explicit && port != 0 && errors.Is(err, syscall.EADDRINUSE) {
+		// The default port is another program's (a `ksrunner jobserver`,
+		// another pipeline's run): the page goes elsewhere rather than the
+		// run failing.
+		statusNote = fmt.Sprintf(" (port %d is in use; %sSTATUS_PORT sets one, 0 none)", port, envPrefix)
+		srv, err = start("localhost:0")
+	}
+	if err != nil {
+		if explicit && errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("ksrunner: in-process job server: environment variable %sSTATUS_PORT=%d: the port is in use (0: no status page): %w", envPrefix, port, err)
+		}
 		return nil, fmt.Errorf("ksrunner: in-process job server: %w", err)
 	}
 	go srv.Serve()
@@ -97,7 +129,11 @@ func startInProcess() (*host.JobServer, error) {
 	if broker == "embedded" {
 		broker = "embedded (in memory only; --bootstrap_servers names a Kafka cluster)"
 	}
-	console().Info("ksrunner: in-process job server", "endpoint", srv.Endpoint(), "bootstrap_servers", broker)
+	attrs := []any{"endpoint", srv.Endpoint(), "bootstrap_servers", broker}
+	if u := srv.StatusURL(); u != "" {
+		attrs = append(attrs, "status_page", u+statusNote)
+	}
+	console().Info("ksrunner: in-process job server", attrs...)
 	return srv, nil
 }
 

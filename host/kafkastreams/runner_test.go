@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -140,6 +145,7 @@ func checkWords(t *testing.T, r beam.PipelineResult, want int64) {
 // its SDK lines once each, not the server's copy of them.
 func TestBeamxInProcess(t *testing.T) {
 	consoleOut, serverOut := captureConsole(t)
+	holdStatusPort(t)
 	setFlag(t, "runner", "kafkastreams")
 	setFlag(t, "endpoint", "")
 	setFlag(t, "environment_type", "")
@@ -154,11 +160,79 @@ func TestBeamxInProcess(t *testing.T) {
 	if !strings.Contains(consoleOut.String(), "in-process job server") {
 		t.Errorf("the console does not say where the in-process job server is")
 	}
+	if n := strings.Count(consoleOut.String(), "status_page=\"http://"); n != 1 {
+		t.Errorf("the console shows the status page's URL %d times, want once", n)
+	}
 	if s := serverOut.String(); strings.Contains(s, "inprocess-marker") {
 		t.Errorf("the in-process server's log repeats the job's SDK lines:\n%s", s)
 	}
 	if *jobopts.EnvironmentType != "LOOPBACK" {
 		t.Errorf("environment type %q, want LOOPBACK by default", *jobopts.EnvironmentType)
+	}
+}
+
+// holdStatusPort makes the in-process status page's default port one this
+// test holds (in use, as 8074 may be on a shared machine), so the page
+// falls back to a free port; it returns the port.
+func holdStatusPort(t *testing.T) int {
+	t.Helper()
+	lis, err := net.Listen("tcp", "localhost:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	old := defaultStatusPort
+	defaultStatusPort = lis.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { defaultStatusPort = old })
+	t.Setenv("KSRUNNER_STATUS_PORT", "")
+	return defaultStatusPort
+}
+
+// TestInProcessStatusPage: the in-process job server serves its status
+// page and says where, once, in its console line: on the default port, or
+// on a free one when that is in use (saying so); KSRUNNER_STATUS_PORT=0
+// turns it off; an explicit port in use, or not a port, is an error naming
+// the variable.
+func TestInProcessStatusPage(t *testing.T) {
+	consoleOut, _ := captureConsole(t)
+	held := holdStatusPort(t)
+	srv, err := startInProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := srv.StatusURL()
+	code, body := 0, ""
+	if resp, err := http.Get(u + "api/jobs"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		code, body = resp.StatusCode, string(b)
+	}
+	srv.Stop()
+	if code != http.StatusOK || strings.TrimSpace(body) != "[]" {
+		t.Errorf("GET %sapi/jobs: %d %q, want 200 and no jobs", u, code, body)
+	}
+	want := fmt.Sprintf("status_page=\"%s (port %d is in use;", u, held)
+	if n := strings.Count(consoleOut.String(), "status_page="); n != 1 || !strings.Contains(consoleOut.String(), want) {
+		t.Errorf("console: want one line with %s...:\n%s", want, consoleOut)
+	}
+
+	t.Setenv("KSRUNNER_STATUS_PORT", "0")
+	srv, err = startInProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	if srv.StatusURL() != "" || strings.Count(consoleOut.String(), "status_page=") != 1 {
+		t.Errorf("KSRUNNER_STATUS_PORT=0: status page %q, console:\n%s; want none", srv.StatusURL(), consoleOut)
+	}
+	for _, v := range []string{strconv.Itoa(held), "80x", "70000"} {
+		t.Setenv("KSRUNNER_STATUS_PORT", v)
+		if srv, err := startInProcess(); err == nil {
+			srv.Stop()
+			t.Errorf("KSRUNNER_STATUS_PORT=%s: no error", v)
+		} else if !strings.Contains(err.Error(), "KSRUNNER_STATUS_PORT") {
+			t.Errorf("KSRUNNER_STATUS_PORT=%s: error %q does not name the variable", v, err)
+		}
 	}
 }
 

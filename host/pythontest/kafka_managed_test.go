@@ -2,18 +2,15 @@ package pythontest
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -31,12 +28,8 @@ func TestKafkaManagedPython(t *testing.T) {
 }
 
 func testKafkaManaged(t *testing.T, format string) {
-	py := beamPython(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bootstrap := kafkatest.Broker(t)
-	endpoint := startJobServer(t, host.DefaultOptions())
-	expansion := startExpansionServer(t)
+	ctx, env := newKafkaEnv(t)
+	bootstrap := env.bootstrap
 	in, out := kafkatest.UniqueName(t, "pymin"), kafkatest.UniqueName(t, "pymout")
 	kafkatest.CreateTopic(t, bootstrap, in, 3)
 	kafkatest.CreateTopic(t, bootstrap, out, 2)
@@ -56,45 +49,11 @@ func testKafkaManaged(t *testing.T, format string) {
 		want["m:"+asciiUpper(v)] = true
 	}
 
-	jobIDFile := filepath.Join(t.TempDir(), "jobid")
-	jobID, jobs, exited := startPythonJob(ctx, t, endpoint, jobIDFile, py, filepath.Join("testdata", "kafka_managed.py"), jobIDFile, in, out, bootstrap, expansion, format,
-		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
-		"--application_id="+kafkatest.UniqueName(t, "pymanaged"), "--bootstrap_servers="+bootstrap)
-	defer jobs.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: jobID})
-
-	got := map[string]*kgo.Record{}
-	kafkatest.ReadTopic(ctx, t, bootstrap, out, func() bool {
-		select {
-		case err := <-exited:
-			t.Fatalf("kafka_managed.py ended (%v) with %d of %d records in %s", err, len(got), len(want), out)
-		default:
-		}
-		return len(got) >= len(want)
-	}, func(r *kgo.Record) {
-		if _, dup := got[string(r.Value)]; dup {
-			t.Errorf("value %q written twice", r.Value)
-		}
-		got[string(r.Value)] = r
-	})
-	if _, err := jobs.Cancel(ctx, &jobpb.CancelJobRequest{JobId: jobID}); err != nil {
-		t.Fatalf("cancel %s: %v", jobID, err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("kafka_managed.py: %v (want the job CANCELLED)", err)
-		}
-	case <-ctx.Done():
-		t.Errorf("kafka_managed.py did not end after Cancel")
-	}
+	job := env.startKafkaScript(ctx, t, "kafka_managed.py", in, out, kafkatest.UniqueName(t, "pymanaged"), []string{format})
+	readDistinct(ctx, t, bootstrap, out, len(want), job)
+	job.end(ctx, t, false, jobpb.JobState_CANCELLED)
 	// Nothing more once cancelled: the whole topic is what was awaited.
-	all := map[string]*kgo.Record{}
-	kafkatest.ReadTopic(ctx, t, bootstrap, out, nil, func(r *kgo.Record) {
-		if _, dup := all[string(r.Value)]; dup {
-			t.Errorf("value %q written twice", r.Value)
-		}
-		all[string(r.Value)] = r
-	})
+	all := readDistinct(ctx, t, bootstrap, out, -1, job)
 	for v, r := range all {
 		if !want[v] {
 			t.Errorf("unexpected value %q in %s", v, out)
@@ -127,12 +86,8 @@ func asciiUpper(b []byte) string {
 // and the output (read_committed) holds each value of the 2-partition
 // input, prefixed "b:", exactly once.
 func TestKafkaManagedPythonBounded(t *testing.T) {
-	py := beamPython(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bootstrap := kafkatest.Broker(t)
-	endpoint := startJobServer(t, host.DefaultOptions())
-	expansion := startExpansionServer(t)
+	ctx, env := newKafkaEnv(t)
+	py, bootstrap, endpoint, expansion := env.py, env.bootstrap, env.endpoint, env.expansion
 	in, out := kafkatest.UniqueName(t, "pymbin"), kafkatest.UniqueName(t, "pymbout")
 	kafkatest.CreateTopic(t, bootstrap, in, 2)
 	kafkatest.CreateTopic(t, bootstrap, out, 1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host"
@@ -25,53 +25,75 @@ import (
 // Java), runs unbounded on ksrunner: the output topic holds each key and
 // window's sum exactly once (read_committed), and Cancel ends the job.
 func TestKafkaIOPython(t *testing.T) {
-	py := beamPython(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bootstrap := kafkatest.Broker(t)
-	endpoint := startJobServer(t, host.DefaultOptions())
-	expansion := startExpansionServer(t)
-
+	ctx, env := newKafkaEnv(t)
 	in, out := kafkatest.UniqueName(t, "pykin"), kafkatest.UniqueName(t, "pykout")
-	want := kafkatest.FillCountTopics(ctx, t, bootstrap, in, out)
-
-	jobIDFile := filepath.Join(t.TempDir(), "jobid")
-	// --streaming: the pipeline is unbounded, and without it the Python
-	// SDK's PortableRunner pre-optimizes the pipeline (pack_combiners,
-	// lift_combiners, sort_stages), which drops the WriteToKafka leaf (a
-	// runner transform with no outputs) from what it submits.
-	jobID, jobs, exited := startPythonJob(ctx, t, endpoint, jobIDFile, py, filepath.Join("testdata", "kafka_count.py"), jobIDFile, in, out, bootstrap, expansion,
-		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK", "--streaming",
-		"--application_id="+kafkatest.UniqueName(t, "pykafka"), "--bootstrap_servers="+bootstrap)
-	cancelled := false
-	defer func() {
-		if !cancelled {
-			jobs.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: jobID})
-		}
-	}()
-
-	got := readCommitted(ctx, t, bootstrap, out, len(want), exited)
-	if _, err := jobs.Cancel(ctx, &jobpb.CancelJobRequest{JobId: jobID}); err != nil {
-		t.Fatalf("cancel %s: %v", jobID, err)
-	}
-	cancelled = true
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("kafka_count.py: %v (want the job CANCELLED)", err)
-		}
-	case <-ctx.Done():
-		t.Errorf("kafka_count.py did not end after Cancel")
-	}
-	st, err := jobs.GetState(ctx, &jobpb.GetJobStateRequest{JobId: jobID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.State != jobpb.JobState_CANCELLED {
-		t.Errorf("job %s: state %v, want CANCELLED", jobID, st.State)
-	}
+	want := kafkatest.FillCountTopics(ctx, t, env.bootstrap, in, out)
+	// --streaming (portableArgs): the pipeline is unbounded, and without it
+	// the Python SDK's PortableRunner pre-optimizes the pipeline
+	// (pack_combiners, lift_combiners, sort_stages), which drops the
+	// WriteToKafka leaf (a runner transform with no outputs) from what it
+	// submits.
+	job := env.startKafkaScript(ctx, t, "kafka_count.py", in, out, kafkatest.UniqueName(t, "pykafka"), nil)
+	readCommitted(ctx, t, env.bootstrap, out, len(want), job.exited)
+	job.end(ctx, t, false, jobpb.JobState_CANCELLED)
 	// Nothing more once cancelled: the topic holds exactly want, each once.
-	got = readCommitted(ctx, t, bootstrap, out, -1, nil)
+	checkSums(t, readCommitted(ctx, t, env.bootstrap, out, -1, nil), want)
+	t.Logf("%d sums over keys and windows, job %s cancelled", len(want), job.id)
+}
+
+// TestKafkaIOPythonDrain (issue 14): Drain of the Python KafkaIO pipeline
+// above, whose watermark only its data moves (source_idle_timeout_ms an
+// hour), once it has read its whole input: the job fires every window, the
+// last ones that no data closed too, and ends DONE, so the Python SDK's
+// wait_until_finish returns (it raises for DRAINED: see host.drainedState)
+// and the script exits 0; the output holds every window's sum once.
+func TestKafkaIOPythonDrain(t *testing.T) {
+	t.Setenv("KSRUNNER_EXPECT_END", "DONE") // read by kafka_count.py
+	ctx, env := newKafkaEnv(t)
+	in, out := kafkatest.UniqueName(t, "pydin"), kafkatest.UniqueName(t, "pydout")
+	want := kafkatest.FillCountTopics(ctx, t, env.bootstrap, in, out)
+	appID := kafkatest.UniqueName(t, "pydrain")
+	job := env.startKafkaScript(ctx, t, "kafka_count.py", in, out, appID, nil, "--source_idle_timeout_ms=3600000")
+	// Drained once it has read (and committed) every input record, so the
+	// drain has every window to fire.
+	adm := kadm.NewClient(kafkatest.Client(t, env.bootstrap))
+	ends, err := adm.ListEndOffsets(ctx, in)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", in, err)
+	}
+	for {
+		job.failIfExited(t, "the input not all read")
+		committed, err := adm.FetchOffsets(ctx, appID)
+		if err == nil && allCommitted(ends, committed) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the job did not commit its whole input %s (ends %v) by the deadline: committed %v (%v)", in, ends, committed, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	job.end(ctx, t, true, jobpb.JobState_DONE)
+	checkSums(t, readCommitted(ctx, t, env.bootstrap, out, -1, nil), want)
+}
+
+// allCommitted reports whether committed holds the end of every partition
+// that has records (an empty one has nothing to commit).
+func allCommitted(ends kadm.ListedOffsets, committed kadm.OffsetResponses) bool {
+	ok := true
+	ends.Each(func(e kadm.ListedOffset) {
+		if c, found := committed.Lookup(e.Topic, e.Partition); e.Offset > 0 && (!found || c.At != e.Offset) {
+			ok = false
+		}
+	})
+	return ok
+}
+
+// checkSums compares a count pipeline's output with want.
+func checkSums(t *testing.T, got, want map[string]int64) {
+	t.Helper()
 	for k, n := range want {
 		if got[k] != n {
 			t.Errorf("%s: sum %d, want %d", k, got[k], n)
@@ -82,7 +104,6 @@ func TestKafkaIOPython(t *testing.T) {
 			t.Errorf("%s: sum %d, not expected", k, n)
 		}
 	}
-	t.Logf("%d sums over %d keys and windows, job %s cancelled", len(got), len(want), jobID)
 }
 
 // startExpansionServer serves ksrunner's KafkaIO expansion service on a free
@@ -94,13 +115,7 @@ func startExpansionServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve()
-	t.Cleanup(func() {
-		srv.Stop()
-		if t.Failed() || os.Getenv("KSRUNNER_DEBUG") != "" {
-			t.Logf("expansion server log:\n%s", logOut.String())
-		}
-	})
+	serveForTest(t, "expansion server", srv.Serve, srv.Stop, &logOut)
 	return srv.Endpoint()
 }
 

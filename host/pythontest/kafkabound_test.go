@@ -1,18 +1,15 @@
 package pythontest
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -22,12 +19,8 @@ import (
 // a prefix of each input partition; a second job of the same application
 // reads exactly the rest.
 func TestKafkaIOPythonBounded(t *testing.T) {
-	py := beamPython(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	bootstrap := kafkatest.Broker(t)
-	endpoint := startJobServer(t, host.DefaultOptions())
-	expansion := startExpansionServer(t)
+	ctx, env := newKafkaEnv(t)
+	py, bootstrap, endpoint, expansion := env.py, env.bootstrap, env.endpoint, env.expansion
 	in, out := kafkatest.UniqueName(t, "pybin"), kafkatest.UniqueName(t, "pybout")
 	kafkatest.CreateTopic(t, bootstrap, in, 4)
 	kafkatest.CreateTopic(t, bootstrap, out, 1)

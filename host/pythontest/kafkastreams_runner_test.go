@@ -92,6 +92,18 @@ func TestKafkaStreamsRunner(t *testing.T) {
 	}
 }
 
+// serveForTest runs serve in the background until the test ends, then
+// stop; what's log is logged if the test failed (or KSRUNNER_DEBUG is set).
+func serveForTest(t *testing.T, what string, serve func() error, stop func(), log *syncBuffer) {
+	go serve()
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() || os.Getenv("KSRUNNER_DEBUG") != "" {
+			t.Logf("%s log:\n%s", what, log.String())
+		}
+	})
+}
+
 // startJobServerLog starts a job server with the test broker, its log
 // written to logOut (and to the test's log if it fails), and returns its
 // endpoint.
@@ -102,12 +114,6 @@ func startJobServerLog(t *testing.T, opts host.Options, logOut *syncBuffer) stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve()
-	t.Cleanup(func() {
-		srv.Stop()
-		if t.Failed() || os.Getenv("KSRUNNER_DEBUG") != "" {
-			t.Logf("job server log:\n%s", logOut.String())
-		}
-	})
+	serveForTest(t, "job server", srv.Serve, srv.Stop, logOut)
 	return srv.Endpoint()
 }

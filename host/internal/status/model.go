@@ -12,8 +12,9 @@ type Source interface {
 	Jobs(ctx context.Context) []*Job
 	// Cancel cancels a job; ErrNotFound for an unknown id.
 	Cancel(id string) error
-	// Drain drains a job; ErrNotFound for an unknown id, or an error
-	// wrapping ErrUnsupported when this process cannot.
+	// Drain drains a job; ErrNotFound for an unknown id, ErrConflict for a
+	// job that has ended, or an error wrapping ErrUnsupported when this
+	// process cannot.
 	Drain(id string) error
 }
 
@@ -23,13 +24,18 @@ var (
 	// ErrUnsupported: the process cannot do what was asked (its message
 	// says why).
 	ErrUnsupported = errors.New("not supported")
+	// ErrConflict: the job's state does not allow it (it has ended).
+	ErrConflict = errors.New("not possible in the job's state")
 )
 
 // Job is one job as the page and /metrics show it.
 type Job struct {
-	ID            string    `json:"id"`
-	Name          string    `json:"name"`
-	State         string    `json:"state"`
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// Drained: the job ended DONE because it was drained (the Job API says
+	// DONE, which every SDK client takes as success; see host.job.Drain).
+	Drained       bool      `json:"drained,omitempty"`
 	ApplicationID string    `json:"application_id"`
 	StartedAt     time.Time `json:"started_at"`
 	// Process is "jobserver" or "worker"; Instance this process's instance
@@ -106,11 +112,12 @@ type JobSummary struct {
 	ID            string    `json:"id"`
 	Name          string    `json:"name"`
 	State         string    `json:"state"`
+	Drained       bool      `json:"drained,omitempty"`
 	ApplicationID string    `json:"application_id"`
 	StartedAt     time.Time `json:"started_at"`
 	Process       string    `json:"process"`
 }
 
 func (j *Job) summary() JobSummary {
-	return JobSummary{ID: j.ID, Name: j.Name, State: j.State, ApplicationID: j.ApplicationID, StartedAt: j.StartedAt, Process: j.Process}
+	return JobSummary{ID: j.ID, Name: j.Name, State: j.State, Drained: j.Drained, ApplicationID: j.ApplicationID, StartedAt: j.StartedAt, Process: j.Process}
 }

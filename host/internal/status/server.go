@@ -161,6 +161,8 @@ func (s *Server) action(do func(id string) error) http.HandlerFunc {
 			writeJSON(w, http.StatusOK, map[string]string{"result": "ok"})
 		case errors.Is(err, ErrNotFound):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		case errors.Is(err, ErrConflict):
+			writeJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
 		case errors.Is(err, ErrUnsupported):
 			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": err.Error()})
 		default:

@@ -77,7 +77,7 @@ func testJob() Job {
 		{SubTopology: 0, Partition: 1, Topic: "in", Source: true, Owner: "00000000000000aa", Committed: 12, End: 12, Lag: 0, RatePerSec: 2, Watermark: 1_700_000_000_000, HasWatermark: true},
 	}
 	return Job{ID: "job-1", Name: "job", State: "RUNNING", ApplicationID: "app", Process: "jobserver", Instance: snap.ID,
-		Commits: snap.Commits, Aborts: snap.Aborts, CanCancel: true, DrainUnavailable: "not built",
+		Commits: snap.Commits, Aborts: snap.Aborts, CanCancel: true, DrainUnavailable: "the job is draining",
 		Tasks:   MergeTasks(cluster, snap, map[int]string{0: "in"}, map[int]bool{0: true}),
 		Metrics: UserMetrics(attempted, committed)}
 }

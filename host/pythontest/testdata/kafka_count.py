@@ -6,7 +6,9 @@ sum (String, Long) to another topic through WriteToKafka.
 The pipeline is unbounded: the script submits it, writes the job id to its
 first argument, and waits for the job to end (its LOOPBACK workers live in
 this process); the caller cancels the job through the Job API, and the
-script exits 0 when the job ends CANCELLED.
+script exits 0 when the job ends CANCELLED; with KSRUNNER_EXPECT_END=DONE
+the caller drains it instead, and the script exits 0 when wait_until_finish
+returns (it raises for any other end) and the job is DONE.
 
 Usage: kafka_count.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
          [pipeline options]
@@ -66,13 +68,16 @@ def main():
         f.write(result._job_id)
     os.rename(jobid_file + '.tmp', jobid_file)
     print('submitted job', result._job_id, flush=True)
+    expect = os.environ.get('KSRUNNER_EXPECT_END', PipelineState.CANCELLED)
     try:
         result.wait_until_finish()
     except RuntimeError as e:
         print('wait_until_finish:', e, flush=True)
+        if expect == PipelineState.DONE:
+            sys.exit(1)
     state = result.state
     print('job ended', state, flush=True)
-    sys.exit(0 if state == PipelineState.CANCELLED else 1)
+    sys.exit(0 if state == expect else 1)
 
 
 if __name__ == '__main__':

@@ -57,7 +57,7 @@ function renderJobs(jobs) {
   const body = $("jobs").tBodies[0];
   body.replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.id },
     el("td", {}, el("a", { href: "#job=" + encodeURIComponent(j.id), text: j.id })),
-    td(j.name), td(j.application_id), el("td", {}, el("span", { class: "state " + j.state, text: j.state })),
+    td(j.name), td(j.application_id), el("td", {}, el("span", { class: "state " + j.state, text: stateText(j) })),
     td(new Date(j.started_at).toLocaleString()))));
   $("no-jobs").hidden = jobs.length > 0;
   if (jobs.length) $("process").textContent = jobs[0].process;
@@ -65,7 +65,7 @@ function renderJobs(jobs) {
 
 function renderJob(j) {
   $("job-title").textContent = j.name + " (" + j.id + ")";
-  const st = $("job-state"); st.textContent = j.state; st.className = "state " + j.state;
+  const st = $("job-state"); st.textContent = stateText(j); st.className = "state " + j.state;
   $("process").textContent = j.process + (j.instance ? ", instance " + j.instance : "");
   $("job-facts").textContent = "application " + j.application_id + " · started " + new Date(j.started_at).toLocaleString() +
     " · this instance: " + fmtNum(j.commits) + " commits, " + fmtNum(j.aborts) + " aborts";
@@ -88,6 +88,12 @@ function renderJob(j) {
     el("tr", {}, td(m.transform), td(m.namespace), td(m.name), td(m.kind), td(vals(m.attempted), "num"), td(vals(m.committed), "num"))));
   $("messages").tBodies[0].replaceChildren(...j.messages.slice().reverse().map((m) =>
     el("tr", { class: m.importance }, td(new Date(m.time).toLocaleTimeString()), td(m.importance), td(m.text, "msg"))));
+}
+
+// A drained job ends DONE (what SDK clients take as success); the page
+// says it was drained.
+function stateText(j) {
+  return j.drained ? j.state + " (drained)" : j.state;
 }
 
 function setButton(b, enabled, reason) {
