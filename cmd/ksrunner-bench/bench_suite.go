@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,6 +126,7 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
 	python := fs.String("python", defaultPython(), "Python cases: a python with apache_beam 2.77.0 (default: $KSRUNNER_PYTHON, else host/pythontest's venv)")
 	prismBinary := fs.String("prism_binary", "", "Python cases on Prism: a prism binary (default: built from the Beam Go module into a temporary directory)")
+	ksrunnerBinary := fs.String("ksrunner_binary", "", "the ksrunner binary whose `jobserver` is measured (default: built from ./cmd/ksrunner into a temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -164,6 +166,17 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("bench suite: %w", err)
 		}
 	}
+	if *ksrunnerBinary == "" && slices.Contains(which, "ksrunner") {
+		dir, err := os.MkdirTemp("", "ksrunner-bench-ksrunner-")
+		if err != nil {
+			return fmt.Errorf("bench suite: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		*ksrunnerBinary = filepath.Join(dir, "ksrunner")
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", *ksrunnerBinary, "./cmd/ksrunner").CombinedOutput(); err != nil {
+			return fmt.Errorf("bench suite: building ksrunner (go build ./cmd/ksrunner, from the repository): %w\n%s", err, out)
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("bench suite: %w", err)
@@ -176,7 +189,7 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 			for _, r := range which {
 				res, err := runSuiteChild(ctx, self, c, r, []string{
 					"--record_pack_bytes=" + strconv.Itoa(*pack), "--processing_guarantee=" + *guarantee, "--bootstrap_servers=" + *bootstrap,
-					"--python=" + *python, "--prism_binary=" + *prismBinary,
+					"--python=" + *python, "--prism_binary=" + *prismBinary, "--ksrunner_binary=" + *ksrunnerBinary,
 				})
 				if err != nil {
 					return fmt.Errorf("bench suite: case %s on %s, run %d: %w", c.Name, r, run, err)
@@ -294,6 +307,7 @@ func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 	heapProfile := fs.String("heapprofile", "", "ksrunner: the job server writes a heap profile near its peak heap to this file")
 	python := fs.String("python", "", "Python cases: a python with apache_beam")
 	prismBinary := fs.String("prism_binary", "", "Python cases on Prism: a prism binary")
+	ksrunnerBinary := fs.String("ksrunner_binary", "", "ksrunner: run the job server as `KSRUNNER_BINARY jobserver` (default: `ksrunner-bench jobserver`, which has --heapprofile)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -319,10 +333,10 @@ func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("bench one: %w", err)
 		}
-		if js, err = startJobServerChild(ctx, self, []string{
+		if js, err = startJobServerChild(ctx, *ksrunnerBinary, self, []string{
 			"--record_pack_bytes=" + strconv.Itoa(*pack), "--processing_guarantee=" + *guarantee,
-			"--bootstrap_servers=" + *bootstrap, "--log_level=" + *logLevel, "--heapprofile=" + *heapProfile,
-		}); err != nil {
+			"--bootstrap_servers=" + *bootstrap, "--log_level=" + *logLevel,
+		}, []string{"--heapprofile=" + *heapProfile}); err != nil {
 			return fmt.Errorf("bench one: %w", err)
 		}
 		defer js.kill()

@@ -23,8 +23,9 @@ import (
 // deployment runs it (the broker is a process of its own too).
 
 // runBenchJobServer is `ksrunner-bench jobserver`: a job server that
-// prints "endpoint ADDR" on stdout and serves until its stdin closes (the
-// parent's way of stopping it, which also stops it if the parent dies).
+// prints "endpoint ADDR" on stdout and serves until SIGTERM. It is the
+// bench binary (Prism and the SDK linked in: more of it resident), so the
+// suite runs a ksrunner binary instead; this one can write heap profiles.
 func runBenchJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("bench jobserver")
 	def := host.DefaultOptions()
@@ -58,14 +59,8 @@ func runBenchJobServer(ctx context.Context, args []string, stdout io.Writer) err
 	profiled := make(chan error, 1)
 	go func() { profiled <- profileHeapPeaks(ctx, *heapProfile) }()
 	fmt.Fprintf(stdout, "endpoint %s\n", srv.Endpoint())
-	stdinClosed := make(chan struct{})
-	go func() {
-		io.Copy(io.Discard, os.Stdin) //nolint:errcheck // EOF or an error: both mean stop
-		close(stdinClosed)
-	}()
 	select {
-	case <-ctx.Done():
-	case <-stdinClosed:
+	case <-ctx.Done(): // SIGTERM
 	case err := <-served:
 		return fmt.Errorf("bench jobserver: serve: %w", err)
 	}
@@ -99,6 +94,8 @@ func profileHeapPeaks(ctx context.Context, path string) error {
 			continue
 		}
 		peak = ms.HeapInuse
+		fmt.Fprintf(os.Stderr, "bench jobserver: heap in use %d MiB (sys %d MiB, idle unreleased %d MiB, next GC %d MiB), stacks %d MiB, other sys %d MiB; %s\n",
+			ms.HeapInuse>>20, ms.HeapSys>>20, (ms.HeapIdle-ms.HeapReleased)>>20, ms.NextGC>>20, ms.StackSys>>20, (ms.Sys-ms.HeapSys-ms.StackSys)>>20, procRSS())
 		f, err := os.Create(path)
 		if err != nil {
 			return fmt.Errorf("bench jobserver: --heapprofile: %w", err)
@@ -113,23 +110,27 @@ func profileHeapPeaks(ctx context.Context, path string) error {
 	}
 }
 
-// jobServerChild is a running `bench jobserver`.
+// jobServerChild is a running job server process: `ksrunner jobserver`
+// (a ksrunner binary, as deployed) or `ksrunner-bench jobserver`.
 type jobServerChild struct {
 	cmd      *exec.Cmd
-	stdin    io.WriteCloser
 	endpoint string
 	stopped  bool
 }
 
-// startJobServerChild starts `self bench jobserver args...` and waits for
-// its endpoint.
-func startJobServerChild(ctx context.Context, self string, args []string) (*jobServerChild, error) {
-	cmd := exec.CommandContext(ctx, self, append([]string{"bench", "jobserver"}, args...)...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
+// startJobServerChild starts `ksrunner jobserver opts...` when ksrunner is
+// a binary's path, else `self bench jobserver opts... benchOpts...`, and
+// waits for its endpoint. It stops with its parent (Pdeathsig).
+func startJobServerChild(ctx context.Context, ksrunner, self string, opts, benchOpts []string) (*jobServerChild, error) {
+	args := append([]string{"bench", "jobserver"}, append(opts, benchOpts...)...)
+	bin := self
+	if ksrunner != "" {
+		bin = ksrunner
+		args = append([]string{"jobserver", "--job_port=0", "--expansion_port=0", "--status_port=0"}, opts...)
 	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -137,22 +138,35 @@ func startJobServerChild(ctx context.Context, self string, args []string) (*jobS
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("job server process: %w", err)
 	}
-	js := &jobServerChild{cmd: cmd, stdin: stdin}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	endpoint, ok := strings.CutPrefix(strings.TrimSpace(line), "endpoint ")
-	if err != nil || !ok {
-		js.kill()
-		return nil, fmt.Errorf("job server process printed %q, not its endpoint (%v)", line, err)
+	js := &jobServerChild{cmd: cmd}
+	// bench jobserver prints "endpoint ADDR", ksrunner "job endpoint: ADDR".
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		line := sc.Text()
+		if e, ok := strings.CutPrefix(line, "endpoint "); ok {
+			js.endpoint = e
+		} else if e, ok := strings.CutPrefix(line, "job endpoint: "); ok {
+			js.endpoint = e
+		}
+		if js.endpoint != "" {
+			break
+		}
 	}
-	js.endpoint = endpoint
+	if js.endpoint == "" {
+		js.kill()
+		return nil, fmt.Errorf("job server process %s ended without printing its endpoint (%v)", bin, sc.Err())
+	}
+	go io.Copy(io.Discard, out) //nolint:errcheck // the rest; ends when the process does
 	return js, nil
 }
 
-// stop stops the job server (it closes its stdin) and returns its peak RSS
-// and CPU time.
+// stop stops the job server (SIGTERM) and returns its peak RSS and CPU
+// time.
 func (js *jobServerChild) stop() (peakRSSKiB int64, cpu time.Duration, err error) {
 	js.stopped = true
-	js.stdin.Close()
+	if err := js.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		return 0, 0, fmt.Errorf("job server process: %w", err)
+	}
 	if err := js.cmd.Wait(); err != nil {
 		return 0, 0, fmt.Errorf("job server process: %w", err)
 	}
@@ -169,7 +183,6 @@ func (js *jobServerChild) kill() {
 		return
 	}
 	js.stopped = true
-	js.stdin.Close()
 	js.cmd.Process.Kill()
 	js.cmd.Wait() //nolint:errcheck // killed
 }
@@ -191,4 +204,20 @@ func childrenCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// procRSS is this process's resident and peak resident set as
+// /proc/self/status says ("" elsewhere).
+func procRSS() string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") || strings.HasPrefix(l, "VmHWM:") || strings.HasPrefix(l, "RssAnon:") || strings.HasPrefix(l, "RssFile:") {
+			out = append(out, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	return strings.Join(out, ", ")
 }
