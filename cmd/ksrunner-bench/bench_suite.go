@@ -116,7 +116,7 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, c := range suiteCases() {
 		names = append(names, c.Name)
 	}
-	casesFlag := fs.String("cases", strings.Join(names, ","), "comma-separated cases: "+strings.Join(names, ", "))
+	casesFlag := fs.String("cases", strings.Join(names, ","), "comma-separated cases, each CASE or CASE@RUNNER (that runner only: Prism holds all the data in memory, 1.3-1.9 GiB at 1M elements): "+strings.Join(names, ", "))
 	runners := fs.String("runners", "ksrunner,prism", "comma-separated runners: ksrunner, prism")
 	runs := fs.Int("runs", 1, "runs of each case on each runner; the table shows the best")
 	jsonOut := fs.String("json", "", "also write every measurement to this file as JSON")
@@ -136,10 +136,18 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var cases []suiteCase
 	py := false
+	only := map[string]string{} // case -> its one runner
 	for _, n := range strings.Split(*casesFlag, ",") {
-		c, ok := byName[strings.TrimSpace(n)]
+		n, r, one := strings.Cut(strings.TrimSpace(n), "@")
+		c, ok := byName[n]
 		if !ok {
 			return fmt.Errorf("bench suite: --cases: unknown case %q (want some of %s)", n, strings.Join(names, ", "))
+		}
+		if one {
+			if r != "ksrunner" && r != "prism" {
+				return fmt.Errorf("bench suite: --cases: %s@%s: unknown runner %q (want ksrunner or prism)", n, r, r)
+			}
+			only[n] = r
 		}
 		cases = append(cases, c)
 		py = py || c.pyWords > 0
@@ -187,6 +195,9 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, c := range cases {
 		for run := 1; run <= *runs; run++ {
 			for _, r := range which {
+				if o, ok := only[c.Name]; ok && o != r {
+					continue
+				}
 				res, err := runSuiteChild(ctx, self, c, r, []string{
 					"--record_pack_bytes=" + strconv.Itoa(*pack), "--processing_guarantee=" + *guarantee, "--bootstrap_servers=" + *bootstrap,
 					"--python=" + *python, "--prism_binary=" + *prismBinary, "--ksrunner_binary=" + *ksrunnerBinary,
