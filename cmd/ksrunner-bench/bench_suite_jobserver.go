@@ -196,7 +196,6 @@ func selfPeakRSSKiB() int64 {
 	return ru.Maxrss
 }
 
-
 // childrenCPU is the CPU time of this process's waited-for children.
 func childrenCPU() time.Duration {
 	var ru syscall.Rusage

@@ -234,7 +234,7 @@ func TestWindowedPanesPaged(t *testing.T) {
 		t.Fatalf("%d panes before the window's end", len(got))
 	}
 	f.te.cycle(f.tk, append(slices.Clone(recs[20:40]), f.in.wm(f.prod, 60000))...) // on time
-	f.te.cycle(f.tk, recs[40])                                                       // late
+	f.te.cycle(f.tk, recs[40])                                                     // late
 	if len(got) != 4 {
 		t.Fatalf("%d pane reads, want 2 panes read twice", len(got))
 	}
