@@ -524,7 +524,7 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 // no splittable DoFn), reading a wire coder of KV<K, iterable<V>>. A
 // flatten, a sink or a WASM stage reading the output gets whole groups.
 func (t *translator) pageGroups(st *SubTopology) {
-	if st.Root.Kind != RootGroupByKey || st.Root.Windowed {
+	if st.Root.Kind != RootGroupByKey {
 		return
 	}
 	if _, ok := t.pagedCoder(st.Root.Output, false); !ok {

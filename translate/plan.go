@@ -154,8 +154,8 @@ type Root struct {
 	// with END_OF_WINDOW timestamps and zero allowed lateness: one ON_TIME
 	// pane per key and window.
 	Windowed bool
-	// PagedGroups (RootGroupByKey, not Windowed) says every consumer of
-	// Output is a stage with PagedGroups: the host may send a large group
+	// PagedGroups (RootGroupByKey, fast path or Windowed) says every consumer of
+	// Output is a stage with PagedGroups: the host may send a large group or pane
 	// as a state-backed iterable, its first values inline and the rest
 	// served in pages through the Fn API state API (StateKey.Runner), so no
 	// group is ever whole in memory.

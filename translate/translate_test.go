@@ -951,7 +951,8 @@ func init() { register.Function3x1(joinWithSide) }
 
 // A GroupByKey's groups are paged (Root and Stage PagedGroups, the stage's
 // descriptor reading a state-backed iterable: checkPlan checks the coder)
-// only when every reader is a harness stage that consumes its input at once.
+// only when every reader is a harness stage that consumes its input at once,
+// on the fast path and for windowed GroupByKeys (panes) alike.
 func TestPagedGroups(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -968,9 +969,9 @@ func TestPagedGroups(t *testing.T) {
 		{"a stage with a side input", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: beam.Create(s, "x")})
 		}, Options{}, false},
-		{"merging windows", func(s beam.Scope, kvs beam.PCollection) {
+		{"merging windows (a windowed GroupByKey)", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
-		}, Options{}, false},
+		}, Options{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, s := beam.NewPipelineWithRoot()

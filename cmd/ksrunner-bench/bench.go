@@ -47,6 +47,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "one" { // one measurement of bench suite
 		return runBenchOne(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "jobserver" { // bench one's job server
+		return runBenchJobServer(ctx, args[1:], stdout)
+	}
 	if len(args) > 0 && args[0] == "sdk-pool" { // an SDK worker pool of bench rescale
 		return runSDKPool(ctx, args[1:], stdout)
 	}

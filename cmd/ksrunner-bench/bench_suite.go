@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,53 +38,74 @@ type suiteCase struct {
 	build    func() *beam.Pipeline
 	// check reports a run on runner whose counters are wrong.
 	check func(r beam.PipelineResult, runner string) error
+	// pyWords > 0: a Python wordcount of that many words (no build, no
+	// check: the script checks its counts).
+	pyWords int64
 }
 
 const suiteKeys = 1000
 
+// suiteSizes are the sizes every case runs at: time per element should
+// stay flat from one to the other.
+var suiteSizes = []struct {
+	suffix string
+	n      int64
+}{{"1m", 1_000_000}, {"10m", 10_000_000}}
+
 func suiteCases() []suiteCase {
-	gbk := func(name string, n int64, combine bool, what string) suiteCase {
-		return suiteCase{Name: name, Elements: n, What: what,
-			build: func() *beam.Pipeline { return buildGBKBench(n, suiteKeys, combine) },
-			check: func(r beam.PipelineResult, _ string) error {
-				return readBenchCounts(r.Metrics()).verify(n, suiteKeys, combine)
-			}}
-	}
 	const sideEntries = 100_000
-	const windowedN = 1_000_000
-	return []suiteCase{
-		gbk("gbk-1m", 1_000_000, false, "GroupByKey + sum, 1,000 keys"),
-		gbk("gbk-10m", 10_000_000, false, "GroupByKey + sum, 1,000 keys"),
-		gbk("combine-1m", 1_000_000, true, "CombinePerKey(sum), lifted, 1,000 keys"),
-		{Name: "hotkey-1m", Elements: 1_000_000, What: "GroupByKey + sum, one key holds half the values",
-			build: func() *beam.Pipeline { return buildHotKeyBench(1_000_000, suiteKeys) },
-			check: func(r beam.PipelineResult, _ string) error {
-				return checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"checked": suiteKeys})
-			}},
-		{Name: "windowed-1m", Elements: windowedN, What: "GroupByKey + sum in 1 s fixed windows over 10 min of event time, 1,000 keys",
-			build: func() *beam.Pipeline { return buildWindowedBench(windowedN, suiteKeys) },
-			check: func(r beam.PipelineResult, _ string) error {
-				want := windowGroups(windowedN, suiteKeys, windowedSpan.Milliseconds())
-				return checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"checked": want})
-			}},
-		{Name: "sidejoin-1m", Elements: 1_000_000, What: "1M elements each look up a 100,000-entry map side input",
-			build: func() *beam.Pipeline { return buildSideJoinBench(1_000_000, sideEntries) },
-			check: func(r beam.PipelineResult, runner string) error {
-				return checkSideJoin(r, runner, 1_000_000, sideEntries)
-			}},
+	var out []suiteCase
+	for _, size := range suiteSizes {
+		n := size.n
+		gbk := func(name string, keys int64, combine bool, what string) suiteCase {
+			return suiteCase{Name: name + "-" + size.suffix, Elements: n, What: what,
+				build: func() *beam.Pipeline { return buildGBKBench(n, keys, combine) },
+				check: func(r beam.PipelineResult, _ string) error {
+					return readBenchCounts(r.Metrics()).verify(n, keys, combine)
+				}}
+		}
+		out = append(out,
+			gbk("gbk", suiteKeys, false, "GroupByKey + sum, 1,000 keys"),
+			gbk("onekey", 1, false, "GroupByKey + sum, all values on one key"),
+			gbk("combine", suiteKeys, true, "CombinePerKey(sum), lifted, 1,000 keys"),
+			suiteCase{Name: "hotkey-" + size.suffix, Elements: n, What: "GroupByKey + sum, one key of 1,000 holds half the values",
+				build: func() *beam.Pipeline { return buildHotKeyBench(n, suiteKeys) },
+				check: func(r beam.PipelineResult, _ string) error {
+					return checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"checked": suiteKeys})
+				}},
+			suiteCase{Name: "windowed-" + size.suffix, Elements: n, What: "GroupByKey + sum in 1 s fixed windows over 10 min of event time, 1,000 keys",
+				build: func() *beam.Pipeline { return buildWindowedBench(n, suiteKeys) },
+				check: func(r beam.PipelineResult, _ string) error {
+					want := windowGroups(n, suiteKeys, windowedSpan.Milliseconds())
+					return checkCounts(suiteCounts(r.Metrics(), suiteNamespace), map[string]int64{"checked": want})
+				}},
+			suiteCase{Name: "sidejoin-" + size.suffix, Elements: n, What: "each element looks up a 100,000-entry map side input",
+				build: func() *beam.Pipeline { return buildSideJoinBench(n, sideEntries) },
+				check: func(r beam.PipelineResult, runner string) error {
+					return checkSideJoin(r, runner, n, sideEntries)
+				}},
+			suiteCase{Name: "wordcount-py-" + size.suffix, Elements: n, What: "Python wordcount (ReadFromText, Count.PerElement, WriteToText) of that many words", pyWords: n},
+		)
 	}
+	return out
 }
 
-// suiteResult is one measurement.
+// suiteResult is one measurement. CPUS is every process's of the
+// measurement (runner and SDK worker); RunnerRSSMiB and RunnerCPUS are
+// the runner process's: ksrunner's job server, or Prism's process (shared
+// with the Go SDK worker; for Python, the Python process tree that runs
+// prism).
 type suiteResult struct {
-	Case      string  `json:"case"`
-	Runner    string  `json:"runner"`
-	Run       int     `json:"run"`
-	Elements  int64   `json:"elements"`
-	WallS     float64 `json:"wall_s"`
-	PerSecond float64 `json:"elements_per_s"`
-	CPUS      float64 `json:"cpu_s"`
-	PeakRSSMB float64 `json:"peak_rss_mib"`
+	Case         string  `json:"case"`
+	Runner       string  `json:"runner"`
+	Run          int     `json:"run"`
+	Elements     int64   `json:"elements"`
+	WallS        float64 `json:"wall_s"`
+	PerSecond    float64 `json:"elements_per_s"`
+	CPUS         float64 `json:"cpu_s"`
+	RunnerCPUS   float64 `json:"runner_cpu_s"`
+	RunnerRSSMiB float64 `json:"runner_peak_rss_mib"`
+	WorkerRSSMiB float64 `json:"worker_peak_rss_mib"`
 }
 
 // runBenchSuite is `ksrunner bench suite`.
@@ -93,13 +116,17 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, c := range suiteCases() {
 		names = append(names, c.Name)
 	}
-	casesFlag := fs.String("cases", strings.Join(names, ","), "comma-separated cases: "+strings.Join(names, ", "))
+	casesFlag := fs.String("cases", strings.Join(names, ","), "comma-separated cases, each CASE or CASE@RUNNER (that runner only: Prism holds all the data in memory, 1.3-1.9 GiB at 1M elements): "+strings.Join(names, ", "))
 	runners := fs.String("runners", "ksrunner,prism", "comma-separated runners: ksrunner, prism")
 	runs := fs.Int("runs", 1, "runs of each case on each runner; the table shows the best")
 	jsonOut := fs.String("json", "", "also write every measurement to this file as JSON")
+	mdOut := fs.String("markdown", "", "also write the table to this file")
 	pack := fs.Int("record_pack_bytes", def.RecordPackBytes, "ksrunner: "+host.RecordPackBytesHelp)
 	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
+	python := fs.String("python", defaultPython(), "Python cases: a python with apache_beam 2.77.0 (default: $KSRUNNER_PYTHON, else host/pythontest's venv)")
+	prismBinary := fs.String("prism_binary", "", "Python cases on Prism: a prism binary (default: built from the Beam Go module into a temporary directory)")
+	ksrunnerBinary := fs.String("ksrunner_binary", "", "the ksrunner binary whose `jobserver` is measured (default: built from ./cmd/ksrunner into a temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,12 +135,22 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 		byName[c.Name] = c
 	}
 	var cases []suiteCase
+	py := false
+	only := map[string]string{} // case -> its one runner
 	for _, n := range strings.Split(*casesFlag, ",") {
-		c, ok := byName[strings.TrimSpace(n)]
+		n, r, one := strings.Cut(strings.TrimSpace(n), "@")
+		c, ok := byName[n]
 		if !ok {
 			return fmt.Errorf("bench suite: --cases: unknown case %q (want some of %s)", n, strings.Join(names, ", "))
 		}
+		if one {
+			if r != "ksrunner" && r != "prism" {
+				return fmt.Errorf("bench suite: --cases: %s@%s: unknown runner %q (want ksrunner or prism)", n, r, r)
+			}
+			only[n] = r
+		}
 		cases = append(cases, c)
+		py = py || c.pyWords > 0
 	}
 	which := strings.Split(*runners, ",")
 	for _, r := range which {
@@ -124,29 +161,65 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	if *runs < 1 {
 		return fmt.Errorf("bench suite: --runs must be at least 1")
 	}
+	if py && *python == "" {
+		return fmt.Errorf("bench suite: the Python cases need --python (a python with apache_beam 2.77.0; host/pythontest's tests make one)")
+	}
+	if py && *prismBinary == "" && slices.Contains(which, "prism") {
+		dir, err := os.MkdirTemp("", "ksrunner-bench-prism-")
+		if err != nil {
+			return fmt.Errorf("bench suite: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		if *prismBinary, err = buildPrism(ctx, dir); err != nil {
+			return fmt.Errorf("bench suite: %w", err)
+		}
+	}
+	if *ksrunnerBinary == "" && slices.Contains(which, "ksrunner") {
+		dir, err := os.MkdirTemp("", "ksrunner-bench-ksrunner-")
+		if err != nil {
+			return fmt.Errorf("bench suite: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		*ksrunnerBinary = filepath.Join(dir, "ksrunner")
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", *ksrunnerBinary, "./cmd/ksrunner").CombinedOutput(); err != nil {
+			return fmt.Errorf("bench suite: building ksrunner (go build ./cmd/ksrunner, from the repository): %w\n%s", err, out)
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("bench suite: %w", err)
 	}
-	fmt.Fprintf(stdout, "bench suite: ksrunner record_pack_bytes=%d processing_guarantee=%s bootstrap_servers=%s; each measurement a process of its own\n",
+	fmt.Fprintf(stdout, "bench suite: ksrunner record_pack_bytes=%d processing_guarantee=%s bootstrap_servers=%s; each measurement a process of its own, ksrunner's job server a process of its own\n",
 		*pack, *guarantee, *bootstrap)
 	var all []suiteResult
 	for _, c := range cases {
 		for run := 1; run <= *runs; run++ {
 			for _, r := range which {
+				if o, ok := only[c.Name]; ok && o != r {
+					continue
+				}
 				res, err := runSuiteChild(ctx, self, c, r, []string{
 					"--record_pack_bytes=" + strconv.Itoa(*pack), "--processing_guarantee=" + *guarantee, "--bootstrap_servers=" + *bootstrap,
+					"--python=" + *python, "--prism_binary=" + *prismBinary, "--ksrunner_binary=" + *ksrunnerBinary,
 				})
 				if err != nil {
 					return fmt.Errorf("bench suite: case %s on %s, run %d: %w", c.Name, r, run, err)
 				}
 				res.Run = run
-				fmt.Fprintf(os.Stderr, "bench suite: %s %s run %d: %.3fs, %.0f elements/s, cpu %.2fs, peak RSS %.0f MiB\n", c.Name, r, run, res.WallS, res.PerSecond, res.CPUS, res.PeakRSSMB)
+				fmt.Fprintf(os.Stderr, "bench suite: %s %s run %d: %.3fs, %.0f elements/s, cpu %.2fs (runner %.2fs), peak RSS runner %.0f MiB, worker %.0f MiB\n",
+					c.Name, r, run, res.WallS, res.PerSecond, res.CPUS, res.RunnerCPUS, res.RunnerRSSMiB, res.WorkerRSSMiB)
 				all = append(all, res)
 			}
 		}
 	}
-	writeSuiteTable(stdout, cases, which, all)
+	var table strings.Builder
+	writeSuiteTable(&table, cases, which, all)
+	fmt.Fprint(stdout, table.String())
+	if *mdOut != "" {
+		if err := os.WriteFile(*mdOut, []byte(table.String()), 0o644); err != nil {
+			return fmt.Errorf("bench suite: --markdown: %w", err)
+		}
+	}
 	if *jsonOut != "" {
 		b, err := json.MarshalIndent(all, "", "  ")
 		if err != nil {
@@ -160,9 +233,9 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 }
 
 // runSuiteChild runs one case on one runner in a child process (`bench
-// one`) and measures it: wall time as the child reports it (the
-// pipeline's Execute, not the process's start), CPU and peak RSS of the
-// whole child from the kernel.
+// one`) and measures it: wall time and the runner's figures as the child
+// reports them, CPU of the whole measurement (the child and its children)
+// from the kernel.
 func runSuiteChild(ctx context.Context, self string, c suiteCase, runner string, opts []string) (suiteResult, error) {
 	cmd := exec.CommandContext(ctx, self, append([]string{"bench", "one", "--case=" + c.Name, "--runner=" + runner}, opts...)...)
 	cmd.Stderr = os.Stderr
@@ -170,36 +243,41 @@ func runSuiteChild(ctx context.Context, self string, c suiteCase, runner string,
 	if err != nil {
 		return suiteResult{}, err
 	}
-	var wall float64
+	vals := map[string]float64{}
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
-	found := false
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "wall_s "); ok {
-			if wall, err = strconv.ParseFloat(v, 64); err != nil {
-				return suiteResult{}, fmt.Errorf("child output %q: %w", sc.Text(), err)
-			}
-			found = true
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		if vals[k], err = strconv.ParseFloat(v, 64); err != nil {
+			return suiteResult{}, fmt.Errorf("child output %q: %w", sc.Text(), err)
 		}
 	}
-	if !found {
-		return suiteResult{}, fmt.Errorf("child printed no wall time: %q", out)
+	for _, k := range []string{"wall_s", "runner_rss_kib", "runner_cpu_s", "worker_rss_kib"} {
+		if _, ok := vals[k]; !ok {
+			return suiteResult{}, fmt.Errorf("child printed no %s: %q", k, out)
+		}
 	}
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
 		return suiteResult{}, fmt.Errorf("no resource usage of the child")
 	}
+	wall := vals["wall_s"]
 	return suiteResult{
 		Case: c.Name, Runner: runner, Elements: c.Elements, WallS: wall, PerSecond: float64(c.Elements) / wall,
-		CPUS:      time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(),
-		PeakRSSMB: float64(ru.Maxrss) / 1024, // Linux: KiB
+		CPUS:         time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(),
+		RunnerCPUS:   vals["runner_cpu_s"],
+		RunnerRSSMiB: vals["runner_rss_kib"] / 1024, // Linux: KiB
+		WorkerRSSMiB: vals["worker_rss_kib"] / 1024,
 	}, nil
 }
 
 // writeSuiteTable prints the best run (least wall time) of each case and
 // runner, and ksrunner's speed over Prism's.
 func writeSuiteTable(w io.Writer, cases []suiteCase, runners []string, all []suiteResult) {
-	fmt.Fprintln(w, "| case | what | elements | runner | wall s | elements/s | CPU s | peak RSS MiB | ksrunner/prism |")
-	fmt.Fprintln(w, "|---|---|---:|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| case | what | elements | runner | wall s | elements/s | CPU s (all) | CPU s (runner) | peak RSS MiB (runner) | peak RSS MiB (SDK) | ksrunner/prism |")
+	fmt.Fprintln(w, "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, c := range cases {
 		best := map[string]suiteResult{}
 		for _, r := range all {
@@ -216,13 +294,18 @@ func writeSuiteTable(w io.Writer, cases []suiteCase, runners []string, all []sui
 			if k, p := best["ksrunner"], best["prism"]; rn == "ksrunner" && k.WallS > 0 && p.WallS > 0 {
 				ratio = fmt.Sprintf("%.2f", p.WallS/k.WallS)
 			}
-			fmt.Fprintf(w, "| %s | %s | %d | %s | %.3f | %.0f | %.2f | %.0f | %s |\n", c.Name, c.What, c.Elements, rn, b.WallS, b.PerSecond, b.CPUS, b.PeakRSSMB, ratio)
+			fmt.Fprintf(w, "| %s | %s | %d | %s | %.3f | %.0f | %.2f | %.2f | %.0f | %.0f | %s |\n",
+				c.Name, c.What, c.Elements, rn, b.WallS, b.PerSecond, b.CPUS, b.RunnerCPUS, b.RunnerRSSMiB, b.WorkerRSSMiB, ratio)
 		}
 	}
 }
 
-// runBenchOne is `ksrunner bench one`: one case on one runner, in this
-// process; it prints "wall_s SECONDS" (bench suite reads it).
+// runBenchOne is `ksrunner bench one`: one case on one runner. On
+// ksrunner the job server is a child process (`bench jobserver`); the SDK
+// worker is this process (Go, LOOPBACK) or a Python child. It prints
+// "key value" lines that bench suite reads: wall_s (the pipeline's run),
+// runner_rss_kib and runner_cpu_s (the job server's; Prism's: this
+// process's, which Prism shares with the Go SDK worker) and worker_rss_kib.
 func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := newFlagSet("bench one")
 	def := host.DefaultOptions()
@@ -232,6 +315,10 @@ func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
 	logLevel := fs.String("log_level", "warn", "log level")
+	heapProfile := fs.String("heapprofile", "", "ksrunner: the job server writes a heap profile near its peak heap to this file")
+	python := fs.String("python", "", "Python cases: a python with apache_beam")
+	prismBinary := fs.String("prism_binary", "", "Python cases on Prism: a prism binary")
+	ksrunnerBinary := fs.String("ksrunner_binary", "", "ksrunner: run the job server as `KSRUNNER_BINARY jobserver` (default: `ksrunner-bench jobserver`, which has --heapprofile)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -244,44 +331,66 @@ func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 	if c == nil {
 		return fmt.Errorf("bench one: --case: unknown case %q", *name)
 	}
-	logger, err := benchLogger("bench one", *logLevel)
-	if err != nil {
+	if _, err := benchLogger("bench one", *logLevel); err != nil {
 		return err
 	}
 	*jobopts.EnvironmentType = "LOOPBACK"
 	flag.Set("environment_type", "LOOPBACK")
-	execute := prism.Execute
+	var js *jobServerChild
 	switch *runner {
 	case "prism":
 	case "ksrunner":
-		opts := def
-		opts.RecordPackBytes = *pack
-		opts.ProcessingGuarantee = *guarantee
-		opts.BootstrapServers = *bootstrap
-		if err := opts.Validate(); err != nil {
+		self, err := os.Executable()
+		if err != nil {
 			return fmt.Errorf("bench one: %w", err)
 		}
-		srv, err := host.NewJobServer("localhost:0", opts, logger)
-		if err != nil {
-			return err
+		if js, err = startJobServerChild(ctx, *ksrunnerBinary, self, []string{
+			"--record_pack_bytes=" + strconv.Itoa(*pack), "--processing_guarantee=" + *guarantee,
+			"--bootstrap_servers=" + *bootstrap, "--log_level=" + *logLevel,
+		}, []string{"--heapprofile=" + *heapProfile}); err != nil {
+			return fmt.Errorf("bench one: %w", err)
 		}
-		go srv.Serve()
-		defer srv.Stop()
-		*jobopts.Endpoint = srv.Endpoint()
-		execute = universal.Execute
+		defer js.kill()
 	default:
 		return fmt.Errorf("bench one: --runner: unknown runner %q (want ksrunner or prism)", *runner)
 	}
-	p := c.build()
-	start := time.Now()
-	res, err := execute(ctx, p)
-	wall := time.Since(start)
-	if err != nil {
-		return fmt.Errorf("bench one: %s on %s: %w", c.Name, *runner, err)
+	var wall time.Duration
+	var workerRSS int64
+	if c.pyWords > 0 {
+		var err error
+		if wall, workerRSS, err = runPythonCase(ctx, c, *runner, js, *python, *prismBinary); err != nil {
+			return fmt.Errorf("bench one: %s on %s: %w", c.Name, *runner, err)
+		}
+	} else {
+		execute := prism.Execute
+		if js != nil {
+			*jobopts.Endpoint = js.endpoint
+			execute = universal.Execute
+		}
+		p := c.build()
+		start := time.Now()
+		res, err := execute(ctx, p)
+		wall = time.Since(start)
+		if err != nil {
+			return fmt.Errorf("bench one: %s on %s: %w", c.Name, *runner, err)
+		}
+		if err := c.check(res, *runner); err != nil {
+			return fmt.Errorf("bench one: %s on %s: wrong result: %w", c.Name, *runner, err)
+		}
+		workerRSS = selfPeakRSSKiB()
 	}
-	if err := c.check(res, *runner); err != nil {
-		return fmt.Errorf("bench one: %s on %s: wrong result: %w", c.Name, *runner, err)
+	runnerRSS, runnerCPU := selfPeakRSSKiB(), processCPU()
+	if c.pyWords > 0 {
+		// Prism runs in the Python process's tree: its figures are the
+		// tree's.
+		runnerRSS, runnerCPU = workerRSS, childrenCPU()
 	}
-	fmt.Fprintf(stdout, "wall_s %.6f\n", wall.Seconds())
+	if js != nil {
+		var err error
+		if runnerRSS, runnerCPU, err = js.stop(); err != nil {
+			return fmt.Errorf("bench one: %w", err)
+		}
+	}
+	fmt.Fprintf(stdout, "wall_s %.6f\nrunner_rss_kib %d\nrunner_cpu_s %.3f\nworker_rss_kib %d\n", wall.Seconds(), runnerRSS, runnerCPU.Seconds(), workerRSS)
 	return nil
 }

@@ -53,3 +53,31 @@ func TestSuitePipelinesOnKsrunner(t *testing.T) {
 		}
 	}
 }
+
+// Every case runs at 1M and 10M elements, under names of its own.
+func TestSuiteCasesAtBothSizes(t *testing.T) {
+	seen := map[string]int64{}
+	sizes := map[string]map[int64]bool{}
+	for _, c := range suiteCases() {
+		if _, dup := seen[c.Name]; dup {
+			t.Errorf("case %s twice", c.Name)
+		}
+		seen[c.Name] = c.Elements
+		base := c.Name[:strings.LastIndex(c.Name, "-")]
+		if sizes[base] == nil {
+			sizes[base] = map[int64]bool{}
+		}
+		sizes[base][c.Elements] = true
+		if (c.build == nil || c.check == nil) != (c.pyWords > 0) {
+			t.Errorf("case %s: a Go pipeline needs build and check, a Python one neither", c.Name)
+		}
+	}
+	for base, s := range sizes {
+		if !s[1_000_000] || !s[10_000_000] || len(s) != 2 {
+			t.Errorf("case %s at %v, want 1M and 10M", base, s)
+		}
+	}
+	if len(sizes) != 7 {
+		t.Errorf("%d cases, want 7 (gbk, onekey, combine, hotkey, windowed, sidejoin, wordcount-py)", len(sizes))
+	}
+}

@@ -36,6 +36,7 @@ var pipelines = []struct {
 	{"multi", multiPipeline},
 	{"readfiles", readFilesPipeline},
 	{"hotkey", hotKeyPipeline},
+	{"hotsessions", hotSessionsPipeline},
 }
 
 // runToLines runs build's pipeline on client and returns the sorted lines

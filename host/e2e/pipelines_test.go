@@ -61,6 +61,21 @@ func hotKeyPipeline(out string) *beam.Pipeline {
 	return p
 }
 
+// hotSessionsPipeline is hotKeyPipeline's GroupByKey over sessions: a
+// windowed GroupByKey (merging windows), whose hot pane of about 4 MB the
+// stages read in pages.
+func hotSessionsPipeline(out string) *beam.Pipeline {
+	var ns []int
+	for i := range 4000 {
+		ns = append(ns, i)
+	}
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewSessions(time.Minute), beam.ParDo(s, hotPair, beam.CreateList(s, ns)))
+	groups := beam.GroupByKey(s, kvs)
+	textio.Write(s, out, beam.Flatten(s, beam.ParDo(s, summarizeOnce, groups), beam.ParDo(s, summarizeAgain, groups)))
+	return p
+}
+
 func hotPair(n int) (string, string) {
 	key := "hot"
 	if n%100 == 0 {

@@ -118,6 +118,8 @@ var producerSettings = map[string]clientSetting{
 	// batch.size and max.request.size: see batchLimit.
 	"max.request.size": {checkPositive},
 	"batch.size":       {checkPositive},
+	// buffer.memory: see kafkaClientConfig (it must hold the largest record).
+	"buffer.memory": {checkPositive},
 	"acks": {func(v string, exactlyOnce bool) ([]kgo.Opt, error) {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "all", "-1":
@@ -148,6 +150,8 @@ type clientConfig struct {
 	// batchMaxBytes is the producer's ProducerBatchMaxBytes: the largest
 	// record it sends (task.Env.MaxRecordBytes).
 	batchMaxBytes int32
+	// bufferBytes is the producer's MaxBufferedBytes (buffer.memory).
+	bufferBytes int
 }
 
 // kafkaClientConfig collects the settings of the plan's Kafka reads and
@@ -211,8 +215,25 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 		cc.opts = append(cc.opts, kgo.ProducerBatchMaxBytes(limit))
 		cc.batchMaxBytes = limit
 	}
+	// The producer buffers at most buffer.memory bytes of records not yet
+	// acknowledged (Produce blocks beyond), as Kafka's producer does; a
+	// record larger than the buffer would fail at once, so the buffer
+	// holds at least the largest record the producer sends.
+	cc.bufferBytes = max(DefaultProducerBufferBytes, 2*int(cc.batchMaxBytes))
+	if g, ok := given["producer:buffer.memory"]; ok {
+		n, _ := positiveInt(g.value) // checked above
+		if int64(n) < int64(cc.batchMaxBytes) {
+			return nil, fmt.Errorf("transform %s: producer config buffer.memory=%s is less than the largest record the producer sends (%d bytes: max.request.size and batch.size)", g.transform, g.value, cc.batchMaxBytes)
+		}
+		cc.bufferBytes = int(n)
+	}
+	cc.opts = append(cc.opts, kgo.MaxBufferedBytes(cc.bufferBytes))
 	return cc, nil
 }
+
+// DefaultProducerBufferBytes is the producer's buffer when no Kafka write
+// sets buffer.memory: Kafka's producer default, 32 MiB.
+const DefaultProducerBufferBytes = 32 << 20
 
 // defaultBatchMaxBytes is franz-go's default ProducerBatchMaxBytes.
 const defaultBatchMaxBytes = 1_000_012

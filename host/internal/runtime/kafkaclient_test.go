@@ -34,7 +34,7 @@ func TestKafkaClientSettingsHonoured(t *testing.T) {
 	plan := clientPlan(
 		map[string]string{"fetch.max.bytes": "1048576", "max.partition.fetch.bytes": "65536", "fetch.min.bytes": "10", "fetch.max.wait.ms": "250", "client.id": "my-app", "auto.offset.reset": "earliest"},
 		map[string]string{"fetch.max.bytes": "1048576"},
-		map[string]string{"compression.type": "zstd", "linger.ms": "5", "acks": "all", "max.request.size": "2000000", "batch.size": "16384"},
+		map[string]string{"compression.type": "zstd", "linger.ms": "5", "acks": "all", "max.request.size": "2000000", "batch.size": "16384", "buffer.memory": "8000000"},
 		nil,
 	)
 	cc, err := kafkaClientConfig(plan, true)
@@ -60,6 +60,7 @@ func TestKafkaClientSettingsHonoured(t *testing.T) {
 		{kgo.ClientID, "my-app"},
 		{kgo.ProducerLinger, 5 * time.Millisecond},
 		{kgo.ProducerBatchMaxBytes, int32(2000000)}, // the larger of batch.size and max.request.size
+		{kgo.MaxBufferedBytes, int64(8000000)},
 	} {
 		if got := cl.OptValue(tc.opt); got != tc.want {
 			t.Errorf("%T: %v (%T), want %v", tc.opt, got, got, tc.want)
@@ -67,6 +68,32 @@ func TestKafkaClientSettingsHonoured(t *testing.T) {
 	}
 	if got := cl.OptValues(kgo.ProducerBatchCompression); len(got) != 1 || !reflect.DeepEqual(got[0], []kgo.CompressionCodec{kgo.ZstdCompression()}) {
 		t.Errorf("compression: %#v, want zstd", got)
+	}
+}
+
+// Without buffer.memory the producer buffers Kafka's default, 32 MiB, or
+// twice the largest record if that is more.
+func TestProducerBufferDefault(t *testing.T) {
+	for _, tc := range []struct {
+		request string
+		want    int64
+	}{{"", 32 << 20}, {"20000000", 40000000}} {
+		p := map[string]string{}
+		if tc.request != "" {
+			p["max.request.size"] = tc.request
+		}
+		cc, err := kafkaClientConfig(clientPlan(nil, nil, p, nil), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, cc.opts...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cl.OptValue(kgo.MaxBufferedBytes); got != tc.want {
+			t.Errorf("max.request.size %q: buffer %v, want %d", tc.request, got, tc.want)
+		}
+		cl.Close()
 	}
 }
 
@@ -109,6 +136,8 @@ func TestKafkaClientSettingsRefused(t *testing.T) {
 		{name: "acks=1 at least once", p1: map[string]string{"acks": "1"}},
 		{name: "conflict", p1: map[string]string{"linger.ms": "5"}, p2: map[string]string{"linger.ms": "10"}, want: `transforms write1 and write2: producer config linger.ms is "5" and "10"`},
 		{name: "client.id conflict across consumer and producer", c1: map[string]string{"client.id": "a"}, p2: map[string]string{"client.id": "b"}, want: `transforms read1 and write2: producer config client.id is "a" and "b"`},
+		{name: "buffer below the largest record", p1: map[string]string{"max.request.size": "2000000", "buffer.memory": "1000000"},
+			want: `transform write1: producer config buffer.memory=1000000 is less than the largest record the producer sends (2000000 bytes`},
 		{name: "agreement", c1: map[string]string{"fetch.min.bytes": "5"}, c2: map[string]string{"fetch.min.bytes": "5"}},
 		{name: "not applied", c1: map[string]string{"session.timeout.ms": "10000", "max.poll.records": "5"}, p2: map[string]string{"enable.idempotence": "true"},
 			wantNotApplied: map[string]string{"read1": "max.poll.records,session.timeout.ms", "write2": "enable.idempotence"}},

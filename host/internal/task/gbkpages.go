@@ -1,6 +1,7 @@
 package task
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -68,11 +69,17 @@ type pagedGroup struct {
 	last int64 // the offset of the last value sent inline
 }
 
-// pagedRun is one stored run of a paged group.
+// pagedRun is one stored run of a paged group, or (windowed panes, whose
+// values are stored one a key) a range of the DB's keys, each holding one
+// value.
 type pagedRun struct {
 	key   []byte // its store key, when the DB has it
 	data  []byte // else the run itself
 	first int64  // the offset of its first value
+
+	// A range run: every DB key in [lower, upper) is a value of the group,
+	// in order (paneRuns checked the DB has no others there).
+	lower, upper []byte
 }
 
 // add registers a group's remaining runs and returns its token.
@@ -105,14 +112,24 @@ func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
 	if g == nil {
 		return nil, nil, fmt.Errorf("runner state %q: no such group in this cycle", token)
 	}
-	run, pos, last := 0, 0, g.last
+	run, pos, last, from := 0, 0, g.last, []byte(nil)
 	if len(cont) > 0 {
-		if run, pos, last, err = decodeGroupCont(cont); err != nil {
+		if run, pos, last, from, err = decodeGroupCont(cont); err != nil {
 			return nil, nil, err
 		}
 	}
-	for ; run < len(g.runs); run, pos = run+1, 0 {
+	for ; run < len(g.runs); run, pos, from = run+1, 0, nil {
 		r := g.runs[run]
+		if r.upper != nil {
+			var more []byte
+			if data, more, err = p.appendRange(data, r, from); err != nil {
+				return nil, nil, fmt.Errorf("runner state %q: %w", token, err)
+			}
+			if more != nil {
+				return data, encodeGroupCont(run, 0, last, more), nil
+			}
+			continue
+		}
 		b := r.data
 		if b == nil {
 			v, closer, err := p.db.Get(r.key)
@@ -134,34 +151,74 @@ func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
 			if pos == len(b) {
 				run, pos = run+1, 0
 			}
-			return data, encodeGroupCont(run, pos, last), nil
+			return data, encodeGroupCont(run, pos, last, nil), nil
 		}
 	}
 	return data, nil, nil
 }
 
-func encodeGroupCont(run, pos int, last int64) []byte {
-	b := binary.AppendUvarint(nil, uint64(run))
-	b = binary.AppendUvarint(b, uint64(pos))
-	return binary.AppendVarint(b, last)
+// appendRange appends the values of a range run from key from on (nil:
+// its start) to data until data holds groupPageBytes; more is the key to
+// go on from (nil: the range is done).
+func (p *groupPages) appendRange(data []byte, r pagedRun, from []byte) (_, more []byte, err error) {
+	lower := r.lower
+	if from != nil {
+		if bytes.Compare(from, r.lower) < 0 || bytes.Compare(from, r.upper) >= 0 {
+			return nil, nil, errors.New("continuation key outside its run")
+		}
+		lower = from
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: r.upper})
+	if err != nil {
+		return nil, nil, err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if len(data) >= groupPageBytes {
+			more = slices.Clone(it.Key())
+			break
+		}
+		data = append(data, it.Value()...)
+	}
+	if err := it.Close(); err != nil {
+		return nil, nil, err
+	}
+	return data, more, nil
 }
 
-func decodeGroupCont(b []byte) (run, pos int, last int64, err error) {
-	r, n1 := binary.Uvarint(b)
-	p, n2 := 0, 0
-	var pu uint64
-	if n1 > 0 {
-		pu, n2 = binary.Uvarint(b[n1:])
-		p = int(pu)
+// A continuation token: the run, the byte position in it, the offset of
+// the last value sent and, in a range run, the key to go on from.
+func encodeGroupCont(run, pos int, last int64, from []byte) []byte {
+	b := binary.AppendUvarint(nil, uint64(run))
+	b = binary.AppendUvarint(b, uint64(pos))
+	b = binary.AppendVarint(b, last)
+	b = binary.AppendUvarint(b, uint64(len(from)))
+	return append(b, from...)
+}
+
+func decodeGroupCont(b []byte) (run, pos int, last int64, from []byte, err error) {
+	bad := errors.New("bad continuation token of a paged group")
+	r, n := binary.Uvarint(b)
+	if n <= 0 || r > math.MaxInt32 {
+		return 0, 0, 0, nil, bad
 	}
-	var n3 int
-	if n1 > 0 && n2 > 0 {
-		last, n3 = binary.Varint(b[n1+n2:])
+	b = b[n:]
+	pu, n := binary.Uvarint(b)
+	if n <= 0 || pu > math.MaxInt32 {
+		return 0, 0, 0, nil, bad
 	}
-	if n1 <= 0 || n2 <= 0 || n3 <= 0 || n1+n2+n3 != len(b) || r > math.MaxInt32 || pu > math.MaxInt32 {
-		return 0, 0, 0, errors.New("bad continuation token of a paged group")
+	b = b[n:]
+	if last, n = binary.Varint(b); n <= 0 {
+		return 0, 0, 0, nil, bad
 	}
-	return int(r), p, last, nil
+	b = b[n:]
+	fl, n := binary.Uvarint(b)
+	if n <= 0 || fl != uint64(len(b)-n) {
+		return 0, 0, 0, nil, bad
+	}
+	if fl > 0 {
+		from = b[n:]
+	}
+	return int(r), int(pu), last, from, nil
 }
 
 // pagedIterable rewrites a grouped element whose values end at the end of
@@ -222,4 +279,69 @@ func (t *Task) pagedRun(k, v []byte, first int64) (pagedRun, error) {
 		return pagedRun{data: slices.Clone(v), first: first}, nil
 	}
 	return pagedRun{}, err
+}
+
+// paneRuns is the paged rest of a windowed pane: the values from where it
+// (an iterator over the task's batch, on the pane's values, bounded above
+// by upper) stands to its end, as runs. The batch holds the pane's values
+// one a key; those the DB holds too (committed in an earlier cycle) become
+// range runs read from the DB, the others (written in this cycle) are
+// copied, at most one cycle's input of the pane. A DB key the batch
+// deleted (a pane cleared in this cycle) ends a range, so a range never
+// reads it.
+func paneRuns(db *pebble.DB, it *pebble.Iterator, upper []byte) (*pagedGroup, error) {
+	g := &pagedGroup{last: -1}
+	dbIt, err := db.NewIter(&pebble.IterOptions{LowerBound: slices.Clone(it.Key()), UpperBound: upper})
+	if err != nil {
+		return nil, err
+	}
+	defer dbIt.Close()
+	var rng *pagedRun // the range being extended
+	var copied *pagedRun
+	var seq int64 // offsets of copied values: only ordered, never skipped
+	end := func() {
+		if rng != nil {
+			rng.upper = append(rng.upper, 0) // the key after the last
+			g.runs = append(g.runs, *rng)
+			rng = nil
+		}
+		if copied != nil {
+			g.runs = append(g.runs, *copied)
+			copied = nil
+		}
+	}
+	dbValid := dbIt.First()
+	for ; it.Valid(); it.Next() {
+		k := it.Key()
+		for dbValid && bytes.Compare(dbIt.Key(), k) < 0 {
+			end() // a value the batch deleted
+			dbValid = dbIt.Next()
+		}
+		if dbValid && bytes.Equal(dbIt.Key(), k) {
+			if copied != nil {
+				end()
+			}
+			if rng == nil {
+				rng = &pagedRun{lower: slices.Clone(k)}
+			}
+			rng.upper = append(rng.upper[:0], k...) // the last key, for now
+			dbValid = dbIt.Next()
+			continue
+		}
+		if rng != nil {
+			end()
+		}
+		if copied == nil {
+			copied = &pagedRun{data: []byte{}, first: seq}
+		}
+		copied.data = binary.AppendUvarint(copied.data, uint64(seq-copied.first))
+		copied.data = binary.AppendUvarint(copied.data, uint64(len(it.Value())))
+		copied.data = append(copied.data, it.Value()...)
+		seq++
+	}
+	end()
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	return g, dbIt.Error()
 }

@@ -489,7 +489,9 @@ func (g *windowedGBK) apply(key, winBytes []byte, w windowing.Window, old stored
 }
 
 // emit sends one pane: KV<key, [buffered values...]> in the window, with the
-// pane's timestamp and info.
+// pane's timestamp and info. Where translate allows (Root.PagedGroups), a
+// pane's values past inlineGroupBytes are served in pages (gbkpages.go,
+// paneRuns).
 func (g *windowedGBK) emit(key, winBytes []byte, p windowing.Pane) error {
 	pane, err := windowing.EncodePane(p.Info)
 	if err != nil {
@@ -508,14 +510,26 @@ func (g *windowedGBK) emit(key, winBytes []byte, p windowing.Pane) error {
 	countAt := len(out)
 	out = append(out, 0, 0, 0, 0)
 	n := 0
+	var paged *pagedGroup
 	for it.First(); it.Valid(); it.Next() {
+		if g.t.sub.Root.PagedGroups && len(out)-countAt-4 >= inlineGroupBytes {
+			if paged, err = paneRuns(g.t.env.DB, it, state.PrefixEnd(lower)); err != nil {
+				it.Close()
+				return err
+			}
+			break
+		}
 		out = append(out, it.Value()...)
 		n++
 	}
 	if err := it.Close(); err != nil {
 		return err
 	}
-	binary.BigEndian.PutUint32(out[countAt:], uint32(n))
+	if paged != nil {
+		out = pagedIterable(out, countAt, n, g.t.pages.add(paged))
+	} else {
+		binary.BigEndian.PutUint32(out[countAt:], uint32(n))
+	}
 	return g.t.route(g.t.sub.Root.Output, out)
 }
 
