@@ -53,7 +53,7 @@ func TestPythonPortableRunnerSuite(t *testing.T) {
 	cmd := exec.CommandContext(ctx, py, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "--durations=10",
 		"--junitxml="+report, "portable_runner_suite.py")
 	cmd.Dir = "testdata"
-	cmd.Env = append(os.Environ(), "KSRUNNER_TEST_JOB_ENDPOINT="+endpoint, "KSRUNNER_TEST_TIMEOUT=90", "PYTHONFAULTHANDLER=1")
+	cmd.Env = append(os.Environ(), "KSRUNNER_TEST_JOB_ENDPOINT="+endpoint, "KSRUNNER_TEST_TIMEOUT=60", "PYTHONFAULTHANDLER=1")
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
 	cmd.WaitDelay = 10 * time.Second
 	start := time.Now()
