@@ -16,17 +16,18 @@ import (
 )
 
 // portableSuiteExpected are the tests of Beam Python's portable-runner
-// suite that do not pass on ksrunner, each with why and a message its
-// pytest report must contain. A listed test that passes fails the Go test,
-// so the list stays honest.
-var portableSuiteExpected = map[string]struct{ reason, message string }{
+// suite that do not pass on ksrunner, each with why, a message its pytest
+// report must contain and, if set, one the job server's log must. A listed
+// test that passes fails the Go test, so the list stays honest.
+var portableSuiteExpected = map[string]struct{ reason, message, log string }{
 	"test_custom_window_type": {
 		reason:  "a WindowFn with a custom window coder (pickled Python): the host reads each window's end for watermarks and triggers, so only global and interval window coders are supported; refused at submission (Flink and Prism skip this test for the same reason)",
 		message: "window coder beam:coder:pickled_python:v1 is not supported yet",
 	},
 	"test_register_finalizations": {
-		reason: "a splittable DoFn that self-checkpoints until its bundle finalizer has run: ksrunner re-processes residuals within the commit cycle that made them, so the cycle never commits and the finalizer (which runs after the commit) never runs; the job spins until KSRUNNER_TEST_TIMEOUT",
+		reason:  "a splittable DoFn that self-checkpoints until its bundle finalizer has run: ksrunner re-processes residuals within the commit cycle that made them, so the cycle never commits and the finalizer (which runs after the commit) never runs; the job spins, warning why, until KSRUNNER_TEST_TIMEOUT",
 		message: "test still running after",
+		log:     "a splittable DoFn keeps checkpointing",
 	},
 }
 
@@ -76,6 +77,8 @@ func TestPythonPortableRunnerSuite(t *testing.T) {
 			t.Errorf("%s: %s, want it to fail (%s)", test, r.outcome, exp.reason)
 		case expected && !strings.Contains(r.text, exp.message):
 			t.Errorf("%s failed without saying %q (listed: %s):\n%s", test, exp.message, exp.reason, r.text)
+		case expected && !strings.Contains(logOut.String(), exp.log):
+			t.Errorf("%s failed, but the job server's log does not say %q (listed: %s)", test, exp.log, exp.reason)
 		case !expected && (r.outcome == "failed" || r.outcome == "error"):
 			t.Errorf("%s: %s:\n%s", test, r.outcome, r.text)
 		case r.outcome == "skipped" && !strings.Contains(r.file, "apache_beam"):
