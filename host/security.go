@@ -95,10 +95,14 @@ func (s *JobServer) dialedEndpoint(ctx context.Context) string {
 	return s.Endpoint()
 }
 
+// urnEnvEmbeddedPython is the Python SDK's EMBEDDED_PYTHON environment.
+const urnEnvEmbeddedPython = "beam:env:embedded_python:v1"
+
 // checkEnvironments refuses, at submission, stages whose SDK environment
-// this runner cannot start, or may not: a PROCESS environment (alone, or
-// as the ANYOF alternative the harness would choose) when process
-// environments are off.
+// this runner cannot start (DOCKER, EMBEDDED_PYTHON, an unknown one), or
+// may not: a PROCESS environment (alone, or as the ANYOF alternative the
+// harness would choose) when process environments are off.
+
 func checkEnvironments(plan *translate.Plan, allowProcess bool) error {
 	envs := plan.Pipeline.GetComponents().GetEnvironments()
 	for _, st := range plan.SubTopologies {
@@ -136,8 +140,12 @@ func checkEnvironments(plan *translate.Plan, allowProcess bool) error {
 				}
 			case harness.URNEnvDocker:
 				return fmt.Errorf("stage %s: environment %q is DOCKER, which this runner cannot start (no Docker here); submit with --environment_type=LOOPBACK, EXTERNAL or PROCESS", s.ID, s.EnvironmentID)
+			case urnEnvEmbeddedPython:
+				// The Python SDK's default for Beam's own tests: only a
+				// runner written in Python can host the SDK in-process.
+				return fmt.Errorf("stage %s: environment %q is EMBEDDED_PYTHON (%s), which runs the SDK harness inside the runner's own process: only Python runners can; submit with --environment_type=LOOPBACK, EXTERNAL or PROCESS", s.ID, s.EnvironmentID, urn)
 			default:
-				return fmt.Errorf("stage %s: environment %q has unsupported type %q", s.ID, s.EnvironmentID, urn)
+				return fmt.Errorf("stage %s: environment %q has unsupported type %q (this runner starts LOOPBACK/EXTERNAL, PROCESS and ANYOF of them)", s.ID, s.EnvironmentID, urn)
 			}
 		}
 	}

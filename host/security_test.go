@@ -436,3 +436,27 @@ func TestStatusEndpointGuarded(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbeddedPythonEnvironmentRefused: a pipeline whose SDK environment is
+// the Python SDK's EMBEDDED_PYTHON (what Beam's own Python tests submit by
+// default) is refused at submission with what to submit instead, not left
+// waiting for a worker that never connects.
+func TestEmbeddedPythonEnvironmentRefused(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	pipe := processPipeline(t, "/bin/sh")
+	var envID string
+	for id, env := range pipe.GetComponents().GetEnvironments() {
+		envID = id
+		env.Urn, env.Payload = "beam:env:embedded_python:v1", nil
+	}
+	e, err := jobtest.Start(host.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	err = prepareAndRun(ctx, t, e.Client, pipe)
+	want := `environment "` + envID + `" is EMBEDDED_PYTHON (beam:env:embedded_python:v1), which runs the SDK harness inside the runner's own process: only Python runners can; submit with --environment_type=LOOPBACK, EXTERNAL or PROCESS`
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+		t.Fatalf("submit: %v, want InvalidArgument: %s", err, want)
+	}
+}

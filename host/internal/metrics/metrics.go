@@ -4,6 +4,8 @@ package metrics
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -27,8 +29,7 @@ func NewJob() *Job {
 }
 
 // Store aggregates MonitoringInfos, keyed by URN and labels, merging
-// payloads by type (sums add, distributions combine, anything else keeps the
-// latest).
+// payloads by type (mergePayload; a type it does not know keeps the latest).
 type Store struct {
 	mu    sync.Mutex
 	infos map[string]*pipepb.MonitoringInfo
@@ -79,6 +80,11 @@ func (s *Store) Results() []*pipepb.MonitoringInfo {
 	return out
 }
 
+// mergePayload merges two payloads of a metric type as Beam's model
+// defines it: sums add, distributions combine, string sets unite, gauges keep
+// the value of the later timestamp. ok is false for a type it does not know
+// (bounded tries, top/bottom N) or a payload it cannot decode: the caller
+// then keeps the latest.
 func mergePayload(typ string, a, b []byte) ([]byte, bool) {
 	switch typ {
 	case "beam:metrics:sum_int64:v1":
@@ -100,6 +106,14 @@ func mergePayload(typ string, a, b []byte) ([]byte, bool) {
 		coder.EncodeDouble(x+y, &out)
 		return out.Bytes(), true
 	case "beam:metrics:distribution_int64:v1":
+		// An SDK may send a distribution nothing updated as a lone count of
+		// 0, without sum, min and max: it adds nothing.
+		if emptyDistribution(a) {
+			return b, true
+		}
+		if emptyDistribution(b) {
+			return a, true
+		}
 		da, err1 := DecodeVarInts(a, 4)
 		db, err2 := DecodeVarInts(b, 4)
 		if err1 != nil || err2 != nil {
@@ -112,8 +126,98 @@ func mergePayload(typ string, a, b []byte) ([]byte, bool) {
 		coder.EncodeVarInt(min(da[2], db[2]), &out)
 		coder.EncodeVarInt(max(da[3], db[3]), &out)
 		return out.Bytes(), true
+	case "beam:metrics:distribution_double:v1":
+		if emptyDistribution(a) {
+			return b, true
+		}
+		if emptyDistribution(b) {
+			return a, true
+		}
+		ca, sa, mina, maxa, err1 := decodeDoubleDistribution(a)
+		cb, sb, minb, maxb, err2 := decodeDoubleDistribution(b)
+		if err1 != nil || err2 != nil {
+			return nil, false
+		}
+		var out bytes.Buffer
+		coder.EncodeVarInt(ca+cb, &out)
+		coder.EncodeDouble(sa+sb, &out)
+		coder.EncodeDouble(min(mina, minb), &out)
+		coder.EncodeDouble(max(maxa, maxb), &out)
+		return out.Bytes(), true
+	case "beam:metrics:set_string:v1":
+		// An iterable of UTF-8 strings: a big-endian int32 count, then each
+		// string length-prefixed. Sets unite; the output is sorted so that
+		// equal sets have equal payloads.
+		sa, err1 := decodeStringSet(a)
+		sb, err2 := decodeStringSet(b)
+		if err1 != nil || err2 != nil {
+			return nil, false
+		}
+		sa = append(sa, sb...)
+		sort.Strings(sa)
+		sa = slices.Compact(sa)
+		var out bytes.Buffer
+		coder.EncodeInt32(int32(len(sa)), &out)
+		for _, v := range sa {
+			coder.EncodeStringUTF8(v, &out)
+		}
+		return out.Bytes(), true
+	case "beam:metrics:latest_int64:v1", "beam:metrics:latest_double:v1":
+		// A timestamp (millis since the epoch), then the value: the later
+		// timestamp wins, whichever bundle finished last.
+		ta, err1 := coder.DecodeVarInt(bytes.NewReader(a))
+		tb, err2 := coder.DecodeVarInt(bytes.NewReader(b))
+		if err1 != nil || err2 != nil {
+			return nil, false
+		}
+		if ta > tb {
+			return a, true
+		}
+		return b, true
 	}
 	return nil, false
+}
+
+// emptyDistribution reports whether a distribution payload is a lone count
+// of 0.
+func emptyDistribution(p []byte) bool { return len(p) == 1 && p[0] == 0 }
+
+func decodeDoubleDistribution(p []byte) (count int64, sum, lo, hi float64, err error) {
+	r := bytes.NewReader(p)
+	if count, err = coder.DecodeVarInt(r); err != nil {
+		return
+	}
+	if sum, err = coder.DecodeDouble(r); err != nil {
+		return
+	}
+	if lo, err = coder.DecodeDouble(r); err != nil {
+		return
+	}
+	hi, err = coder.DecodeDouble(r)
+	return
+}
+
+func decodeStringSet(p []byte) ([]string, error) {
+	r := bytes.NewReader(p)
+	n, err := coder.DecodeInt32(r)
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || int64(n) > int64(r.Len()) {
+		return nil, fmt.Errorf("string set of %d entries in %d bytes", n, r.Len())
+	}
+	out := make([]string, 0, n)
+	for range n {
+		v, err := coder.DecodeStringUTF8(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if r.Len() > 0 {
+		return nil, fmt.Errorf("string set: %d bytes after its %d entries", r.Len(), n)
+	}
+	return out, nil
 }
 
 // DecodeVarInts reads n varints, as the int64 payloads of Beam metrics hold them.

@@ -502,6 +502,7 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 // commit: PrepareCommit finishes every bundle before the cycle's
 // transaction ends, and checks that none is left open.
 func (t *Task) flushStages(ctx context.Context, closing bool) error {
+	start, rounds, warned := t.now(), 0, false
 	for {
 		idle := true
 		for _, sr := range t.stages {
@@ -549,17 +550,34 @@ func (t *Task) flushStages(ctx context.Context, closing bool) error {
 		if !closing || idle {
 			return nil
 		}
-		pending := false
+		var pending []string
 		t.mu.Lock()
 		for _, sr := range t.stages {
-			pending = pending || len(sr.pending) > 0
+			if len(sr.pending) > 0 {
+				pending = append(pending, sr.stage.ID)
+			}
 		}
 		t.mu.Unlock()
-		if !pending {
+		if len(pending) == 0 {
 			return nil
+		}
+		// A closing pass hands every stage its input in topological
+		// order, so what is left is a splittable DoFn's residuals. A DoFn
+		// that keeps checkpointing keeps the cycle from committing: say
+		// so, since the job shows nothing else until the broker aborts the
+		// transaction.
+		rounds++
+		if took := t.now().Sub(start); !warned && took >= residualWarnAfter {
+			warned = true
+			t.env.Logger.Warn("a splittable DoFn keeps checkpointing: its residuals are processed again before the commit cycle commits, so the cycle's output, input offsets and bundle finalizations wait until it stops (one that waits for its bundle finalizer or a resume delay never does; see README, Known limits)",
+				"task", t.producer, "stages", pending, "rounds", rounds, "for", took.Round(time.Millisecond))
 		}
 	}
 }
+
+// residualWarnAfter is how long a commit cycle re-processes residuals
+// before flushStages warns.
+const residualWarnAfter = 10 * time.Second
 
 // bundleDone reports whether sr's open bundle must close at this chunk
 // boundary: it has MaxBundleSize input elements, or has been open

@@ -112,7 +112,7 @@ func BeamPython(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-"+beamVersion+"-3")
+	dir := filepath.Join(cache, "ksrunner", "pyvenv-beam-"+beamVersion+"-4")
 	py := filepath.Join(dir, "bin", "python")
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		t.Fatal(err)
@@ -138,8 +138,10 @@ func BeamPython(t *testing.T) string {
 		// host/pythontest's packages, so that either package's install
 		// serves both.
 		// The yaml extra: Beam YAML's expansion (jinja2, pandas, ...).
+		// tenacity: Beam's fn_runner_test imports it (the portable-runner
+		// suite, host/pythontest TestPythonPortableRunnerSuite).
 		{py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "apache-beam[yaml]==" + beamVersion,
-			"pytest==9.2.0", "PyHamcrest==2.1.0", "parameterized==0.9.0", "mock==5.2.0"},
+			"pytest==9.2.0", "PyHamcrest==2.1.0", "parameterized==0.9.0", "mock==5.2.0", "tenacity==9.2.1"},
 	} {
 		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("installing the Beam Python SDK: %s: %v\n%s", strings.Join(args, " "), err, out)
