@@ -14,6 +14,7 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,7 +48,8 @@ type instance struct {
 	subByTopic map[string]*translate.SubTopology // by full topic name
 	side       *sideInputReader
 	purge      *purger
-	standby    *standby // nil: num_standby_replicas 0
+	sourceEnds *sourceEnds // when the Kafka reads' partitions are caught up
+	standby    *standby    // nil: num_standby_replicas 0
 	stored     *storedTasks
 	// storedAt is when the commit loop last refreshed stored.
 	storedAt time.Time
@@ -166,6 +168,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		Fail:              i.setProduceErr,
 		SideWatermark:     i.side.watermark,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
+		SourceMaxDelay:    cfg.SourceMaxDelay,
 		ReadBounds:        cfg.readBounds,
 		Draining:          cfg.Draining,
 		BadRecords:        cfg.BadRecords,
@@ -188,6 +191,13 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		}
 	}
 	i.purge = newPurger(i.admin, purged, cfg.Logger)
+	var sources []string
+	for topic, st := range i.subByTopic {
+		if isSource(st) {
+			sources = append(sources, topic)
+		}
+	}
+	i.sourceEnds = newSourceEnds(kadm.NewClient(i.admin), sources)
 	i.standby = newStandby(i) // before the client: its callbacks use it
 	opts := []kgo.Opt{
 		seeds,
@@ -547,7 +557,12 @@ func (i *instance) run(ctx context.Context) (err error) {
 		defer close(purgeDone)
 		i.purge.run(ctx)
 	}()
-	defer func() { cancel(); <-sideDone; <-purgeDone }()
+	endsDone := make(chan struct{})
+	go func() {
+		defer close(endsDone)
+		i.runSourceEnds(ctx, max(i.cfg.CommitInterval, 10*time.Millisecond))
+	}()
+	defer func() { cancel(); <-sideDone; <-purgeDone; <-endsDone }()
 	defer i.standby.start(ctx, i.cl)()
 	// A poll takes at most MaxPollRecords records, waiting at most
 	// MaxPollTime for them; then the cycle commits what it has.
@@ -566,7 +581,6 @@ func (i *instance) run(ctx context.Context) (err error) {
 			maxRecords = h.MaxPollRecords()
 		}
 		fetches := i.cl.PollRecords(pollCtx, maxRecords)
-		polledAt := i.now()
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -604,7 +618,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			i.inTxn = true
 		}
-		bad, err := i.process(ctx, fetches, polledAt, fetches.NumRecords() < maxRecords)
+		bad, err := i.process(ctx, fetches)
 		if err != nil {
 			return err
 		}
@@ -665,7 +679,7 @@ func (i *instance) rewindTo(bad []*task.BadRecordError) {
 // process hands every task its records; tasks run in parallel. bad are the
 // records that failed their tasks under deserialization_error_policy=fail
 // (their tasks handled the records before them); err is any other failure.
-func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt time.Time, complete bool) (bad []*task.BadRecordError, err error) {
+func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*task.BadRecordError, err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var wg sync.WaitGroup
@@ -676,7 +690,8 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt ti
 			return // revoked between poll and now; the records will be redelivered
 		}
 		// How far the partition goes (read_committed: its last stable
-		// offset), for a Kafka source's idleness.
+		// offset): a Kafka source's position when the fetch brought none
+		// of its records; its idleness comes from sourceEnds.
 		hw := p.LastStableOffset
 		if hw <= 0 {
 			hw = p.HighWatermark
@@ -697,9 +712,6 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt ti
 	})
 	wg.Wait()
 	close(errs)
-	for _, t := range i.tasks {
-		t.Polled(polledAt, complete) // Kafka sources: caught up as of the poll?
-	}
 	i.endSources(fetches) // bounded reads: not past the last record emitted
 	for e := range errs {
 		var b *task.BadRecordError
