@@ -17,7 +17,6 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
-	"github.com/ksrunner/ksrunner/translate"
 )
 
 // TestKafkaWithheldPartitionNotLate (issue 12): the broker withholds one
@@ -41,16 +40,7 @@ func TestKafkaWithheldPartitionNotLate(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	in, out := countTopics(t, bootstrap, "withheld", 2)
 	pipe := kafkaSumPipeline(t, loopback.EnvironmentConfig, in, out, time.Second, nil)
-	plan, err := translate.Translate(pipe, translate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := -1
-	for _, st := range plan.SubTopologies {
-		if st.Root.Kind == translate.RootKafkaSource {
-			source = st.ID
-		}
-	}
+	source := sourceSubTopology(t, pipe)
 	appID := kafkatest.UniqueName(t, "withheld")
 	id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "source_idle_timeout_ms": "500"})
 	if err != nil {
