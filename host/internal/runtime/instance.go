@@ -585,6 +585,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return nil
 		}
+		fetches = i.pollAfterCommit(ctx, fetches, maxRecords, pollTime)
 		var fetchErr error
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || fetchErr != nil {
@@ -653,6 +654,35 @@ func (i *instance) run(ctx context.Context) (err error) {
 	}
 }
 
+// pollAfterCommit adds to a poll that returned at once (from the client's
+// buffer) the fetch the client sent when that poll drained it, if it
+// answers within postCommitPollWait.
+//
+// Why: franz-go keeps one fetch per broker in flight and sends the next only
+// once a poll has drained the last. The fetch a cycle's first poll takes
+// was sent during the previous cycle, before its transaction committed, so
+// under read_committed it holds none of what that commit made readable:
+// watermark reports, shuffled data. Without this, what a task commits
+// reaches the task that reads it two cycles later, not one, at every hop
+// (a window's result passes two: source → GroupByKey, and its own commit);
+// the input's records likewise. Under load, when fetches answer at once
+// (data is waiting), the second poll costs a round trip; idle, at most
+// postCommitPollWait.
+func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxRecords int, pollTime time.Duration) kgo.Fetches {
+	n := fetches.NumRecords()
+	if n == 0 || n >= maxRecords {
+		return fetches // the poll waited for this fetch, or the cycle is full
+	}
+	wait := min(pollTime, postCommitPollWait)
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	more := i.cl.PollRecords(pctx, maxRecords-n)
+	return append(fetches, more...)
+}
+
+// postCommitPollWait bounds how long pollAfterCommit waits.
+const postCommitPollWait = 20 * time.Millisecond
+
 // outage makes err, a failure of the running cycle, an outageError if the
 // brokers could not be reached during the cycle (brokers.go).
 func (i *instance) outage(err error) error {
@@ -684,6 +714,10 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*tas
 	defer i.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(i.tasks))
+	// A partition may come in several of the fetches (pollAfterCommit
+	// polls twice): its task handles them in order, in one goroutine.
+	var order []*task.Task
+	recs := map[*task.Task][][]*kgo.Record{}
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		t := i.tasks[taskID{p.Topic, p.Partition}]
 		if t == nil {
@@ -702,14 +736,23 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*tas
 		if len(p.Records) == 0 {
 			return
 		}
+		if recs[t] == nil {
+			order = append(order, t)
+		}
+		recs[t] = append(recs[t], p.Records)
+	})
+	for _, t := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := t.Handle(ctx, p.Records); err != nil {
-				errs <- err
+			for _, rs := range recs[t] {
+				if err := t.Handle(ctx, rs); err != nil {
+					errs <- err // a bad record: the rest stays unhandled
+					return
+				}
 			}
 		}()
-	})
+	}
 	wg.Wait()
 	close(errs)
 	i.endSources(fetches) // bounded reads: not past the last record emitted
