@@ -63,7 +63,7 @@ func (s *sourceEnds) startOf(topic string, p int32) int64 {
 	return -1
 }
 
-// run lists every interval until ctx ends.
+// runSourceEnds lists every interval until ctx ends (run starts it).
 func (i *instance) runSourceEnds(ctx context.Context, interval time.Duration) {
 	s := i.sourceEnds
 	if s == nil || len(s.topics) == 0 {
