@@ -567,6 +567,7 @@ func (j *job) execute(ctx context.Context) error {
 		GroupProtocol:         opts.GroupProtocol,
 		SessionTimeout:        time.Duration(opts.SessionTimeoutMs) * time.Millisecond,
 		SourceIdleTimeout:     time.Duration(opts.SourceIdleTimeoutMs) * time.Millisecond,
+		SourceMaxDelay:        time.Duration(opts.SourceMaxDelayMs) * time.Millisecond,
 		MaxBundleSize:         opts.MaxBundleSize,
 		MaxBundleTime:         opts.maxBundleTime(),
 		RecordPackBytes:       opts.RecordPackBytes,

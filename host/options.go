@@ -54,6 +54,13 @@ type Options struct {
 	// SourceIdleTimeoutMs is how long a Kafka read's partition that is
 	// caught up must stay idle before its watermark advances with wall time.
 	SourceIdleTimeoutMs int `koanf:"source_idle_timeout_ms"`
+	// SourceMaxDelayMs is how far a Kafka read's watermark stays behind
+	// the largest record timestamp of its partition: records up to this
+	// much out of order within a partition are on time. 0 is Java
+	// KafkaIO's for every policy a cross-language read can name
+	// (withCreateTime(Duration.ZERO); LogAppendTime and ProcessingTime
+	// hold none).
+	SourceMaxDelayMs int `koanf:"source_max_delay_ms"`
 	// StateDir holds the Pebble stores; empty means a temporary directory
 	// removed when the job ends.
 	StateDir string `koanf:"state_dir"`
@@ -212,6 +219,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option commit_interval_ms: %d, must be at least 1", o.CommitIntervalMs)
 	case o.SourceIdleTimeoutMs < 1:
 		return fmt.Errorf("option source_idle_timeout_ms: %d, must be at least 1", o.SourceIdleTimeoutMs)
+	case o.SourceMaxDelayMs < 0:
+		return fmt.Errorf("option source_max_delay_ms: %d, must not be negative", o.SourceMaxDelayMs)
 	case o.ProcessingGuarantee != ExactlyOnce && o.ProcessingGuarantee != AtLeastOnce:
 		return fmt.Errorf("option processing_guarantee: %q, must be %s or %s", o.ProcessingGuarantee, ExactlyOnce, AtLeastOnce)
 	case o.NumStandbyReplicas < 0:
@@ -513,6 +522,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"record_pack_bytes":          &o.RecordPackBytes,
 		"commit_interval_ms":         &o.CommitIntervalMs,
 		"source_idle_timeout_ms":     &o.SourceIdleTimeoutMs,
+		"source_max_delay_ms":        &o.SourceMaxDelayMs,
 		"read_max_elements_per_poll": &o.ReadMaxElementsPerPoll,
 		"read_max_poll_time_ms":      &o.ReadMaxPollTimeMs,
 		"transaction_timeout_ms":     &o.TransactionTimeoutMs,
@@ -584,6 +594,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("record_pack_bytes", RecordPackBytesHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.RecordPackBytes)),
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
 		d("source_idle_timeout_ms", "how long a caught-up Kafka read partition stays idle before its watermark follows wall time", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SourceIdleTimeoutMs)),
+		d("source_max_delay_ms", SourceMaxDelayMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SourceMaxDelayMs)),
 		d("state_dir", "directory of the Pebble state stores", jobpb.PipelineOptionType_STRING, ""),
 		d("processing_guarantee", "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)", jobpb.PipelineOptionType_STRING, def.ProcessingGuarantee),
 		d("keep_internal_topics", "keep internal topics, whole, after a bounded job is done (consumed shuffle records are otherwise purged after each commit)", jobpb.PipelineOptionType_BOOLEAN, "false"),
@@ -611,6 +622,7 @@ const (
 	ReadMaxElementsPerPollHelp     = "most records one poll (commit cycle) takes"
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
 	RecordPackBytesHelp            = "pack the elements a task writes to an internal shuffle topic into records of up to this many bytes, one per destination partition (0: one element per record; changelogs and the user's topics always keep one per record)"
+	SourceMaxDelayMsHelp           = "how far a Kafka read's watermark stays behind the largest record timestamp of its partition: records out of order by up to this much are on time (0: none, as Java KafkaIO's withCreateTime(Duration.ZERO) that a cross-language read gets)"
 	MaxBundleTimeMsHelp            = "a bundle open this long closes at the next batch of input handed to its stage (every bundle closes before a commit anyway)"
 	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
 	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"

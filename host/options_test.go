@@ -319,3 +319,38 @@ func TestRecordPackBytesOption(t *testing.T) {
 		t.Error("no descriptor of record_pack_bytes with default 65536")
 	}
 }
+
+// source_max_delay_ms: 0 by default (Java KafkaIO's withCreateTime(ZERO)),
+// set by a pipeline option, negative refused naming the option.
+func TestSourceMaxDelayOption(t *testing.T) {
+	if d := DefaultOptions(); d.SourceMaxDelayMs != 0 {
+		t.Errorf("default source_max_delay_ms %d, want 0", d.SourceMaxDelayMs)
+	}
+	for _, tc := range []struct {
+		js   string
+		want int
+		err  string
+	}{
+		{`{"beam:option:source_max_delay_ms:v1": 1500}`, 1500, ""},
+		{`{"beam:option:source_max_delay_ms:v1": -1}`, 0, `option source_max_delay_ms: -1, must not be negative`},
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
+			t.Fatal(err)
+		}
+		o, err := DefaultOptions().WithPipelineOptions(&s)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.err)
+		case tc.err == "" && (err != nil || o.SourceMaxDelayMs != tc.want):
+			t.Errorf("%s: %d, %v; want %d", tc.js, o.SourceMaxDelayMs, err, tc.want)
+		}
+	}
+	found := false
+	for _, od := range optionDescriptors() {
+		found = found || od.GetName() == "source_max_delay_ms" && od.GetDefaultValue() == "0"
+	}
+	if !found {
+		t.Error("no descriptor of source_max_delay_ms with default 0")
+	}
+}

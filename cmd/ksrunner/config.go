@@ -118,6 +118,7 @@ func jobServerFlags() *pflag.FlagSet {
 	fs.Int("record_pack_bytes", def.RecordPackBytes, host.RecordPackBytesHelp)
 	fs.Int("commit_interval_ms", def.CommitIntervalMs, "how often tasks commit")
 	fs.Int("source_idle_timeout_ms", def.SourceIdleTimeoutMs, "how long a caught-up Kafka read partition stays idle before its watermark follows wall time")
+	fs.Int("source_max_delay_ms", def.SourceMaxDelayMs, host.SourceMaxDelayMsHelp)
 	fs.String("state_dir", def.StateDir, "directory of the Pebble state stores (default: a temporary directory per job)")
 	fs.String("processing_guarantee", def.ProcessingGuarantee, "exactly_once (each commit interval is a Kafka transaction) or at_least_once (faster; output may repeat after a failure)")
 	fs.Bool("keep_internal_topics", def.KeepInternalTopics, "keep internal topics, whole, after a bounded job is done (consumed shuffle records are otherwise purged after each commit)")

@@ -56,8 +56,9 @@ func (d countData) produce(ctx context.Context, t *testing.T, bootstrap, in stri
 
 // fired is what the output holds once the job has read rs: the sums of the
 // one-minute windows that end at or before the GroupByKey's input
-// watermark, the least over partitions of its largest timestamp less the
-// source's out-of-orderness bound (one second).
+// watermark, the least over partitions of its largest timestamp (the
+// source's max delay is 0 by default, as Java KafkaIO's CreateTime policy
+// across languages).
 func (d countData) fired(rs []countRec) map[string]int64 {
 	maxTs := map[int32]int64{}
 	for _, r := range rs {
@@ -65,7 +66,7 @@ func (d countData) fired(rs []countRec) map[string]int64 {
 	}
 	wm := int64(1<<63 - 1)
 	for p := range d.partitions {
-		wm = min(wm, maxTs[p]-1000)
+		wm = min(wm, maxTs[p])
 	}
 	want := map[string]int64{}
 	for _, r := range d.recs { // every record: a window closed by wm holds all of its records

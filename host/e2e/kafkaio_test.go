@@ -159,16 +159,7 @@ func encodeCount(k string, n int64) ([]byte, []byte) { return []byte(k), be8(n) 
 // input partition reported.
 func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipepb.Pipeline, out string, want map[string]int64) {
 	t.Helper()
-	plan, err := translate.Translate(pipe, translate.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	source := -1
-	for _, st := range plan.SubTopologies {
-		if st.Root.Kind == translate.RootKafkaSource {
-			source = st.ID
-		}
-	}
+	source := sourceSubTopology(t, pipe)
 	appID := kafkatest.UniqueName(t, "e2e")
 	id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"})
 	if err != nil {
@@ -208,6 +199,22 @@ func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipe
 	if wantSrc := []string{fmt.Sprintf("%d/0", source), fmt.Sprintf("%d/1", source), fmt.Sprintf("%d/2", source), fmt.Sprintf("%d/3", source)}; !slices.Equal(sources, wantSrc) {
 		t.Errorf("source tasks that reported %v, want %v", sources, wantSrc)
 	}
+}
+
+// sourceSubTopology is the id of the sub-topology of pipe's Kafka read.
+func sourceSubTopology(t *testing.T, pipe *pipepb.Pipeline) int {
+	t.Helper()
+	plan, err := translate.Translate(pipe, translate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range plan.SubTopologies {
+		if st.Root.Kind == translate.RootKafkaSource {
+			return st.ID
+		}
+	}
+	t.Fatal("no Kafka read in the pipeline")
+	return -1
 }
 
 // readStatus returns the task ids that wrote to a status topic.

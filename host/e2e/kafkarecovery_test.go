@@ -213,7 +213,7 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 		}
 		wm := int64(1<<63 - 1)
 		for p := range int32(partitions) {
-			wm = min(wm, maxTs[p]-1000)
+			wm = min(wm, maxTs[p])
 		}
 		want := map[string]int64{}
 		for _, r := range recs {

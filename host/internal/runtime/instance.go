@@ -14,6 +14,7 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -47,7 +48,8 @@ type instance struct {
 	subByTopic map[string]*translate.SubTopology // by full topic name
 	side       *sideInputReader
 	purge      *purger
-	standby    *standby // nil: num_standby_replicas 0
+	sourceEnds *sourceEnds // when the Kafka reads' partitions are caught up
+	standby    *standby    // nil: num_standby_replicas 0
 	stored     *storedTasks
 	// storedAt is when the commit loop last refreshed stored.
 	storedAt time.Time
@@ -166,6 +168,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		Fail:              i.setProduceErr,
 		SideWatermark:     i.side.watermark,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
+		SourceMaxDelay:    cfg.SourceMaxDelay,
 		ReadBounds:        cfg.readBounds,
 		Draining:          cfg.Draining,
 		BadRecords:        cfg.BadRecords,
@@ -187,6 +190,13 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		}
 	}
 	i.purge = newPurger(i.admin, purged, cfg.Logger)
+	var sources []string
+	for topic, st := range i.subByTopic {
+		if isSource(st) {
+			sources = append(sources, topic)
+		}
+	}
+	i.sourceEnds = newSourceEnds(kadm.NewClient(i.admin), sources)
 	i.standby = newStandby(i) // before the client: its callbacks use it
 	opts := kafkaconn.Opts(cfg.BootstrapServers, cfg.Security,
 		kgo.ConsumerGroup(cfg.ApplicationID),
@@ -545,7 +555,12 @@ func (i *instance) run(ctx context.Context) (err error) {
 		defer close(purgeDone)
 		i.purge.run(ctx)
 	}()
-	defer func() { cancel(); <-sideDone; <-purgeDone }()
+	endsDone := make(chan struct{})
+	go func() {
+		defer close(endsDone)
+		i.runSourceEnds(ctx, max(i.cfg.CommitInterval, 10*time.Millisecond))
+	}()
+	defer func() { cancel(); <-sideDone; <-purgeDone; <-endsDone }()
 	defer i.standby.start(ctx, i.cl)()
 	// A poll takes at most MaxPollRecords records, waiting at most
 	// MaxPollTime for them; then the cycle commits what it has.
@@ -564,11 +579,11 @@ func (i *instance) run(ctx context.Context) (err error) {
 			maxRecords = h.MaxPollRecords()
 		}
 		fetches := i.cl.PollRecords(pollCtx, maxRecords)
-		polledAt := i.now()
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
+		fetches = i.pollAfterCommit(ctx, fetches, maxRecords, pollTime)
 		var fetchErr error
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || fetchErr != nil {
@@ -602,7 +617,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			i.inTxn = true
 		}
-		bad, err := i.process(ctx, fetches, polledAt, fetches.NumRecords() < maxRecords)
+		bad, err := i.process(ctx, fetches)
 		if err != nil {
 			return err
 		}
@@ -637,6 +652,35 @@ func (i *instance) run(ctx context.Context) (err error) {
 	}
 }
 
+// pollAfterCommit adds to a poll that returned at once (from the client's
+// buffer) the fetch the client sent when that poll drained it, if it
+// answers within postCommitPollWait.
+//
+// Why: franz-go keeps one fetch per broker in flight and sends the next only
+// once a poll has drained the last. The fetch a cycle's first poll takes
+// was sent during the previous cycle, before its transaction committed, so
+// under read_committed it holds none of what that commit made readable:
+// watermark reports, shuffled data. Without this, what a task commits
+// reaches the task that reads it two cycles later, not one, at every hop
+// (a window's result passes two: source → GroupByKey, and its own commit);
+// the input's records likewise. Under load, when fetches answer at once
+// (data is waiting), the second poll costs a round trip; idle, at most
+// postCommitPollWait.
+func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxRecords int, pollTime time.Duration) kgo.Fetches {
+	n := fetches.NumRecords()
+	if n == 0 || n >= maxRecords {
+		return fetches // the poll waited for this fetch, or the cycle is full
+	}
+	wait := min(pollTime, postCommitPollWait)
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	more := i.cl.PollRecords(pctx, maxRecords-n)
+	return append(fetches, more...)
+}
+
+// postCommitPollWait bounds how long pollAfterCommit waits.
+const postCommitPollWait = 20 * time.Millisecond
+
 // outage makes err, a failure of the running cycle, an outageError if the
 // brokers could not be reached during the cycle (brokers.go).
 func (i *instance) outage(err error) error {
@@ -663,18 +707,23 @@ func (i *instance) rewindTo(bad []*task.BadRecordError) {
 // process hands every task its records; tasks run in parallel. bad are the
 // records that failed their tasks under deserialization_error_policy=fail
 // (their tasks handled the records before them); err is any other failure.
-func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt time.Time, complete bool) (bad []*task.BadRecordError, err error) {
+func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*task.BadRecordError, err error) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(i.tasks))
+	// A partition may come in several of the fetches (pollAfterCommit
+	// polls twice): its task handles them in order, in one goroutine.
+	var order []*task.Task
+	recs := map[*task.Task][][]*kgo.Record{}
 	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
 		t := i.tasks[taskID{p.Topic, p.Partition}]
 		if t == nil {
 			return // revoked between poll and now; the records will be redelivered
 		}
 		// How far the partition goes (read_committed: its last stable
-		// offset), for a Kafka source's idleness.
+		// offset): a Kafka source's position when the fetch brought none
+		// of its records; its idleness comes from sourceEnds.
 		hw := p.LastStableOffset
 		if hw <= 0 {
 			hw = p.HighWatermark
@@ -685,19 +734,25 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches, polledAt ti
 		if len(p.Records) == 0 {
 			return
 		}
+		if recs[t] == nil {
+			order = append(order, t)
+		}
+		recs[t] = append(recs[t], p.Records)
+	})
+	for _, t := range order {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := t.Handle(ctx, p.Records); err != nil {
-				errs <- err
+			for _, rs := range recs[t] {
+				if err := t.Handle(ctx, rs); err != nil {
+					errs <- err // a bad record: the rest stays unhandled
+					return
+				}
 			}
 		}()
-	})
+	}
 	wg.Wait()
 	close(errs)
-	for _, t := range i.tasks {
-		t.Polled(polledAt, complete) // Kafka sources: caught up as of the poll?
-	}
 	i.endSources(fetches) // bounded reads: not past the last record emitted
 	for e := range errs {
 		var b *task.BadRecordError

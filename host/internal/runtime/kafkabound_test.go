@@ -1,13 +1,8 @@
 package runtime
 
 import (
-	"context"
 	"slices"
 	"testing"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/ksrunner/ksrunner/translate"
 )
 
 // max_num_records is split over partitions deterministically and exactly:
@@ -46,30 +41,6 @@ func TestSplitQuota(t *testing.T) {
 		}
 		if sum != tc.n {
 			t.Errorf("splitQuota(%d, %v) sums to %d", tc.n, tc.avail, sum)
-		}
-	}
-}
-
-// A read with start_read_time starts its uncommitted partitions at the
-// first offset at or after that time, whatever auto.offset.reset says; a
-// committed partition stays at its commit.
-func TestStartOffsetsStartReadTime(t *testing.T) {
-	for _, reset := range []string{"", "earliest"} {
-		plan := kafkaPlan(reset, "", "")
-		ms := int64(1_700_000_000_000)
-		plan.SubTopologies[0].Root.KafkaRead.StartReadTimeMs = &ms
-		i := &instance{subByTopic: map[string]*translate.SubTopology{"in": plan.SubTopologies[0]}}
-		got, err := i.startOffsets(context.Background(), map[string]map[int32]kgo.Offset{
-			"in": {0: kgo.NewOffset().AtStart(), 1: kgo.NewOffset().At(17)},
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if o := got["in"][0]; o != kgo.NewOffset().AfterMilli(ms) {
-			t.Errorf("reset %q: uncommitted partition starts at %v, want after %d ms", reset, o, ms)
-		}
-		if o := got["in"][1].EpochOffset().Offset; o != 17 {
-			t.Errorf("reset %q: committed partition starts at %d, want 17", reset, o)
 		}
 	}
 }

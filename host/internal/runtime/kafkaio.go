@@ -33,28 +33,60 @@ import (
 // internal topics need; a Kafka read's partition starts at its
 // start_read_time or per its auto.offset.reset instead.
 //
+// A Kafka read's partition without a commit starts at an exact offset,
+// listed here (with the admin client, read_committed for the end), not at
+// a reset the client resolves: sourceEnds needs the position of a task
+// that has handled nothing to tell when its partition is caught up.
+//
 // Only the first assignment goes through here: an offset out of range
 // later (the committed offset deleted by retention) resets to the start.
-func (i *instance) startOffsets(_ context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	for topic, ps := range offsets {
 		st := i.subByTopic[topic]
 		if st == nil || st.Root.Kind != translate.RootKafkaSource {
 			continue
 		}
-		r := st.Root.KafkaRead
-		var start kgo.Offset
-		switch {
-		case r.StartReadTimeMs != nil:
-			start = kgo.NewOffset().AfterMilli(*r.StartReadTimeMs)
-		case r.ConsumerConfig["auto.offset.reset"] == "earliest":
-			continue
-		default:
-			start = kgo.NewOffset().AtEnd()
-		}
+		var uncommitted []int32
 		for p, o := range ps {
 			if o.EpochOffset().Offset == -2 { // no commit: the reset offset, AtStart
-				ps[p] = start
+				uncommitted = append(uncommitted, p)
 			}
+		}
+		if len(uncommitted) == 0 {
+			continue
+		}
+		r := st.Root.KafkaRead
+		var (
+			what  string
+			list  func(context.Context, ...string) (kadm.ListedOffsets, error)
+			admin = kadm.NewClient(i.admin)
+		)
+		switch {
+		case r.StartReadTimeMs != nil:
+			what = fmt.Sprintf("the offsets after start_read_time %d", *r.StartReadTimeMs)
+			list = func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
+				return admin.ListOffsetsAfterMilli(ctx, *r.StartReadTimeMs, t...)
+			}
+		case r.ConsumerConfig["auto.offset.reset"] == "earliest":
+			what, list = "the start offsets (auto.offset.reset earliest)", admin.ListStartOffsets
+		default:
+			what, list = "the end offsets (auto.offset.reset latest)", admin.ListCommittedOffsets
+		}
+		listed, err := list(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("transform %s: topic %s: listing %s: %w", st.Root.TransformID, topic, what, err)
+		}
+		started := map[int32]int64{}
+		for _, p := range uncommitted {
+			o, ok := listed.Lookup(topic, p)
+			if !ok || o.Err != nil {
+				return nil, fmt.Errorf("transform %s: topic %s partition %d: listing %s: %v", st.Root.TransformID, topic, p, what, cmp.Or(o.Err, errors.New("not listed")))
+			}
+			ps[p] = kgo.NewOffset().At(o.Offset)
+			started[p] = o.Offset
+		}
+		if i.sourceEnds != nil {
+			i.sourceEnds.started(topic, started)
 		}
 	}
 	return offsets, nil

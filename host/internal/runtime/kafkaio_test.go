@@ -6,7 +6,10 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/translate"
@@ -26,18 +29,44 @@ func kafkaPlan(reset, readServers, writeServers string) *translate.Plan {
 }
 
 // A Kafka read's partitions without a committed offset start at the end
-// (latest, Kafka's default) unless auto.offset.reset is earliest; committed
-// offsets and internal topics are left alone (internal topics start at the
-// start).
+// (latest, Kafka's default) unless auto.offset.reset is earliest, or at
+// start_read_time (whatever auto.offset.reset says; the end when no record
+// is that late): at an exact offset listed on the broker, which
+// sourceEnds learns; committed offsets and internal topics are left alone
+// (internal topics start at the start).
 func TestStartOffsets(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ctx := context.Background()
+	for _, ts := range []int64{1000, 2000, 3000} {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "in", Partition: 0, Timestamp: time.UnixMilli(ts)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
-		reset  string
-		wantIn int64 // the offset an uncommitted partition of "in" starts at
-	}{{"", -1}, {"latest", -1}, {"earliest", -2}} {
+		reset    string
+		readTime int64
+		wantIn   int64 // the offset uncommitted partition 0 of "in" starts at
+	}{{"", 0, 3}, {"latest", 0, 3}, {"earliest", 0, 0}, {"", 2000, 1}, {"earliest", 2000, 1}, {"", 5000, 3}} {
 		plan := kafkaPlan(tc.reset, "", "")
-		i := &instance{subByTopic: map[string]*translate.SubTopology{"in": plan.SubTopologies[0], "__beam_app_gbk-repartition": plan.SubTopologies[1]}}
+		if tc.readTime > 0 {
+			plan.SubTopologies[0].Root.KafkaRead.StartReadTimeMs = &tc.readTime
+		}
+		i := &instance{
+			subByTopic: map[string]*translate.SubTopology{"in": plan.SubTopologies[0], "__beam_app_gbk-repartition": plan.SubTopologies[1]},
+			admin:      cl,
+			sourceEnds: newSourceEnds(kadm.NewClient(cl), []string{"in"}),
+		}
 		start := kgo.NewOffset().AtStart()
-		got, err := i.startOffsets(context.Background(), map[string]map[int32]kgo.Offset{
+		got, err := i.startOffsets(ctx, map[string]map[int32]kgo.Offset{
 			"in":                         {0: start, 1: kgo.NewOffset().At(17)},
 			"__beam_app_gbk-repartition": {0: start},
 		})
@@ -45,10 +74,16 @@ func TestStartOffsets(t *testing.T) {
 			t.Fatal(err)
 		}
 		if o := got["in"][0].EpochOffset().Offset; o != tc.wantIn {
-			t.Errorf("reset %q: uncommitted partition starts at %d, want %d", tc.reset, o, tc.wantIn)
+			t.Errorf("reset %q, start_read_time %d: uncommitted partition starts at %d, want %d", tc.reset, tc.readTime, o, tc.wantIn)
+		}
+		if o := i.sourceEnds.startOf("in", 0); o != tc.wantIn {
+			t.Errorf("reset %q, start_read_time %d: sourceEnds has it start at %d, want %d", tc.reset, tc.readTime, o, tc.wantIn)
 		}
 		if o := got["in"][1].EpochOffset().Offset; o != 17 {
 			t.Errorf("reset %q: committed partition starts at %d, want 17", tc.reset, o)
+		}
+		if o := i.sourceEnds.startOf("in", 1); o != -1 {
+			t.Errorf("reset %q: sourceEnds has the committed partition start at %d, want -1 (the commit says)", tc.reset, o)
 		}
 		if o := got["__beam_app_gbk-repartition"][0].EpochOffset().Offset; o != -2 {
 			t.Errorf("reset %q: internal topic starts at %d, want the start", tc.reset, o)

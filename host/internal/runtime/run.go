@@ -97,6 +97,8 @@ type Config struct {
 	Progress func(msg string)
 	// SourceIdleTimeout: see task.Env.SourceIdleTimeout.
 	SourceIdleTimeout time.Duration
+	// SourceMaxDelay: see task.Env.SourceMaxDelay.
+	SourceMaxDelay time.Duration
 	// BadRecords: see task.Env.BadRecords. DeadLetterTopic is the Kafka
 	// name of the dead-letter topic of task.PolicyDeadLetter, created when
 	// CreateDeadLetterTopic is set (the application's own), otherwise

@@ -59,6 +59,12 @@ type Env struct {
 	// waits without records before its watermark follows the wall clock
 	// (kafka.go); zero: DefaultSourceIdleTimeout.
 	SourceIdleTimeout time.Duration
+	// SourceMaxDelay is how far a Kafka source's watermark stays behind
+	// the largest record timestamp it handled (and behind the time it was
+	// last caught up as of): records up to this much out of order within
+	// a partition are on time. Zero, the default, is Java KafkaIO's for
+	// the policies a cross-language read names (withCreateTime(ZERO)).
+	SourceMaxDelay time.Duration
 	// ReadBounds are the ends of bounded Kafka reads, by the sub-topology
 	// id of the read (kafkabound.go); a read without one is unbounded.
 	ReadBounds map[int]*ReadBound

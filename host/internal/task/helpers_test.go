@@ -256,7 +256,6 @@ func (te *testEnv) cycle(tk *Task, recs ...*kgo.Record) {
 			te.t.Fatalf("Handle: %v", err)
 		}
 	}
-	tk.Polled(tk.now(), true) // as after a poll that returned all it had
 	if err := tk.PrepareCommit(ctx); err != nil {
 		te.t.Fatalf("PrepareCommit: %v", err)
 	}

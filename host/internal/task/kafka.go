@@ -20,20 +20,23 @@ import (
 //
 // The conversions between records and elements are host/internal/kafkaio's.
 //
-// The source's watermark (DESIGN.md §5): the largest record timestamp seen
-// less SourceOutOfOrderness; once the partition is caught up (the last
-// fetch's high watermark reached, or no fetch seen at all) and no record
-// came for Env.SourceIdleTimeout, wall time less SourceOutOfOrderness. It
-// never passes data in flight: the task reports it after closing the
-// cycle's bundles, and a record's timestamp behind it is late data that
-// the windowing strategy handles. An unbounded read never reaches +inf: it
-// ends only by Cancel; a bounded one (kafkabound.go) reports +inf once it
-// ended.
-
-// SourceOutOfOrderness is how far behind the largest record timestamp a
-// Kafka source's watermark stays: records up to this much out of order
-// within a partition are on time.
-const SourceOutOfOrderness = time.Second
+// The source's watermark (DESIGN.md §5; docs/architecture.md): the largest
+// record timestamp seen less Env.SourceMaxDelay (Java KafkaIO's maxDelay);
+// once the partition is caught up as of a time T and no record came for
+// Env.SourceIdleTimeout before T, T less the delay. It never passes data in
+// flight: the task reports it after closing the cycle's bundles, and a
+// record's timestamp behind it is late data that the windowing strategy
+// handles. An unbounded read never reaches +inf: it ends only by Cancel; a
+// bounded one (kafkabound.go) reports +inf once it ended.
+//
+// Caught up as of T (Listed) means the task has handled every record below
+// the partition's end offset (last stable offset) as a ListOffsets request
+// sent at T listed it: a record appended after T has a later timestamp
+// (CreateTime less the producer's own delay), one appended before it was
+// handled. Neither a poll's return time nor a fetch's high watermark says
+// that: a fetch may have waited in the client's buffer across a stalled
+// cycle, and a partition a poll did not bring may have records the client
+// has not fetched yet; both made records late (issue 12).
 
 // DefaultSourceIdleTimeout is Env.SourceIdleTimeout when unset.
 const DefaultSourceIdleTimeout = time.Second
@@ -52,19 +55,14 @@ type kafkaSource struct {
 	// deadLettered and skipped count the bad records of the Handle call
 	// (deadletter.go).
 	deadLettered, skipped int64
-	next                  int64 // offset after the last record handled; -1: none yet
-	highWater             int64 // of the last fetch; -1: none seen
-	lastRecord            time.Time
-	// fetchedThisPoll says the current poll brought a fetch of the
-	// partition (Fetched); caughtUpAt is when a poll last showed that the
-	// task had handled every record of the partition (zero: never), which
-	// is as far as an idle partition's watermark may follow wall time:
-	// a record produced after it has a later timestamp, one produced before
-	// it was handled. Not "now": a cycle that stalls, or a poll that stops
-	// at read_max_elements_per_poll with this partition's records still in
-	// the client's buffer, would make records not yet handled late.
-	fetchedThisPoll bool
-	caughtUpAt      time.Time
+	// next is the offset after the last record handled, or the end a
+	// fetch without records of the partition showed; -1: none yet.
+	next       int64
+	lastRecord time.Time
+	// caughtUpAt is the latest T the partition was caught up as of
+	// (Listed; zero: never): as far as an idle partition's watermark may
+	// follow wall time.
+	caughtUpAt time.Time
 
 	bound *sourceBound // nil: an unbounded read (kafkabound.go)
 }
@@ -74,7 +72,7 @@ func newKafkaSource(t *Task) (*kafkaSource, error) {
 	if r.KafkaRead == nil {
 		return nil, fmt.Errorf("sub-topology %d: a Kafka source without its spec", t.sub.ID)
 	}
-	src := &kafkaSource{t: t, read: r.KafkaRead, maxTs: minWatermark, next: -1, highWater: -1, lastRecord: t.now()}
+	src := &kafkaSource{t: t, read: r.KafkaRead, maxTs: minWatermark, next: -1, lastRecord: t.now()}
 	var err error
 	if src.bound, err = newSourceBound(t, t.env.ReadBounds[t.sub.ID]); err != nil {
 		return nil, err
@@ -184,32 +182,26 @@ func (s *kafkaSource) emit(rec *kgo.Record, now time.Time) (bool, error) {
 	return true, t.route(t.sub.Root.Output, b)
 }
 
-// fetched records a fetch of the partition: its high watermark and how many
-// records it brought. A fetch without records (and without an error) says
-// the position is the high watermark: the partition is caught up, even
-// when the task has handled no record yet.
+// fetched records a fetch of the partition: its high watermark (last
+// stable offset) and how many records it brought. A fetch without records
+// (and without an error) says the position is the high watermark, even
+// when the task has handled no record yet; it says nothing about when.
 func (s *kafkaSource) fetched(highWater int64, records int) {
-	s.highWater = highWater
-	s.fetchedThisPoll = true
 	if records == 0 {
 		s.next = max(s.next, highWater)
 	}
 }
 
-// polled ends a poll that returned at at, after the task handled what it
-// brought. The partition is caught up as of at if the poll fetched it and
-// the task handled up to its high watermark, or if the poll was complete
-// (it returned every record the client had, so a partition it did not
-// bring has nothing new since its last fetch) and the last fetch showed it
-// caught up; a partition never fetched counts as caught up only after a
-// complete poll (an empty partition may never be in a fetch response).
-func (s *kafkaSource) polled(at time.Time, complete bool) {
-	fetched := s.fetchedThisPoll
-	s.fetchedThisPoll = false
-	if !fetched && !complete {
-		return
+// listed takes a ListOffsets answer: the partition ended at end as of at,
+// when the request was sent. from is where consumption started when the
+// task has handled nothing (the committed offset, or the offset the reset
+// policy resolved to); -1: unknown.
+func (s *kafkaSource) listed(at time.Time, end, from int64) {
+	pos := s.next
+	if pos < 0 {
+		pos = from
 	}
-	if s.highWater < 0 || s.next >= s.highWater {
+	if pos >= 0 && pos >= end && at.After(s.caughtUpAt) {
 		s.caughtUpAt = at
 	}
 }
@@ -220,7 +212,7 @@ func (s *kafkaSource) watermark(int64) (int64, error) {
 	if s.bound.ended(s.t.now()) || s.t.draining() {
 		return maxWatermark, nil // every record emitted is in this cycle or before
 	}
-	bound := SourceOutOfOrderness.Milliseconds()
+	bound := s.t.env.SourceMaxDelay.Milliseconds()
 	wm := minWatermark
 	if s.maxTs > minWatermark {
 		wm = s.maxTs - bound
@@ -246,22 +238,23 @@ func (t *Task) idleTimeout() time.Duration {
 }
 
 // Fetched tells a Kafka source task the high watermark (last stable offset)
-// of its partition in a fetch and how many records the fetch brought,
-// which says whether it is caught up; other tasks ignore it. The runtime
-// calls it before Handle gets the fetch's records.
+// of its partition in a fetch and how many records the fetch brought;
+// other tasks ignore it. The runtime calls it before Handle gets the
+// fetch's records.
 func (t *Task) Fetched(highWater int64, records int) {
 	if s, ok := t.root.(*kafkaSource); ok {
 		s.fetched(highWater, records)
 	}
 }
 
-// Polled ends a poll for a Kafka source task: the poll returned at at
-// (Env.Now), complete says it returned every record the client had
-// buffered (fewer than it asked for), and the task has handled what it
-// brought; other tasks ignore it.
-func (t *Task) Polled(at time.Time, complete bool) {
+// Listed tells a Kafka source task that its partition's end offset (last
+// stable offset) was end as of at, the time the ListOffsets request that
+// listed it was sent (Env.Now); from is the offset its consumption started
+// at if known (the group's committed offset, or what the reset policy
+// resolved to), else -1. Other tasks ignore it.
+func (t *Task) Listed(at time.Time, end, from int64) {
 	if s, ok := t.root.(*kafkaSource); ok {
-		s.polled(at, complete)
+		s.listed(at, end, from)
 	}
 }
 

@@ -100,11 +100,12 @@ func (te *testEnv) userRecords(recs []*kgo.Record) (user, rest []string) {
 // KV<key, value> in the output's coder, in the global window with the
 // no-firing pane at its record timestamp; the write serializes key and
 // value back and produces them keyed to the user's topic, and no watermark
-// reaches it. The watermark is the largest timestamp less the bound until
-// the caught-up partition has been idle for the idle timeout, then wall
-// time less the bound.
+// reaches it. The watermark is the largest timestamp less the max delay
+// until the partition, caught up as a listing of its end showed, has been
+// idle for the idle timeout, then the listing's time less the delay.
 func TestKafkaSource(t *testing.T) {
 	te, sub, now := kafkaEnv(t, translate.TimestampCreateTime)
+	te.env.SourceMaxDelay = time.Second
 	tk := te.task(sub, 1)
 	tk.Fetched(3, 2) // offsets 0..2 exist, 2 records fetched
 	te.cycle(tk, kafkaRec(1, 0, "a", be8(7), 20_000), kafkaRec(1, 1, "b", be8(5), 12_000))
@@ -118,38 +119,40 @@ func TestKafkaSource(t *testing.T) {
 
 	// Idle, but not caught up: the watermark stays.
 	*now = now.Add(5 * time.Second)
+	tk.Listed(*now, 3, -1)
 	te.cycle(tk)
 	if _, rest := te.userRecords(te.take()); len(rest) != 0 {
-		t.Errorf("a partition behind its high watermark advanced: %q", rest)
+		t.Errorf("a partition behind its end offset advanced: %q", rest)
 	}
 	// Caught up, not idle long enough: stays.
 	te.cycle(tk, kafkaRec(1, 2, "a", be8(1), 21_000))
 	_, rest = te.userRecords(te.take())
 	checkLines(t, "after the last record", rest, []string{"status " + tk.ID() + " 20000"})
 	*now = now.Add(999 * time.Millisecond)
+	tk.Listed(*now, 3, -1)
 	te.cycle(tk)
 	if _, rest := te.userRecords(te.take()); len(rest) != 0 {
 		t.Errorf("advanced before the idle timeout: %q", rest)
 	}
 	*now = now.Add(time.Millisecond)
+	tk.Listed(*now, 3, -1)
 	te.cycle(tk)
 	_, rest = te.userRecords(te.take())
 	checkLines(t, "idle", rest, []string{"status " + tk.ID() + " " + timeString(now.UnixMilli()-1000)})
 }
 
-// An idle partition's watermark follows wall time only as of the last poll
-// that showed it caught up: not past a poll that stopped at
-// read_max_elements_per_poll without fetching it (its records may wait in
-// the client's buffer), and not to the time of a commit that comes long
-// after the poll (a stalled cycle): records produced since are not late.
-func TestKafkaSourceIdleAsOfPoll(t *testing.T) {
+// An idle partition's watermark follows wall time only as of the time a
+// listing of its end offset was sent that the task had reached: not as of
+// a commit that comes long after it (a stalled cycle), and not at all while
+// records below a listed end wait unhandled (in the client's buffer, or not
+// fetched yet): records produced since are not late. The default max delay
+// is Java KafkaIO's for CreateTime across languages: none.
+func TestKafkaSourceIdleAsOfListing(t *testing.T) {
 	te, sub, now := kafkaEnv(t, translate.TimestampCreateTime)
 	tk := te.task(sub, 0)
-	tk.Fetched(1, 1)
 	if err := tk.Handle(context.Background(), []*kgo.Record{kafkaRec(0, 0, "a", be8(1), 20_000)}); err != nil {
 		t.Fatal(err)
 	}
-	tk.Polled(*now, true)
 	commit := func() []string {
 		t.Helper()
 		ctx := context.Background()
@@ -163,21 +166,28 @@ func TestKafkaSourceIdleAsOfPoll(t *testing.T) {
 		_, rest := te.userRecords(te.take())
 		return rest
 	}
-	commit()
-	// Incomplete polls without the partition: no news of it.
+	checkLines(t, "no delay", commit(), []string{"status " + tk.ID() + " 20000"})
+	// Listings that show records the task has not handled: no news of
+	// it being caught up, however long it waits.
 	for range 3 {
 		*now = now.Add(time.Second)
-		tk.Polled(*now, false)
+		tk.Listed(*now, 2, -1)
 	}
 	if rest := commit(); len(rest) != 0 {
-		t.Errorf("advanced on polls that did not fetch the partition: %q", rest)
+		t.Errorf("advanced while a listing showed records not handled: %q", rest)
 	}
-	// A complete poll, then a commit 5 s later (a stalled cycle): as of the poll.
+	// A listing that the task reached, then a commit 5 s later (a stalled
+	// cycle): as of the listing's time.
 	*now = now.Add(time.Second)
-	polled := *now
-	tk.Polled(polled, true)
+	listed := *now
+	tk.Listed(listed, 1, -1)
 	*now = now.Add(5 * time.Second)
-	checkLines(t, "idle as of the poll", commit(), []string{"status " + tk.ID() + " " + timeString(polled.UnixMilli()-1000)})
+	checkLines(t, "idle as of the listing", commit(), []string{"status " + tk.ID() + " " + timeString(listed.UnixMilli())})
+	// An older listing answered late does not move it back.
+	tk.Listed(listed.Add(-time.Second), 1, -1)
+	if rest := commit(); len(rest) != 0 {
+		t.Errorf("an older listing changed the watermark: %q", rest)
+	}
 }
 
 // Under the ProcessingTime policy an element's timestamp is the wall clock.
@@ -210,20 +220,41 @@ func TestKafkaSourceUndecodable(t *testing.T) {
 	}
 }
 
-// A partition without records (a fetch brought none at its high
-// watermark) is caught up: after the idle timeout its watermark follows
-// wall time less the bound.
+// A partition without records is caught up: a task that has handled
+// nothing is at the offset its consumption started at (the runtime's
+// from), or at the end a fetch without its records showed; after the idle
+// timeout its watermark follows the listings' time.
 func TestKafkaSourceEmptyPartition(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fetched bool  // a fetch brought no record at offset 4
+		from    int64 // where consumption started
+	}{{"started at the end", false, 4}, {"fetched at the end", true, -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			te, sub, now := kafkaEnv(t, translate.TimestampCreateTime)
+			tk := te.task(sub, 0)
+			if tc.fetched {
+				tk.Fetched(4, 0)
+			}
+			tk.Listed(*now, 4, tc.from)
+			te.cycle(tk)
+			_, rest := te.userRecords(te.take())
+			checkLines(t, "opened", rest, []string{"status " + tk.ID() + " -inf"})
+			*now = now.Add(time.Second)
+			tk.Listed(*now, 4, tc.from)
+			te.cycle(tk)
+			_, rest = te.userRecords(te.take())
+			checkLines(t, "idle", rest, []string{"status " + tk.ID() + " " + timeString(now.UnixMilli())})
+		})
+	}
+	// Without a position, a listing says nothing.
 	te, sub, now := kafkaEnv(t, translate.TimestampCreateTime)
 	tk := te.task(sub, 0)
-	tk.Fetched(0, 0)
+	*now = now.Add(time.Second)
+	tk.Listed(*now, 4, -1)
 	te.cycle(tk)
 	_, rest := te.userRecords(te.take())
-	checkLines(t, "opened", rest, []string{"status " + tk.ID() + " -inf"})
-	*now = now.Add(time.Second)
-	te.cycle(tk)
-	_, rest = te.userRecords(te.take())
-	checkLines(t, "idle", rest, []string{"status " + tk.ID() + " " + timeString(now.UnixMilli()-1000)})
+	checkLines(t, "no position", rest, []string{"status " + tk.ID() + " -inf"})
 }
 
 // With nullable keys (Beam's NullableCoder, which the wire coder

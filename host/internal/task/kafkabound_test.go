@@ -122,7 +122,7 @@ func TestKafkaSourceDeadline(t *testing.T) {
 	te.cycle(idle)
 	checkLines(t, "before", te.exec(sub).inputs(), []string{`"a":1 @1000 GW nofiring`})
 	_, rest := te.userRecords(te.take())
-	checkLines(t, "reports before", rest, []string{"status " + tk.ID() + " 0", "status " + idle.ID() + " -inf"})
+	checkLines(t, "reports before", rest, []string{"status " + tk.ID() + " 1000", "status " + idle.ID() + " -inf"}) // no max delay by default
 	*now = now.Add(time.Second)
 	te.cycle(tk, kafkaRec(0, 1, "b", be8(2), 2000))
 	te.cycle(idle)
