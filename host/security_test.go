@@ -34,7 +34,7 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/endpoint"
 	"github.com/ksrunner/ksrunner/host/jobtest"
-	"github.com/ksrunner/ksrunner/internal/testcerts"
+	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
 )
 
 // syncBuffer is a log destination tests read while servers write.

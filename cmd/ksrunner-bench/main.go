@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/ksrunner/ksrunner/cmd/internal/profile"
 	"github.com/spf13/pflag"
 )
 
@@ -34,7 +35,16 @@ func main() {
 		fmt.Println("usage: ksrunner-bench gbk|wasm|kafka|rescale [flags]; ksrunner-bench COMMAND --help for its flags")
 		return
 	}
-	if err := runBench(ctx, args, os.Stdout); err != nil {
+	stopProfile, err := profile.FromEnv("bench-" + args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ksrunner-bench:", err)
+		os.Exit(1)
+	}
+	err = runBench(ctx, args, os.Stdout)
+	if stopProfile != nil {
+		stopProfile()
+	}
+	if err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return
 		}

@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/ksrunner/ksrunner/cmd/internal/profile"
 	"github.com/spf13/pflag"
 )
 
@@ -106,7 +107,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ksrunner: unknown command %q%s; `ksrunner help` lists the commands\n", name, didYouMean(name, commandNames(), ""))
 		return 2
 	}
-	stopProfile, err := profileFromEnv(name)
+	stopProfile, err := profile.FromEnv(name)
 	if err != nil {
 		fmt.Fprintln(stderr, "ksrunner:", err)
 		return 1

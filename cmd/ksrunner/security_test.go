@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/ksrunner/ksrunner/internal/testcerts"
+	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
 )
 
 // TestSecurityConfig: the security options come from flags, the

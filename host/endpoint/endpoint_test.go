@@ -19,7 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ksrunner/ksrunner/host/endpoint"
-	"github.com/ksrunner/ksrunner/internal/testcerts"
+	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

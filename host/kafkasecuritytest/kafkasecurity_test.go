@@ -40,7 +40,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/jobtest"
-	"github.com/ksrunner/ksrunner/internal/testcerts"
+	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/endpoint"
-	"github.com/ksrunner/ksrunner/internal/testcerts"
+	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 

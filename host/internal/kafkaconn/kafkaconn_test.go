@@ -10,7 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/ksrunner/ksrunner/internal/testcerts"
+	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
 )
 
 // TestConfigCheck: combinations of the runner's Kafka security options

@@ -1,4 +1,7 @@
-package main
+// Package profile is the CPU profiling every ksrunner binary does when
+// KSRUNNER_CPUPROFILE is set (the runner and the benchmarks, whose
+// instances and SDK worker pools inherit the variable).
+package profile
 
 import (
 	"fmt"
@@ -6,12 +9,12 @@ import (
 	"runtime/pprof"
 )
 
-// profileFromEnv starts a CPU profile of this process when
+// FromEnv starts a CPU profile of this process when
 // KSRUNNER_CPUPROFILE is set, to the file $KSRUNNER_CPUPROFILE.<command>.<pid>:
 // the processes a bench starts (instances, SDK worker pools) inherit the
 // variable, so one setting profiles each of them until it exits (SIGTERM
 // included; not SIGKILL). The returned function stops it; nil if unset.
-func profileFromEnv(cmd string) (func() error, error) {
+func FromEnv(cmd string) (func() error, error) {
 	base := os.Getenv("KSRUNNER_CPUPROFILE")
 	if base == "" {
 		return nil, nil
