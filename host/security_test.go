@@ -33,8 +33,8 @@ import (
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/endpoint"
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 )
 
 // syncBuffer is a log destination tests read while servers write.

@@ -39,8 +39,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"

@@ -7,8 +7,8 @@ import (
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
-	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
+	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
