@@ -437,6 +437,9 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	if r.blocked.Load() {
 		try = kgo.TryAbort
 	}
+	if try == kgo.TryCommit && !r.pending.Load() && len(i.cl.UncommittedOffsets()) == 0 {
+		return endWithoutOffsets(ectx, i.cl)
+	}
 	committed, err = i.sess.End(ectx, try)
 	r.endMu.Lock()
 	interrupted := r.interrupted
@@ -457,4 +460,46 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	actx, acancel := i.endContext(ctx)
 	defer acancel()
 	return i.sess.End(actx, kgo.TryAbort)
+}
+
+// endWithoutOffsets commits a transaction that consumed nothing (a cycle
+// that only fired timers, reported watermarks or statuses, or ran a bundle
+// that outlived its input), bypassing the session's End.
+//
+// Why: franz-go's End learns that the broker supports KIP-447 only from a
+// TxnOffsetCommit response, and a transaction without offsets sends none;
+// it then assumes an old broker and holds the session's lock for 500 ms
+// after the commit (kgo txn.go, "sleeping 500ms before allowing a
+// rebalance"), so the next cycle's End waits that long. Every
+// exactly_once job paid it at least once, at its end (a bounded job's
+// last statuses go out in such a transaction), and a pipeline whose
+// cycles alternate between consuming and not paid it per cycle.
+//
+// Why it is safe: without offsets End itself skips the group checks (its
+// forced heartbeat: "with nothing committed, membership is irrelevant to
+// the transaction"); what is left is its revoked/lost mark, which the
+// rebalance callbacks set only between cycles (BlockRebalanceOnPoll) and
+// which the run loop sees as rebalance.pending (the caller falls back to
+// End when it is set). Nothing was consumed, so an abort has nothing to
+// rewind.
+func endWithoutOffsets(ctx context.Context, cl *kgo.Client) (committed bool, err error) {
+	if err := cl.Flush(ctx); err != nil {
+		return false, err
+	}
+	err = cl.EndTransaction(ctx, kgo.TryCommit)
+	if err == nil {
+		return true, nil
+	}
+	// The errors EndTransaction documents as "retry as an abort": the
+	// commit was not attempted, or its outcome is unknown (the abort
+	// fences whatever is left by bumping the producer's epoch).
+	var ke *kerr.Error
+	if errors.Is(err, kerr.OperationNotAttempted) || errors.Is(err, kerr.TransactionAbortable) ||
+		errors.Is(err, kerr.UnknownServerError) || !errors.As(err, &ke) {
+		if aerr := cl.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
+			return false, fmt.Errorf("%w (and aborting: %v)", err, aerr)
+		}
+		return false, nil
+	}
+	return false, err
 }
