@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
 
@@ -209,8 +211,12 @@ func (t *Task) earliestTimer() (int64, error) {
 }
 
 // fire emits every key and window whose maximum timestamp the input
-// watermark has passed.
+// watermark has passed, in key-window order.
 func (t *Task) fire(inputWM int64) error {
+	fresh, err := t.takeUnstored(inputWM)
+	if err != nil {
+		return err
+	}
 	if err := t.flushBuffered(); err != nil {
 		return err
 	}
@@ -219,21 +225,36 @@ func (t *Task) fire(inputWM int64) error {
 		t.gbk.droppedLate = 0
 	}
 	due := t.gbk.timers.takeBefore(inputWM)
-	if len(due) == 0 {
+	if len(due) == 0 && len(fresh) == 0 {
 		return nil
 	}
+	for kw := range fresh {
+		due = append(due, dueTimer{kw: kw})
+	}
+	// In store order ('B' is keyed key, then window), not the timers'
+	// time order, so that the iterator only moves forward and mostly
+	// steps rather than seeks (runCursor): the end of a 10-minute
+	// windowed input fires 600,000 groups at once, and a seek per group,
+	// back to the first key for each window, took most of a firing's
+	// CPU. The order among the groups a cycle fires is free: they all go
+	// out in this cycle, before its watermark report.
+	slices.SortFunc(due, func(a, b dueTimer) int { return strings.Compare(a.kw, b.kw) })
 	// One iterator over the buffered runs for every group: a new iterator
-	// per group cost a seek through every level of the store each, and
-	// the groups come in key order within a window, so each seek moves
-	// forward. It sees the batch as of now; the runs read are deleted
-	// after it closes.
+	// per group cost a seek through every level of the store each. It
+	// sees the batch as of now; the runs read are deleted after it closes.
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: t.key(state.Buffer), UpperBound: t.key(state.Buffer + 1)})
 	if err != nil {
 		return err
 	}
+	cur := &runCursor{it: it}
 	var stored [][]byte
 	for _, d := range due {
-		if stored, err = t.emitGroup(it, []byte(d.kw), stored); err != nil {
+		if r := fresh[d.kw]; r != nil {
+			err = t.emitUnstored(d.kw, r)
+		} else {
+			stored, err = t.emitGroup(cur, []byte(d.kw), stored)
+		}
+		if err != nil {
 			it.Close()
 			return err
 		}
@@ -251,6 +272,9 @@ func (t *Task) fire(inputWM int64) error {
 	}
 	k := append([]byte(nil), t.prefix...)
 	for _, d := range due {
+		if fresh[d.kw] != nil {
+			continue // never stored
+		}
 		k = append(k[:len(t.prefix)], byte(state.Timer))
 		k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(d.maxTs))
 		k = append(k, d.kw...)
@@ -259,6 +283,74 @@ func (t *Task) fire(inputWM int64) error {
 		}
 	}
 	return nil
+}
+
+// takeUnstored takes out of the interval's buffer the groups that are due
+// and whose values all came in this interval (one run, no timer stored:
+// nothing of theirs is in the store), for fire to emit straight from
+// memory. Written to the state batch, each would cost a run and a timer
+// put, their deletions, four changelog records and a read back, all to
+// leave nothing behind; a backlog of windowed input (windows that close
+// within the cycle that read them) is mostly such groups. Groups with
+// stored runs, or a full run kept apart, go the stored way.
+func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
+	g := &t.gbk
+	var split map[string]bool // kws with a full run kept apart
+	if len(g.full) > 0 {
+		split = make(map[string]bool, len(g.full))
+		for _, f := range g.full {
+			split[f.kw] = true
+		}
+	}
+	var fresh map[string]*gbkRun
+	for kw, r := range g.runs {
+		if split[kw] {
+			continue
+		}
+		_, _, maxTs, err := splitKeyWindow([]byte(kw))
+		if err != nil {
+			return nil, err
+		}
+		if maxTs >= inputWM || g.timers.has(maxTs, kw) {
+			continue
+		}
+		if fresh == nil {
+			fresh = map[string]*gbkRun{}
+		}
+		fresh[kw] = r
+		delete(g.runs, kw)
+	}
+	return fresh, nil
+}
+
+// emitUnstored emits the group of key-window kw whose values are all in
+// run r (takeUnstored).
+func (t *Task) emitUnstored(kw string, r *gbkRun) error {
+	key, win, maxTs, err := splitKeyWindow([]byte(kw))
+	if err != nil {
+		return err
+	}
+	out, countAt := groupHeader(key, win, maxTs)
+	last := int64(-1)
+	out, n, _, _, err := appendRun(out, r.data, r.first, 0, &last, math.MaxInt)
+	if err != nil {
+		return err
+	}
+	binary.BigEndian.PutUint32(out[countAt:], uint32(n))
+	return t.route(t.sub.Root.Output, out)
+}
+
+// groupHeader starts the encoded KV<key, iterable> of a fired group, one
+// pane (first, last, ON_TIME) in window win at its maximum timestamp,
+// with a zero count at countAt for the caller to set.
+func groupHeader(key, win []byte, maxTs int64) (out []byte, countAt int) {
+	out = binary.BigEndian.AppendUint64(make([]byte, 0, 256), state.EventTimeBits(maxTs))
+	out = binary.BigEndian.AppendUint32(out, 1)
+	out = append(out, win...)
+	out = append(out, 0x07) // pane: first, last, ON_TIME, index 0
+	out = append(out, key...)
+	countAt = len(out)
+	return append(out, 0, 0, 0, 0), countAt
 }
 
 // splitKeyWindow splits a state reference "len key | key | len win | win"
@@ -279,26 +371,21 @@ func splitKeyWindow(kw []byte) (key, win []byte, maxTs int64, err error) {
 // runs with it (an iterator over the task's 'B' range), and returns stored
 // with the state keys of the runs it read appended, for the caller to
 // delete.
-func (t *Task) emitGroup(it *pebble.Iterator, kw []byte, stored [][]byte) ([][]byte, error) {
+func (t *Task) emitGroup(cur *runCursor, kw []byte, stored [][]byte) ([][]byte, error) {
+	it := cur.it
 	key, win, maxTs, err := splitKeyWindow(kw)
 	if err != nil {
 		return stored, err
 	}
 	lower := t.key(state.Buffer, kw)
-	out := binary.BigEndian.AppendUint64(make([]byte, 0, 256), state.EventTimeBits(maxTs))
-	out = binary.BigEndian.AppendUint32(out, 1)
-	out = append(out, win...)
-	out = append(out, 0x07) // pane: first, last, ON_TIME, index 0
-	out = append(out, key...)
-	countAt := len(out)
-	out = append(out, 0, 0, 0, 0)
+	out, countAt := groupHeader(key, win, maxTs)
 	// Runs come in the order of their first offsets. A record delivered
 	// again after its run was stored (state applied, offsets not committed)
 	// shows up in a later run with an offset at or below the last one
 	// taken, so it is skipped: every value counts once.
 	n, last := 0, int64(-1)
 	var paged *pagedGroup
-	for valid := it.SeekGE(lower); valid; valid = it.Next() {
+	for valid := cur.seekGE(lower); valid; valid = cur.next() {
 		k := it.Key()
 		if !bytes.HasPrefix(k, lower) {
 			break
@@ -335,6 +422,44 @@ func (t *Task) emitGroup(it *pebble.Iterator, kw []byte, stored [][]byte) ([][]b
 		binary.BigEndian.PutUint32(out[countAt:], uint32(n))
 	}
 	return stored, t.route(t.sub.Root.Output, out)
+}
+
+// runCursor positions an iterator over the 'B' range at the runs of groups
+// visited in increasing key order. Invariant: once started, every key
+// before the iterator's position is below the lower bound of the next
+// group asked for (its groups came earlier in the order, and a group's
+// runs share its length-prefixed key-window, which no other group's
+// extends), so a position at or past that bound is the group's first run.
+// Pebble forgets a seek's position for its own next-seek shortcut once
+// Next is called, so stepping is what keeps a forward walk cheap.
+type runCursor struct {
+	it             *pebble.Iterator
+	started, valid bool
+}
+
+// maxSteps bounds how many runs of groups not fired seekGE steps over
+// before it seeks instead.
+const maxSteps = 16
+
+func (c *runCursor) seekGE(lower []byte) bool {
+	if c.started {
+		for steps := 0; c.valid && bytes.Compare(c.it.Key(), lower) < 0; steps++ {
+			if steps == maxSteps {
+				c.valid = c.it.SeekGE(lower)
+				break
+			}
+			c.valid = c.it.Next()
+		}
+		return c.valid
+	}
+	c.started = true
+	c.valid = c.it.SeekGE(lower)
+	return c.valid
+}
+
+func (c *runCursor) next() bool {
+	c.valid = c.it.Next()
+	return c.valid
 }
 
 // appendRun appends to out the values of a stored run (gbkRun.data) whose

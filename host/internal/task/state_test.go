@@ -194,3 +194,52 @@ func TestProduceChangelogFailure(t *testing.T) {
 		t.Errorf("failures %v, want the produce error, naming the changelog", f.te.fails)
 	}
 }
+
+// A group that is due in the cycle that read all its values is fired
+// straight from memory (takeUnstored): nothing of it reaches the store or
+// the changelog. Groups with stored runs fire from the store as before,
+// the ones not due are stored, and all fired groups come out in
+// key-window order whichever way they went.
+func TestFireUnstoredGroups(t *testing.T) {
+	f := newGroupFixture(t)
+	w1, w2 := interval(0, 60000), interval(60000, 120000)
+	f.te.cycle(f.tk, append(f.in.data(wv(1000, kv("k3", "a"), w1)), f.in.wm(f.prod, 30000))...)
+	f.te.takeChangelog()
+	f.te.cycle(f.tk, append(f.in.data(
+		wv(2000, kv("k3", "b"), w1), // k3 has a stored run: fired from the store
+		wv(2000, kv("k1", "x"), w1), // k1 and k2 came in this cycle: from memory
+		wv(3000, kv("k2", "y"), w1),
+		wv(4000, kv("k1", "z"), w1),
+		wv(61000, kv("k2", "later"), w2), // not due: stored
+	), f.in.wm(f.prod, 70000))...)
+	checkLines(t, "groups", f.te.exec(f.sub).inputs(), []string{
+		`"k1":["x" "z"] @59999 [0,60000) ontime#0 first last`,
+		`"k2":["y"] @59999 [0,60000) ontime#0 first last`,
+		`"k3":["a" "b"] @59999 [0,60000) ontime#0 first last`,
+	})
+	k2Sets := 0
+	for _, r := range f.te.takeChangelog() {
+		switch {
+		case strings.Contains(string(r.Key), "k1"):
+			t.Errorf("changelog record %q of k1, fired from memory", r.Key)
+		case strings.Contains(string(r.Key), "k2") && r.Value == nil:
+			t.Errorf("changelog tombstone %q of k2, whose due group was fired from memory", r.Key)
+		case strings.Contains(string(r.Key), "k2"):
+			k2Sets++
+		}
+	}
+	if k2Sets != 2 {
+		t.Errorf("%d changelog records of k2, want 2: the run and timer of its window not due", k2Sets)
+	}
+	var left []string
+	for k := range storeContents(t, f.te.env.DB, f.tk.prefix) {
+		if strings.Contains(k, "k1") || strings.Contains(k, "k2") || strings.Contains(k, "k3") {
+			left = append(left, k)
+		}
+	}
+	if len(left) != 2 { // k2's run in w2 and its timer
+		t.Errorf("store holds %q, want only k2's run in [60000,120000) and its timer", left)
+	}
+	f.te.cycle(f.tk, f.in.wm(f.prod, maxWatermark))
+	checkLines(t, "last groups", f.te.exec(f.sub).inputs(), []string{`"k2":["later"] @119999 [60000,120000) ontime#0 first last`})
+}
