@@ -161,8 +161,15 @@ func (t *Task) flushBuffered() error {
 		}
 	}
 	g.full = g.full[:0]
-	for kw, r := range g.runs {
-		if err := t.writeRun(kw, r); err != nil {
+	// In key order: the batch's skiplist then finds each insert's place
+	// next to the previous one's, in cache, rather than at random.
+	kws := make([]string, 0, len(g.runs))
+	for kw := range g.runs {
+		kws = append(kws, kw)
+	}
+	slices.Sort(kws)
+	for _, kw := range kws {
+		if err := t.writeRun(kw, g.runs[kw]); err != nil {
 			return err
 		}
 	}
@@ -238,6 +245,8 @@ func (t *Task) fire(inputWM int64) error {
 	// back to the first key for each window, took most of a firing's
 	// CPU. The order among the groups a cycle fires is free: they all go
 	// out in this cycle, before its watermark report.
+	byTime := due // takeBefore's order, the timers' store order, for their deletion
+	due = slices.Clone(due)
 	slices.SortFunc(due, func(a, b dueTimer) int { return strings.Compare(a.kw, b.kw) })
 	// One iterator over the buffered runs for every group: a new iterator
 	// per group cost a seek through every level of the store each. It
@@ -271,7 +280,7 @@ func (t *Task) fire(inputWM int64) error {
 		}
 	}
 	k := append([]byte(nil), t.prefix...)
-	for _, d := range due {
+	for _, d := range byTime {
 		if fresh[d.kw] != nil {
 			continue // never stored
 		}
