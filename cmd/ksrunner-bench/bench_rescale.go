@@ -49,7 +49,10 @@ import (
 // gives, per phase of the plan, the windows complete, incomplete and
 // duplicated and the skew p50/p99/max; the sustained rate; and for each
 // kill the handover windows and the failover time (from the kill to the
-// completion of the first window that starts after it). The command fails
+// completion of the first window that starts after it), and the same for
+// each instance started while the generator runs (a join hands tasks over
+// too: revoked, restored from their changelogs, resumed elsewhere); each
+// phase's p50/p99 is given also without the handover windows. The command fails
 // if any window is incomplete or duplicated, or a result names a window or
 // key nothing was produced in.
 
@@ -305,6 +308,10 @@ type rescaleResult struct {
 	Duplicated int
 	Unexpected int // windows with results but nothing produced in them
 	Kills      []killResult
+	// Joins are the instances started while the generator ran: their
+	// tasks are handed over from the running instances (revoked,
+	// restored from their changelogs, resumed), as a kill's are.
+	Joins []killResult
 }
 
 // phaseResult is one phase of the plan (or the warm-up) over the windows
@@ -603,16 +610,13 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		}
 	}
 
-	// Kills: the failover and the handover windows.
+	// Kills and joins: the handover time and the handover windows.
 	handover := map[int64]bool{}
-	for _, in := range b.instances {
-		if in.killedAt.IsZero() {
-			continue
-		}
-		k := killResult{Instance: in.n, At: rel(in.killedAt), Failover: -1}
+	handoverOf := func(n int, at time.Time) killResult {
+		k := killResult{Instance: n, At: rel(at), Failover: -1}
 		done := time.Time{}
 		for _, w := range res.Windows {
-			if !w.Start.Before(in.killedAt) {
+			if !w.Start.Before(at) {
 				switch {
 				case w.Complete:
 					done = w.CompleteAt
@@ -622,16 +626,16 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 					done, k.FailoverInexact = w.CoveredAt, true
 				}
 				if !done.IsZero() {
-					k.Failover = done.Sub(in.killedAt)
+					k.Failover = done.Sub(at)
 				}
 				break
 			}
 		}
 		for _, w := range res.Windows {
-			// In flight at the kill (not complete then), and ending before
-			// the failover completed.
+			// In flight at the kill or join (not complete then), and
+			// ending before the handover completed.
 			end := w.Start.Add(rescaleWindow)
-			inFlight := !w.Complete || w.CompleteAt.After(in.killedAt)
+			inFlight := !w.Complete || w.CompleteAt.After(at)
 			if inFlight && (done.IsZero() || end.Before(done)) {
 				handover[w.Start.UnixMilli()] = true
 				k.Handover++
@@ -641,7 +645,15 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 				}
 			}
 		}
-		res.Kills = append(res.Kills, k)
+		return k
+	}
+	for _, in := range b.instances {
+		if !in.startedAt.IsZero() && in.startedAt.After(b.genStart) {
+			res.Joins = append(res.Joins, handoverOf(in.n, in.startedAt))
+		}
+		if !in.killedAt.IsZero() {
+			res.Kills = append(res.Kills, handoverOf(in.n, in.killedAt))
+		}
 	}
 
 	// Phases: the warm-up, then one per distinct step time.
@@ -754,6 +766,14 @@ func (b *rescaleBench) report(res *rescaleResult, stdout io.Writer, benchCPU tim
 		}
 		fmt.Fprintf(stdout, "kill of instance %d at %+.1fs: failover %s (to the completion of the first window starting after the kill); %d handover windows (in flight at the kill, ending before then), %d complete, skew up to %s\n",
 			k.Instance, k.At.Seconds(), fo, k.Handover, k.HandoverComplete, secs(k.HandoverMaxSkew))
+	}
+	for _, k := range res.Joins {
+		ho := "never (the first window after it did not complete)"
+		if k.Failover >= 0 {
+			ho = secs(k.Failover)
+		}
+		fmt.Fprintf(stdout, "join of instance %d at %+.1fs: handover %s (to the completion of the first window starting after its start); %d handover windows (in flight at its start, ending before then), %d complete, skew up to %s\n",
+			k.Instance, k.At.Seconds(), ho, k.Handover, k.HandoverComplete, secs(k.HandoverMaxSkew))
 	}
 	for _, w := range res.Windows {
 		if w.Published && (w.Duplicated || !w.Complete) {

@@ -146,7 +146,8 @@ type benchInstance struct {
 	pool     *benchProc
 	endpoint string     // its job endpoint (a job server)
 	job      chan error // its submission's Execute result (nil: not submitted)
-	killedAt time.Time
+	// startedAt is when its start began; killedAt when it was killed.
+	startedAt, killedAt time.Time
 }
 
 func (in *benchInstance) alive() bool { return in.proc.alive() }
@@ -162,7 +163,7 @@ func (in *benchInstance) alive() bool { return in.proc.alive() }
 // makes it a member of the application's consumer group), or a `ksrunner
 // worker` joining the application from its pipeline topic.
 func (b *rescaleBench) startInstance(ctx context.Context, stdout io.Writer) (*benchInstance, error) {
-	in := &benchInstance{n: len(b.instances) + 1}
+	in := &benchInstance{n: len(b.instances) + 1, startedAt: time.Now()}
 	in.stateDir = filepath.Join(b.workDir, fmt.Sprintf("instance-%d", in.n))
 	name := fmt.Sprintf("instance %d", in.n)
 	if err := os.MkdirAll(in.stateDir, 0o755); err != nil {
