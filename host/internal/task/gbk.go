@@ -127,14 +127,16 @@ func (g *gbkRuns) add(key, win, value []byte, offset int64) {
 		if g.runs == nil {
 			g.runs = map[string]*gbkRun{}
 		}
-		r = &gbkRun{first: offset, data: make([]byte, 0, 64)}
+		// Small at first: a windowed input's groups mostly get one or
+		// two values a cycle, and 600,000 of them may be buffered at once.
+		r = &gbkRun{first: offset, data: make([]byte, 0, 16)}
 		g.runs[string(g.kw)] = r
 	}
 	if len(r.data) >= maxStoredValue {
 		// A run is one changelog record: a full one is kept apart (its key
 		// has its own first offset) and a new one starts here.
 		g.full = append(g.full, fullRun{kw: string(g.kw), run: r})
-		r = &gbkRun{first: offset, data: make([]byte, 0, 64)}
+		r = &gbkRun{first: offset, data: make([]byte, 0, 16)}
 		g.runs[string(g.kw)] = r
 	}
 	r.data = binary.AppendUvarint(r.data, uint64(offset-r.first))
