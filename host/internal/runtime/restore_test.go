@@ -49,6 +49,17 @@ func newChangelogApp(t testing.TB, bootstrap string, partitions int) *changelogA
 	if err := ts.Create(ctx, kadm.NewClient(admin)); err != nil {
 		t.Fatal(err)
 	}
+	if kafkatest.IsReal() {
+		// The changelogs of restore tests hold up to 100 MB each: not to be
+		// left on a broker that every test run shares.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := ts.Delete(ctx, kadm.NewClient(admin)); err != nil {
+				t.Logf("deleting the topics of application %s: %v", app, err)
+			}
+		})
+	}
 	return &changelogApp{bootstrap: bootstrap, app: app, plan: plan, topics: ts, admin: admin}
 }
 
