@@ -12,10 +12,9 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -59,14 +58,7 @@ func startServer(t *testing.T, opts host.Options, sopts ...host.ServerOption) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return srv, jobpb.NewJobServiceClient(cc)
+	return srv, jobtest.Serve(t, srv)
 }
 
 // startWorkerInProcess runs a worker (host.Worker, `ksrunner worker`) of the
