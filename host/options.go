@@ -330,15 +330,16 @@ func (o Options) validateGroup(src string) error {
 		return fmt.Errorf("%s group_protocol: %q, must be %s or %s", src, o.GroupProtocol, runtime.GroupProtocolClassic, runtime.GroupProtocolConsumer)
 	case o.SessionTimeoutMs < 1:
 		return fmt.Errorf("%s session_timeout_ms: %d, must be positive (and within the broker's limits, 6000 to 1800000 by default)", src, o.SessionTimeoutMs)
-	case o.BrokerUnavailableTimeoutMs < minBrokerUnavailableTimeoutMs:
-		return fmt.Errorf("%s broker_unavailable_timeout_ms: %d, must be at least %d", src, o.BrokerUnavailableTimeoutMs, minBrokerUnavailableTimeoutMs)
+	case o.BrokerUnavailableTimeoutMs < MinBrokerUnavailableTimeoutMs:
+		return fmt.Errorf("%s broker_unavailable_timeout_ms: %d, must be at least %d", src, o.BrokerUnavailableTimeoutMs, MinBrokerUnavailableTimeoutMs)
 	}
 	return nil
 }
 
-// minBrokerUnavailableTimeoutMs is the least broker_unavailable_timeout_ms:
+// MinBrokerUnavailableTimeoutMs is the least broker_unavailable_timeout_ms
+// (of a job, or of a worker's pipeline-topic reads):
 // a client takes about a second to notice a lost connection and retry it.
-const minBrokerUnavailableTimeoutMs = 1000
+const MinBrokerUnavailableTimeoutMs = 1000
 
 // checkStateDir refuses a state_dir whose parent directory does not
 // exist: ksrunner creates state_dir, not the directories above it (a typo

@@ -1,7 +1,6 @@
 package host_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,26 +32,9 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/endpoint"
 	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/host/jobtest"
 )
-
-// syncBuffer is a log destination tests read while servers write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // guardedFiles writes a CA, a server certificate for 127.0.0.1 and a
 // token: the endpoint security of a job server reachable beyond loopback.
@@ -123,7 +104,7 @@ func TestJobEndpointBeyondLoopback(t *testing.T) {
 		t.Fatalf("NewJobServer on 0.0.0.0 with TLS, no token: %v, want an error naming auth_token_file only", err)
 	}
 
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	insecure, err := host.NewJobServer("0.0.0.0:0", host.DefaultOptions(), slog.New(slog.NewTextHandler(&logs, nil)), host.WithEndpointSecurity(endpoint.Security{InsecureBind: true}))
 	if err != nil {
 		t.Fatalf("insecure_bind: %v", err)

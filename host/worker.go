@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -40,7 +41,13 @@ type WorkerConfig struct {
 	// runs the stages of that environment instead of the one the pipeline
 	// names.
 	SDKWorkerPools map[string]string
-	Logger         *slog.Logger
+	// BrokerUnavailableTimeout is how long the worker goes on without
+	// reading its application's pipeline topic (the brokers out of reach)
+	// before Run fails, naming them (option broker_unavailable_timeout_ms);
+	// zero: runtime.DefaultBrokerUnavailableTimeout. The jobs it runs keep
+	// their own option, from the pipeline topic.
+	BrokerUnavailableTimeout time.Duration
+	Logger                   *slog.Logger
 }
 
 // Worker runs one more process of an application a job server started: it
@@ -101,6 +108,12 @@ func NewWorker(cfg WorkerConfig, options ...ServerOption) (*Worker, error) {
 	if err := checkStateDir("option", cfg.StateDir); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	if ms := cfg.BrokerUnavailableTimeout.Milliseconds(); cfg.BrokerUnavailableTimeout != 0 && ms < MinBrokerUnavailableTimeoutMs {
+		return nil, fmt.Errorf("worker: option broker_unavailable_timeout_ms: %d, must be at least %d", ms, MinBrokerUnavailableTimeoutMs)
+	}
+	if cfg.BrokerUnavailableTimeout == 0 {
+		cfg.BrokerUnavailableTimeout = runtime.DefaultBrokerUnavailableTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -140,7 +153,11 @@ func (w *Worker) Run(ctx context.Context) (err error) {
 	defer os.RemoveAll(dir)
 	w.server.stageDir = dir
 	w.logger.Info("worker: following the pipeline topic", "topic", t.Name(), "bootstrap_servers", w.cfg.BootstrapServers)
-	return application.Follow(ctx, t, application.FollowConfig{Run: w.runJob, Logger: w.logger})
+	err = application.Follow(ctx, t, application.FollowConfig{Run: w.runJob, Logger: w.logger, Unavailable: w.cfg.BrokerUnavailableTimeout})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
 }
 
 func (w *Worker) runJob(ctx context.Context, m *application.Manifest, s *application.Spec) error {

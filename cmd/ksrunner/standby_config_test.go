@@ -45,3 +45,23 @@ func TestBrokerUnavailableTimeoutConfig(t *testing.T) {
 		t.Errorf("flag 10: %v, want an error of the job server configuration naming broker_unavailable_timeout_ms", err)
 	}
 }
+
+// TestWorkerBrokerUnavailableTimeoutFlag: a worker's
+// broker_unavailable_timeout_ms (how long it reads its pipeline topic
+// without the brokers) defaults to the job option's default, comes from a
+// flag or the environment, and under a second is an error naming it and
+// where it came from.
+func TestWorkerBrokerUnavailableTimeoutFlag(t *testing.T) {
+	base := []string{"--application_id=a", "--bootstrap_servers=b:1"}
+	if f, err := parseWorkerFlags(base); err != nil || f.brokerUnavailableMs != 180000 {
+		t.Fatalf("default: %d, %v", f.brokerUnavailableMs, err)
+	}
+	if f, err := parseWorkerFlags(append(base, "--broker_unavailable_timeout_ms=60000")); err != nil || f.brokerUnavailableMs != 60000 {
+		t.Fatalf("flag: %d, %v", f.brokerUnavailableMs, err)
+	}
+	t.Setenv("KSRUNNER_BROKER_UNAVAILABLE_TIMEOUT_MS", "500")
+	_, err := parseWorkerFlags(base)
+	if err == nil || !strings.Contains(err.Error(), "option broker_unavailable_timeout_ms: 500, must be at least 1000 (from environment variable KSRUNNER_BROKER_UNAVAILABLE_TIMEOUT_MS)") {
+		t.Errorf("environment 500: %v, want an error naming the option and the variable", err)
+	}
+}

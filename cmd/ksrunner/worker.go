@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -22,6 +23,7 @@ type workerFlags struct {
 	appID, brokers, stateDir, logLevel string
 	statusHost                         string
 	statusPort                         int
+	brokerUnavailableMs                int
 	pools                              []string
 	kafka                              host.KafkaSecurity
 	endpoint                           endpoint.Security // of the status endpoint
@@ -38,6 +40,8 @@ func workerFlagSet(f *workerFlags) *pflag.FlagSet {
 	fs.StringVar(&f.statusHost, "status_host", "localhost", "host the status page and /metrics listen on")
 	fs.IntVar(&f.statusPort, "status_port", 0, "port of the worker's status page and Prometheus /metrics (0: none)")
 	fs.StringSliceVar(&f.pools, "sdk_worker_pool", nil, "ENVIRONMENT_ID=HOST:PORT: run the stages of that environment in the Beam SDK worker pool at HOST:PORT (repeatable)")
+	fs.IntVar(&f.brokerUnavailableMs, "broker_unavailable_timeout_ms", host.DefaultOptions().BrokerUnavailableTimeoutMs,
+		"how long the worker goes on without reading its application's pipeline topic (its Kafka brokers out of reach; it retries with backoff) before it fails, naming them; the jobs it runs keep the option they were submitted with")
 	fs.BoolVar(&f.allowProcess, "allow_process_environments", true, "run the commands of the job's PROCESS environments (false: leave their stages to other processes)")
 	kafkaSecurityFlags(fs, &f.kafka)
 	endpointSecurityFlags(fs, &f.endpoint, "status endpoint")
@@ -71,6 +75,9 @@ func parseWorkerFlags(args []string) (workerFlags, error) {
 	}
 	if f.statusPort < 0 || f.statusPort > 65535 {
 		return f, fmt.Errorf("option status_port: %d, want a port (0: no status page)%s", f.statusPort, fromWhere(errors.New("option status_port"), sources))
+	}
+	if f.brokerUnavailableMs < host.MinBrokerUnavailableTimeoutMs {
+		return f, fmt.Errorf("option broker_unavailable_timeout_ms: %d, must be at least %d%s", f.brokerUnavailableMs, host.MinBrokerUnavailableTimeoutMs, fromWhere(errors.New("option broker_unavailable_timeout_ms"), sources))
 	}
 	if err := f.kafka.Check(); err != nil {
 		return f, fmt.Errorf("worker: %w%s", err, fromWhere(err, sources))
@@ -109,6 +116,7 @@ func runWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	w, err := host.NewWorker(host.WorkerConfig{
 		ApplicationID: f.appID, BootstrapServers: f.brokers, StateDir: f.stateDir, SDKWorkerPools: pools, Logger: logger,
+		BrokerUnavailableTimeout: time.Duration(f.brokerUnavailableMs) * time.Millisecond,
 	}, opts...)
 	if err != nil {
 		return err

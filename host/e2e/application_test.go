@@ -12,10 +12,9 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -59,14 +58,7 @@ func startServer(t *testing.T, opts host.Options, sopts ...host.ServerOption) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return srv, jobpb.NewJobServiceClient(cc)
+	return srv, jobtest.Serve(t, srv)
 }
 
 // startWorkerInProcess runs a worker (host.Worker, `ksrunner worker`) of the
@@ -127,7 +119,7 @@ func TestWorkerJoinsApplication(t *testing.T) {
 	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
 	ended := make(chan jobEnd, 1)
 	go func() { r, err := wait(ctx, ksrunner, id); ended <- jobEnd{r.State, r.Errors, err} }()
-	checkCounts(t, "before the worker", readCommitted(ctx, t, bootstrap, out, len(want1)), want1)
+	kafkatest.CheckCounts(t, "before the worker", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want1)), want1)
 
 	w, _ := startWorkerInProcess(ctx, t, appID, bootstrap)
 
@@ -155,7 +147,7 @@ func TestWorkerJoinsApplication(t *testing.T) {
 	t.Logf("members and their partitions: %v", members)
 
 	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
-	readCommitted(ctx, t, bootstrap, out, len(want2))
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want2))
 
 	if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
 		t.Fatalf("Cancel: %v", err)
@@ -173,7 +165,7 @@ func TestWorkerJoinsApplication(t *testing.T) {
 			t.Fatalf("the worker's job is %v 30s after the cancel, want CANCELLED", state)
 		}
 	}
-	checkCounts(t, "after the worker joined", readCommitted(ctx, t, bootstrap, out, -1), want2)
+	kafkatest.CheckCounts(t, "after the worker joined", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), want2)
 }
 
 // TestJobServerResumes: a job server with a state_dir that stops (as for a
@@ -199,7 +191,7 @@ func TestJobServerResumes(t *testing.T) {
 	if _, err := submit(ctx, t, client1, kafkaSumPipeline(t, pool, in, out, time.Minute, nil), map[string]string{"application_id": appID}); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
-	checkCounts(t, "before the restart", readCommitted(ctx, t, bootstrap, out, len(want1)), want1)
+	kafkatest.CheckCounts(t, "before the restart", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want1)), want1)
 	srv1.Stop()
 
 	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
@@ -212,7 +204,7 @@ func TestJobServerResumes(t *testing.T) {
 	if err != nil || len(jobs.GetJobInfo()) != 1 || jobs.GetJobInfo()[0].GetJobId() != ids[0] {
 		t.Fatalf("GetJobs after the resume: %v, %v; want job %s", jobs, err, ids[0])
 	}
-	checkCounts(t, "after the resume", readCommitted(ctx, t, bootstrap, out, len(want2)), want2)
+	kafkatest.CheckCounts(t, "after the resume", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want2)), want2)
 	if _, err := client2.Cancel(ctx, &jobpb.CancelJobRequest{JobId: ids[0]}); err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +216,7 @@ func TestJobServerResumes(t *testing.T) {
 		t.Errorf("the resumed job's messages do not say it was resumed:\n%s", strings.Join(r.Messages, "\n"))
 	}
 	srv2.Stop()
-	checkCounts(t, "after the cancel", readCommitted(ctx, t, bootstrap, out, -1), want2)
+	kafkatest.CheckCounts(t, "after the cancel", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), want2)
 
 	srv3, _ := startServer(t, opts)
 	if ids, err := srv3.Resume(ctx); err != nil || len(ids) != 0 {

@@ -168,7 +168,7 @@ func runUntilOutput(ctx context.Context, t *testing.T, bootstrap string, pipe *p
 		}
 		done <- ended{r, err}
 	}()
-	got := readCommitted(readCtx, t, bootstrap, out, len(want))
+	got := kafkatest.ReadCounts(readCtx, t, bootstrap, out, len(want))
 	if afterOutput != nil {
 		afterOutput(id)
 	}
@@ -178,7 +178,7 @@ func runUntilOutput(ctx context.Context, t *testing.T, bootstrap string, pipe *p
 	if e := <-done; e.err != nil || e.r.State != jobpb.JobState_CANCELLED {
 		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", e.r.State, e.r.Errors, e.err)
 	}
-	if all := readCommitted(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) || !maps.Equal(got, want) {
+	if all := kafkatest.ReadCounts(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) || !maps.Equal(got, want) {
 		t.Errorf("output: %d records, %v; want %d, %v", len(all), all, len(want), want)
 	}
 	return id

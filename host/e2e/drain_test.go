@@ -45,7 +45,7 @@ func TestDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCounts(t, "before the drain", readCommitted(ctx, t, bootstrap, out, len(closed)), closed)
+	kafkatest.CheckCounts(t, "before the drain", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(closed)), closed)
 
 	resp, err := ksrunner.Drain(ctx, &jobpb.DrainJobRequest{JobId: id})
 	if err != nil {
@@ -73,7 +73,7 @@ func TestDrain(t *testing.T) {
 	}
 	// Records produced after the drain are not read.
 	d.produce(ctx, t, bootstrap, in, []countRec{{key: "late", ts: time.Now().UnixMilli(), value: 1, partition: 0}})
-	checkCounts(t, "after the drain", readCommitted(ctx, t, bootstrap, out, -1), all)
+	kafkatest.CheckCounts(t, "after the drain", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), all)
 
 	// The group's offsets are where the read stopped: the input's ends
 	// before the late record.

@@ -194,7 +194,7 @@ func (a *faultApp) produceThird(t *testing.T, k int) {
 func (a *faultApp) awaitThird(t *testing.T, k int) map[string]int64 {
 	t.Helper()
 	want := a.data.fired(a.data.recs[:(k+1)*len(a.data.recs)/3])
-	readCommitted(a.ctx, t, a.bootstrap, a.out, len(want))
+	kafkatest.ReadCounts(a.ctx, t, a.bootstrap, a.out, len(want))
 	return want
 }
 
@@ -206,7 +206,7 @@ func (a *faultApp) finish(t *testing.T) {
 	if _, err := ksrunner.Cancel(a.ctx, &jobpb.CancelJobRequest{JobId: a.jobID}); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	checkCounts(t, "output", readCommitted(a.ctx, t, a.bootstrap, a.out, -1), want)
+	kafkatest.CheckCounts(t, "output", kafkatest.ReadCounts(a.ctx, t, a.bootstrap, a.out, -1), want)
 }
 
 // workerJoins starts a worker on stateDir, waits until both processes hold

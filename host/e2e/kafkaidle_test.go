@@ -61,7 +61,7 @@ func TestKafkaWithheldPartitionNotLate(t *testing.T) {
 	warm := time.Now()
 	produce(0, "warm", warm)
 	produce(1, "warm", warm)
-	readCommitted(ctx, t, bootstrap, out, 1)
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, 1)
 
 	// Withhold partition 1 from the fetches, from a fetch that asked for
 	// it on: one already waiting at the broker may answer with the record.
@@ -112,5 +112,5 @@ func TestKafkaWithheldPartitionNotLate(t *testing.T) {
 		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.State, strings.Join(r.Errors, "; "), err)
 	}
 	// Nothing more: a second pane of the window would be a second result.
-	readCommitted(ctx, t, bootstrap, out, -1)
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, -1)
 }

@@ -89,30 +89,6 @@ func kafkaSumPipeline(t *testing.T, env func(context.Context) string, in, out st
 
 func be8(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
 
-// readCommitted reads topic whole, read_committed, by the deadline of ctx,
-// until it holds at least want records, or (want < 0, when nothing writes
-// it any more) everything (kafkatest.ReadTopic). It returns key → Long value,
-// failing on a key seen twice.
-func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, want int) map[string]int64 {
-	t.Helper()
-	got := map[string]int64{}
-	var until func() bool
-	if want >= 0 {
-		until = func() bool { return len(got) >= want }
-	}
-	kafkatest.ReadTopic(ctx, t, bootstrap, topic, until, func(r *kgo.Record) {
-		if len(r.Value) != 8 {
-			t.Errorf("topic %s offset %d: value %x is not a Long", topic, r.Offset, r.Value)
-			return
-		}
-		if _, dup := got[string(r.Key)]; dup {
-			t.Errorf("topic %s: key %q written twice", topic, r.Key)
-		}
-		got[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
-	})
-	return got
-}
-
 // TestKafkaReadWindowedCountWrite: a pipeline reading a user topic of 4
 // partitions through the Kafka read primitive, counting per key in fixed
 // windows and writing through the Kafka write primitive runs unbounded,
@@ -169,7 +145,7 @@ func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipe
 	done := make(chan jobEnd, 1)
 	go func() { r, err := wait(ctx, ksrunner, id); done <- jobEnd{r.State, r.Errors, err} }()
 
-	got := readCommitted(ctx, t, bootstrap, out, len(want))
+	got := kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want))
 	select {
 	case r := <-done:
 		t.Fatalf("the unbounded job ended %v (errors %q, %v) before Cancel", r.state, r.errs, r.err)
@@ -182,10 +158,10 @@ func runCountJob(ctx context.Context, t *testing.T, bootstrap string, pipe *pipe
 		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errs, r.err)
 	}
 	// After the job: the whole topic, nothing more than what was awaited.
-	if all := readCommitted(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) {
+	if all := kafkatest.ReadCounts(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) {
 		t.Errorf("the output topic grew after the counts arrived: %d records, then %d", len(got), len(all))
 	}
-	checkCounts(t, "output", got, want)
+	kafkatest.CheckCounts(t, "output", got, want)
 
 	// The source tasks: one per partition of the input, each reported.
 	status := readStatus(ctx, t, bootstrap, shuffle.TopicName(appID, shuffle.StatusTopic))

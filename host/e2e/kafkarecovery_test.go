@@ -264,7 +264,7 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 	if _, err := submit(ctx, t, srv1.client, pipe, opts); err != nil {
 		t.Fatalf("submit: %v", err)
 	}
-	checkCounts(t, "before the kill", readCommitted(ctx, t, bootstrap, out, len(want1)), want1)
+	kafkatest.CheckCounts(t, "before the kill", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want1)), want1)
 
 	// The second half goes in with the gate armed: a cycle blocks with its
 	// transaction open, and the server is killed in it.
@@ -316,9 +316,9 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 		messages.Store(&r.Messages)
 		ended <- jobEnd{r.State, r.Errors, err}
 	}()
-	readCommitted(ctx, t, bootstrap, out, len(want1)+1)
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want1)+1)
 	firstNew := time.Since(resubmitted)
-	readCommitted(ctx, t, bootstrap, out, len(want2))
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want2))
 	all := time.Since(resubmitted)
 	t.Logf("after the resubmission: first new output in %v, all %d windows in %v (transaction_timeout_ms 300000)", firstNew.Round(time.Millisecond), len(want2), all.Round(time.Millisecond))
 	// Generous next to the seconds it takes, short of the dead member's
@@ -333,7 +333,7 @@ func TestKafkaKillInTransactionAndRestart(t *testing.T) {
 	if r := <-ended; r.err != nil || r.state != jobpb.JobState_CANCELLED {
 		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errs, r.err)
 	}
-	checkCounts(t, "after the restart", readCommitted(ctx, t, bootstrap, out, -1), want2)
+	kafkatest.CheckCounts(t, "after the restart", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), want2)
 
 	// The client was told how the recovery went.
 	msgs := strings.Join(*messages.Load(), "\n")

@@ -2,10 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -39,11 +35,11 @@ func TestKafkaCancelAndResume(t *testing.T) {
 
 	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
 	got1 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want1))
-	checkCounts(t, "after the first job", got1, want1)
+	kafkatest.CheckCounts(t, "after the first job", got1, want1)
 
 	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
 	got2 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want2))
-	checkCounts(t, "after the resubmitted job", got2, want2)
+	kafkatest.CheckCounts(t, "after the resubmitted job", got2, want2)
 }
 
 // runUntil runs pipe under appID until out holds want records, then
@@ -58,14 +54,14 @@ func runUntil(ctx context.Context, t *testing.T, pipe *pipepb.Pipeline, appID, b
 	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
 	done := make(chan jobEnd, 1)
 	go func() { r, err := wait(ctx, ksrunner, id); done <- jobEnd{r.State, r.Errors, err} }()
-	readCommitted(ctx, t, bootstrap, out, want)
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, want)
 	if _, err := ksrunner.Cancel(ctx, &jobpb.CancelJobRequest{JobId: id}); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
 	if r := <-done; r.err != nil || r.state != jobpb.JobState_CANCELLED {
 		t.Fatalf("job ended %v (errors %q, %v), want CANCELLED", r.state, r.errs, r.err)
 	}
-	return readCommitted(ctx, t, bootstrap, out, -1)
+	return kafkatest.ReadCounts(ctx, t, bootstrap, out, -1)
 }
 
 // jobEnd is how a job ended.
@@ -73,24 +69,4 @@ type jobEnd struct {
 	state jobpb.JobState_Enum
 	errs  []string
 	err   error
-}
-
-// checkCounts fails unless got is want, listing the differences.
-func checkCounts(t *testing.T, when string, got, want map[string]int64) {
-	t.Helper()
-	if maps.Equal(got, want) {
-		return
-	}
-	var diff []string
-	for _, k := range slices.Sorted(maps.Keys(want)) {
-		if got[k] != want[k] {
-			diff = append(diff, fmt.Sprintf("%s: got %d want %d", k, got[k], want[k]))
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(got)) {
-		if _, ok := want[k]; !ok {
-			diff = append(diff, fmt.Sprintf("%s: got %d, not expected", k, got[k]))
-		}
-	}
-	t.Errorf("%s: output counts differ (%d records, want %d):\n%s", when, len(got), len(want), strings.Join(diff, "\n"))
 }

@@ -106,7 +106,7 @@ func TestTwoInstances(t *testing.T) {
 				in1.produce(pctx, t, bootstrap, in, len(in1.recs)/2, len(in1.recs))
 			}()
 			insts[0].submit(ctx, t, opts)
-			readCommitted(ctx, t, bootstrap, out, 200) // the first instance is well under way: 10 windows
+			kafkatest.ReadCounts(ctx, t, bootstrap, out, 200) // the first instance is well under way: 10 windows
 			insts[1].submit(ctx, t, opts)
 			joinedAt := time.Now()
 			joinedTasks := insts[1].awaitAssigned(ctx, t, time.Time{})
@@ -137,9 +137,9 @@ func TestTwoInstances(t *testing.T) {
 			// Closing records only now: before the last data records,
 			// they would close windows those records belong to.
 			in1.produceClosing(ctx, t, bootstrap, in)
-			readCommitted(ctx, t, bootstrap, out, len(want))
+			kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want))
 			survivor.cancel(ctx, t)
-			checkCounts(t, "two instances", readCommitted(ctx, t, bootstrap, out, -1), want)
+			kafkatest.CheckCounts(t, "two instances", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), want)
 
 			// Tasks with state moved: at the join, or at the leave
 			// (which tasks move is the assignor's choice).

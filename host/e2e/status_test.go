@@ -132,7 +132,7 @@ func statusJobRunning(ctx context.Context, t *testing.T, extra map[string]string
 		t.Fatalf("submit: %v", err)
 	}
 	t.Cleanup(func() { client.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
-	readCommitted(ctx, t, r.bootstrap, r.out, len(want1))
+	kafkatest.ReadCounts(ctx, t, r.bootstrap, r.out, len(want1))
 	r.base, r.id, r.client = srv.StatusURL(), id, client
 	return r
 }
@@ -433,5 +433,5 @@ func TestStatusPageBrowser(t *testing.T) {
 	if err != nil || st.GetState() != jobpb.JobState_DONE {
 		t.Errorf("after Drain on the page the Job API says %v (%v), want DONE", st.GetState(), err)
 	}
-	checkCounts(t, "after the drain", readCommitted(ctx, t, run.bootstrap, run.out, -1), all)
+	kafkatest.CheckCounts(t, "after the drain", kafkatest.ReadCounts(ctx, t, run.bootstrap, run.out, -1), all)
 }

@@ -85,6 +85,20 @@ func Start(opts host.Options, serverOpts ...host.ServerOption) (*Env, error) {
 	return e, nil
 }
 
+// Serve serves srv until the test ends (then stops it) and returns a
+// client of its Job API.
+func Serve(t testing.TB, srv *host.JobServer) jobpb.JobServiceClient {
+	t.Helper()
+	go srv.Serve()
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return jobpb.NewJobServiceClient(cc)
+}
+
 // Close stops everything Start started.
 func (e *Env) Close() {
 	for i := len(e.stop) - 1; i >= 0; i-- {

@@ -9,19 +9,15 @@ package kafkasecuritytest
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,11 +31,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
@@ -100,43 +95,6 @@ func testContext(t *testing.T, d time.Duration) context.Context {
 func submit(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string) (string, error) {
 	t.Helper()
 	return jobtest.Submit(ctx, t, client, workerBin, pipe, opts)
-}
-
-// readCommitted reads topic whole, read_committed: key -> Long value.
-func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string) map[string]int64 {
-	t.Helper()
-	got := map[string]int64{}
-	kafkatest.ReadTopic(ctx, t, bootstrap, topic, nil, func(r *kgo.Record) {
-		if len(r.Value) != 8 {
-			t.Errorf("topic %s offset %d: value %x is not a Long", topic, r.Offset, r.Value)
-			return
-		}
-		if _, dup := got[string(r.Key)]; dup {
-			t.Errorf("topic %s: key %q written twice", topic, r.Key)
-		}
-		got[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
-	})
-	return got
-}
-
-// checkCounts fails unless got is want, listing the differences.
-func checkCounts(t *testing.T, got, want map[string]int64) {
-	t.Helper()
-	if maps.Equal(got, want) {
-		return
-	}
-	var diff []string
-	for _, k := range slices.Sorted(maps.Keys(want)) {
-		if got[k] != want[k] {
-			diff = append(diff, fmt.Sprintf("%s: got %d want %d", k, got[k], want[k]))
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(got)) {
-		if _, ok := want[k]; !ok {
-			diff = append(diff, fmt.Sprintf("%s: got %d, not expected", k, got[k]))
-		}
-	}
-	t.Errorf("output counts differ (%d records, want %d):\n%s", len(got), len(want), strings.Join(diff, "\n"))
 }
 
 // secureBroker is a real Kafka broker of this test's own (never the shared
@@ -342,23 +300,16 @@ func securePipeline(t *testing.T, in, out string, n int64, readConf, writeConf m
 
 // secureServer is a job server whose jobs run on brokers, connecting per
 // the options.
-func secureServer(t *testing.T, brokers string, options ...host.ServerOption) (jobpb.JobServiceClient, *syncLog) {
+func secureServer(t *testing.T, brokers string, options ...host.ServerOption) (jobpb.JobServiceClient, *testkit.SyncBuffer) {
 	t.Helper()
 	opts := host.DefaultOptions()
 	opts.BootstrapServers = brokers
-	logs := &syncLog{}
+	logs := &testkit.SyncBuffer{}
 	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(io.MultiWriter(logs, debugOut()), nil)), options...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve()
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return jobpb.NewJobServiceClient(cc), logs
+	return jobtest.Serve(t, srv), logs
 }
 
 func debugOut() io.Writer {
@@ -366,24 +317,6 @@ func debugOut() io.Writer {
 		return os.Stderr
 	}
 	return io.Discard
-}
-
-// syncLog collects a job server's log.
-type syncLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 // TestKafkaSASLSSL runs jobs on a SASL_SSL listener that also requires a
@@ -423,7 +356,7 @@ func TestKafkaSASLSSL(t *testing.T) {
 		if err != nil || r.State != jobpb.JobState_DONE {
 			t.Fatalf("job ended %v (errors %q, %v), want DONE", r.State, r.Errors, err)
 		}
-		checkCounts(t, readCommitted(ctx, t, b.plain, out), want)
+		kafkatest.CheckCounts(t, "output", kafkatest.ReadCounts(ctx, t, b.plain, out, -1), want)
 		// Its internal topics are on the cluster (created over SASL_SSL).
 		topics, err := kadm.NewClient(kafkatest.Client(t, b.plain)).ListTopics(ctx)
 		if err != nil {

@@ -1,7 +1,6 @@
 package kafkastreams
 
 import (
-	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +25,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/x/beamx"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -73,28 +72,10 @@ func anySlice(words []string) []any {
 	return out
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // captureConsole makes the runner's console (and an in-process server's
 // log) write to buffers for the test.
-func captureConsole(t *testing.T) (consoleOut, serverOut *syncBuffer) {
-	consoleOut, serverOut = &syncBuffer{}, &syncBuffer{}
+func captureConsole(t *testing.T) (consoleOut, serverOut *testkit.SyncBuffer) {
+	consoleOut, serverOut = &testkit.SyncBuffer{}, &testkit.SyncBuffer{}
 	oldConsole, oldLog := console, serverLog
 	console = func() *slog.Logger {
 		return slog.New(slog.NewTextHandler(consoleOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -306,11 +287,11 @@ func TestUniversalRunnerEcho(t *testing.T) {
 
 // startServer starts a job server on the test broker, makes it the
 // --endpoint for the test, and returns its log.
-func startServer(t *testing.T) *syncBuffer {
+func startServer(t *testing.T) *testkit.SyncBuffer {
 	t.Helper()
 	opts := host.DefaultOptions()
 	opts.BootstrapServers = kafkatest.Broker(t)
-	logOut := &syncBuffer{}
+	logOut := &testkit.SyncBuffer{}
 	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(logOut, nil)))
 	if err != nil {
 		t.Fatal(err)

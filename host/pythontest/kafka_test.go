@@ -2,7 +2,6 @@ package pythontest
 
 import (
 	"context"
-	"encoding/binary"
 	"log/slog"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/host/kafkaio"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
@@ -110,7 +110,7 @@ func checkSums(t *testing.T, got, want map[string]int64) {
 // loopback port and returns its address.
 func startExpansionServer(t *testing.T) string {
 	t.Helper()
-	var logOut syncBuffer
+	var logOut testkit.SyncBuffer
 	srv, err := kafkaio.NewExpansionServer("127.0.0.1:0", slog.New(slog.NewTextHandler(&logOut, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -119,61 +119,23 @@ func startExpansionServer(t *testing.T) string {
 	return srv.Endpoint()
 }
 
-// readCommitted reads topic from the start, read_committed, by the deadline
-// of ctx, until it holds want records, or (want < 0, when nothing writes it
-// any more) up to its end: an end marker is produced to every partition and
-// the topic read up to the markers (a transactional topic's end offset
-// counts commit markers, which no fetch returns). It returns key → Long
-// value, failing on a key seen twice, and fails at once if exited (the
-// writing process) ends first.
+// readCommitted reads a count topic (kafkatest.ReadCounts) until it holds
+// want records, or (want < 0, when nothing writes it any more) to its end,
+// and fails at once if exited (the writing process) ends first.
 func readCommitted(ctx context.Context, t *testing.T, bootstrap, topic string, want int, exited <-chan error) map[string]int64 {
 	t.Helper()
-	const endKey = "\x00end"
-	cl := kafkatest.Client(t, bootstrap, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	parts := 0
 	if want < 0 {
-		parts = kafkatest.CountOutPartitions
-		for p := range parts {
-			if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: int32(p), Key: []byte(endKey)}).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		return kafkatest.ReadCounts(ctx, t, bootstrap, topic, -1)
 	}
 	got := map[string]int64{}
-	ended := map[int32]bool{}
-	for (want >= 0 && len(got) < want) || (want < 0 && len(ended) < parts) {
+	kafkatest.ReadTopic(ctx, t, bootstrap, topic, func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("kafka_count.py ended (%v) with %d of %d records in %s", err, len(got), want, topic)
 		default:
 		}
-		pctx, pcancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(pctx)
-		pcancel()
-		if ctx.Err() != nil {
-			t.Fatalf("topic %s: %d records by the deadline, want %d", topic, len(got), want)
-		}
-		fs.EachError(func(_ string, _ int32, err error) {
-			if err != context.DeadlineExceeded {
-				t.Fatal(err)
-			}
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			if string(r.Key) == endKey {
-				ended[r.Partition] = true
-				return
-			}
-			if len(r.Value) != 8 {
-				t.Errorf("topic %s offset %d: value %x is not a Long", topic, r.Offset, r.Value)
-				return
-			}
-			if _, dup := got[string(r.Key)]; dup {
-				t.Errorf("topic %s: key %q written twice", topic, r.Key)
-			}
-			got[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
-		})
-	}
+		return len(got) >= want
+	}, func(r *kgo.Record) { kafkatest.AddCount(t, got, r) })
 	return got
 }
 

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -36,7 +37,7 @@ func TestKafkaStreamsRunner(t *testing.T) {
 	defer cancel()
 	want := runPipeline(ctx, t, py, "wordcount.py")
 	opts := host.DefaultOptions()
-	logOut := &syncBuffer{}
+	logOut := &testkit.SyncBuffer{}
 	endpoint := startJobServerLog(t, opts, logOut)
 	appID := kafkatest.UniqueName(t, "pyks")
 
@@ -94,7 +95,7 @@ func TestKafkaStreamsRunner(t *testing.T) {
 
 // serveForTest runs serve in the background until the test ends, then
 // stop; what's log is logged if the test failed (or KSRUNNER_DEBUG is set).
-func serveForTest(t *testing.T, what string, serve func() error, stop func(), log *syncBuffer) {
+func serveForTest(t *testing.T, what string, serve func() error, stop func(), log *testkit.SyncBuffer) {
 	go serve()
 	t.Cleanup(func() {
 		stop()
@@ -107,7 +108,7 @@ func serveForTest(t *testing.T, what string, serve func() error, stop func(), lo
 // startJobServerLog starts a job server with the test broker, its log
 // written to logOut (and to the test's log if it fails), and returns its
 // endpoint.
-func startJobServerLog(t *testing.T, opts host.Options, logOut *syncBuffer) string {
+func startJobServerLog(t *testing.T, opts host.Options, logOut *testkit.SyncBuffer) string {
 	t.Helper()
 	opts.BootstrapServers = kafkatest.Broker(t)
 	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(logOut, nil)))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 )
 
 // portableSuiteExpected are the tests of Beam Python's portable-runner
@@ -47,7 +48,7 @@ func TestPythonPortableRunnerSuite(t *testing.T) {
 	// broker's abort at the transaction timeout would race the timeout's
 	// message.
 	opts.TransactionTimeoutMs = int((5 * time.Minute).Milliseconds())
-	logOut := &syncBuffer{}
+	logOut := &testkit.SyncBuffer{}
 	endpoint := startJobServerLog(t, opts, logOut)
 
 	report := filepath.Join(t.TempDir(), "report.xml")

@@ -19,12 +19,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 
 	"github.com/ksrunner/ksrunner/host"
 )
@@ -64,7 +64,7 @@ func runPipeline(ctx context.Context, t *testing.T, py, script string, args ...s
 // endpoint.
 func startJobServer(t *testing.T, opts host.Options) string {
 	t.Helper()
-	return startJobServerLog(t, opts, &syncBuffer{})
+	return startJobServerLog(t, opts, &testkit.SyncBuffer{})
 }
 
 // Custom WindowFns written in Python: a non-merging one whose windows depend
@@ -229,22 +229,4 @@ func diff(want, got []string) string {
 		fmt.Fprintf(&b, "... %d more\n", n-20)
 	}
 	return b.String()
-}
-
-// syncBuffer is a log destination the job server's goroutines share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -13,6 +13,7 @@ import (
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
@@ -31,7 +32,7 @@ func startPythonJob(ctx context.Context, t *testing.T, endpoint, jobIDFile, py s
 	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGABRT) }
 	cmd.WaitDelay = 10 * time.Second
-	log := &syncBuffer{}
+	log := &testkit.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

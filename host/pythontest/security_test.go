@@ -11,6 +11,7 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/endpoint"
 	"github.com/ksrunner/ksrunner/host/endpoint/testcerts"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -32,7 +33,7 @@ func TestThroughProxy(t *testing.T) {
 	token := testcerts.Write(t, dir, "token", []byte("python-token\n"))
 	opts := host.DefaultOptions()
 	opts.BootstrapServers = kafkatest.Broker(t)
-	logOut := &syncBuffer{}
+	logOut := &testkit.SyncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logOut, nil))
 	srv, err := host.NewJobServer("127.0.0.1:0", opts, logger, host.WithEndpointSecurity(endpoint.Security{
 		TLSCertFile:   testcerts.Write(t, dir, "srv.pem", cert.CertPEM),

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -157,11 +158,11 @@ func TestStreamingExamplePython(t *testing.T) {
 
 // startDebugJobServer starts a job server on bootstrap that logs at debug
 // level (task assignments) into the returned buffer.
-func startDebugJobServer(t *testing.T, bootstrap string) (string, *syncBuffer) {
+func startDebugJobServer(t *testing.T, bootstrap string) (string, *testkit.SyncBuffer) {
 	t.Helper()
 	opts := host.DefaultOptions()
 	opts.BootstrapServers = bootstrap
-	logOut := &syncBuffer{}
+	logOut := &testkit.SyncBuffer{}
 	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,9 @@
 //		...
 //	}
 //
+// [NewSwitchedBroker] is an in-process broker that a test puts out of reach and back,
+// for what clients do while no broker answers.
+//
 // To run a package's tests against a real broker:
 //
 //	export KSRUNNER_TEST_BOOTSTRAP=$(.ci/kafka-broker.sh up)

@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -157,8 +160,9 @@ func CreateTopic(t testing.TB, bootstrap, topic string, partitions int32) {
 // to each, until until() holds or (until nil, when nothing writes the topic
 // any more) up to its end: an end marker is written to every partition and
 // the topic is read up to the markers (a transactional topic's end offset
-// counts commit markers, which no fetch returns). It fails the test at the
-// deadline of ctx.
+// counts commit markers, which no fetch returns). until is asked again at
+// least every second, records or not, so it may also fail the test (a
+// writing process that ended). It fails the test at the deadline of ctx.
 func ReadTopic(ctx context.Context, t testing.TB, bootstrap, topic string, until func() bool, each func(*kgo.Record)) {
 	t.Helper()
 	const endKey = "\x00end"
@@ -179,13 +183,17 @@ func ReadTopic(ctx context.Context, t testing.TB, bootstrap, topic string, until
 	}
 	ended := map[int32]bool{}
 	for (until != nil && !until()) || (until == nil && len(ended) < parts) {
-		fs := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if ctx.Err() != nil {
 			t.Fatalf("topic %s: not read to its end (or the records awaited) by the deadline", topic)
 		}
-		if err := fs.Err0(); err != nil {
-			t.Fatal(err)
-		}
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatal(err)
+			}
+		})
 		fs.EachRecord(func(r *kgo.Record) {
 			if string(r.Key) == endKey {
 				ended[r.Partition] = true
@@ -229,4 +237,54 @@ func FillCountTopics(ctx context.Context, t testing.TB, bootstrap, in, out strin
 		t.Fatal(err)
 	}
 	return want
+}
+
+// AddCount adds r, a record of a count topic (FillCountTopics' output: a
+// key and its count, a Long), to got, failing the test on a value that is
+// not a Long or a key written twice.
+func AddCount(t testing.TB, got map[string]int64, r *kgo.Record) {
+	t.Helper()
+	if len(r.Value) != 8 {
+		t.Errorf("topic %s offset %d: value %x is not a Long", r.Topic, r.Offset, r.Value)
+		return
+	}
+	if _, dup := got[string(r.Key)]; dup {
+		t.Errorf("topic %s: key %q written twice", r.Topic, r.Key)
+	}
+	got[string(r.Key)] = int64(binary.BigEndian.Uint64(r.Value))
+}
+
+// ReadCounts reads a count topic (ReadTopic) until it holds want keys, or
+// (want < 0, when nothing writes it any more) to its end: key -> count,
+// by AddCount.
+func ReadCounts(ctx context.Context, t testing.TB, bootstrap, topic string, want int) map[string]int64 {
+	t.Helper()
+	got := map[string]int64{}
+	var until func() bool
+	if want >= 0 {
+		until = func() bool { return len(got) >= want }
+	}
+	ReadTopic(ctx, t, bootstrap, topic, until, func(r *kgo.Record) { AddCount(t, got, r) })
+	return got
+}
+
+// CheckCounts fails the test unless got is want, listing the differences;
+// when says at what point of the test.
+func CheckCounts(t testing.TB, when string, got, want map[string]int64) {
+	t.Helper()
+	if maps.Equal(got, want) {
+		return
+	}
+	var diff []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] {
+			diff = append(diff, fmt.Sprintf("%s: got %d want %d", k, got[k], want[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(got)) {
+		if _, ok := want[k]; !ok {
+			diff = append(diff, fmt.Sprintf("%s: got %d, not expected", k, got[k]))
+		}
+	}
+	t.Errorf("%s: output counts differ (%d records, want %d):\n%s", when, len(got), len(want), strings.Join(diff, "\n"))
 }

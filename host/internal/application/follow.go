@@ -18,6 +18,13 @@ type FollowConfig struct {
 	// Run runs the job until it is done (nil), ctx ends, or it fails.
 	Run    func(ctx context.Context, m *Manifest, s *Spec) error
 	Logger *slog.Logger
+	// Unavailable is how long the manifest may stay unread (its brokers
+	// out of reach, or any other failure to read it) before Follow fails,
+	// naming the topic and brokers: the option
+	// broker_unavailable_timeout_ms, which bounds every other wait for the
+	// brokers. Each read is bounded by what is left of it, not by
+	// franz-go's own retry limit (30 s). Zero: Follow never gives up.
+	Unavailable time.Duration
 }
 
 // ErrEnded is the cause of the context of a job Follow runs when the
@@ -38,7 +45,9 @@ type run struct {
 // when the manifest says it was cancelled or done, or names another
 // pipeline (and then runs that one), and runs a failed job again after
 // Retry. A job that is done is not run again until the manifest changes.
-// It returns when ctx ends, after the job it runs has stopped.
+// It returns when ctx ends (nil) or the manifest could not be read for
+// cfg.Unavailable (an error naming the topic, its brokers and the option),
+// after the job it runs has stopped.
 func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 	if cfg.Poll <= 0 {
 		cfg.Poll = time.Second
@@ -49,10 +58,11 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 	log := cfg.Logger.With("application_id", t.appID, "topic", t.name)
 	var (
 		cur       *run
-		finished  string    // the fingerprint of a run that ended done
-		failedAt  time.Time // when the last run failed
-		lastState string    // the last state logged, to log changes once
-		readErr   bool      // a manifest read failed; logged once until one succeeds
+		finished  string       // the fingerprint of a run that ended done
+		failedAt  time.Time    // when the last run failed
+		lastState string       // the last state logged, to log changes once
+		readErr   bool         // a manifest read failed; logged once until one succeeds
+		readOK    = time.Now() // the last manifest read that succeeded (or Follow's start)
 	)
 	stop := func(why string, cause error) {
 		if cur == nil {
@@ -81,17 +91,21 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 			default:
 			}
 		}
-		m, err := t.Manifest(ctx)
+		m, err := t.readManifest(ctx, readOK, cfg.Unavailable)
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
+			if down := time.Since(readOK); cfg.Unavailable > 0 && down >= cfg.Unavailable {
+				return fmt.Errorf("cannot read the pipeline topic %s on the Kafka brokers %s for %v (option broker_unavailable_timeout_ms %d): %w",
+					t.name, t.brokers, down.Round(100*time.Millisecond), cfg.Unavailable.Milliseconds(), err)
+			}
 			if !readErr {
 				log.Warn("reading the pipeline topic (retrying)", "error", err)
 			}
 			readErr = true
 		default:
-			readErr = false
+			readErr, readOK = false, time.Now()
 			state := "no pipeline yet"
 			if m != nil {
 				state = fmt.Sprintf("job %s (%s) %s, fingerprint %s", m.JobID, m.JobName, m.State, m.Fingerprint)
@@ -123,10 +137,26 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 	}
 }
 
+// readManifest is Manifest, given up at readOK + unavailable (zero: only
+// when ctx ends).
+func (t *Topic) readManifest(ctx context.Context, readOK time.Time, unavailable time.Duration) (*Manifest, error) {
+	if unavailable <= 0 {
+		return t.Manifest(ctx)
+	}
+	ctx, cancel := context.WithDeadline(ctx, readOK.Add(unavailable))
+	defer cancel()
+	return t.Manifest(ctx)
+}
+
 // start loads the job of fingerprint fp and runs it in a goroutine owned by
 // the returned run.
 func start(ctx context.Context, t *Topic, fp string, cfg FollowConfig, log *slog.Logger) (*run, error) {
-	m, s, err := t.Load(ctx)
+	lctx, lcancel := ctx, context.CancelFunc(func() {})
+	if cfg.Unavailable > 0 {
+		lctx, lcancel = context.WithTimeout(ctx, cfg.Unavailable)
+	}
+	m, s, err := t.Load(lctx)
+	lcancel()
 	if err != nil {
 		return nil, err
 	}

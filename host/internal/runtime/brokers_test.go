@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -13,34 +12,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
-
-// switchedBroker is an in-process broker that a test can put out of reach:
-// while off, it closes every connection at its first request, as a stopped
-// broker's clients see it (a dial refused or a connection reset).
-type switchedBroker struct {
-	addr string
-	off  atomic.Bool
-}
-
-func newSwitchedBroker(t *testing.T) *switchedBroker {
-	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1), kfake.SeedTopics(1, "polled"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	b := &switchedBroker{addr: c.ListenAddrs()[0]}
-	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if b.off.Load() {
-			return nil, errors.New("switched off by the test"), true
-		}
-		return nil, nil, false
-	})
-	return b
-}
 
 // messages collects what an instance tells the job's client.
 type messages struct {
@@ -82,10 +56,10 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 // broker_unavailable_timeout_ms ends its context with an error naming the
 // brokers and the option.
 func TestReachReportsAndGivesUp(t *testing.T) {
-	b := newSwitchedBroker(t)
+	b := kafkatest.NewSwitchedBroker(t, kfake.DefaultNumPartitions(1), kfake.SeedTopics(1, "polled"))
 	var warned, told messages
 	r := newReach(Config{
-		BootstrapServers:         b.addr,
+		BootstrapServers:         b.Addr,
 		BrokerUnavailableTimeout: 2 * time.Second,
 		Logger:                   slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Warning:                  warned.add,
@@ -97,7 +71,7 @@ func TestReachReportsAndGivesUp(t *testing.T) {
 	// A consumer keeps asking the broker, as an instance does; it retries
 	// every 50ms and refreshes its metadata as often, rather than backing
 	// off to 5s, so that the short outage ends within the timeout.
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.addr), kgo.ConsumeTopics("polled"), kgo.FetchMaxWait(100 * time.Millisecond),
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(b.Addr), kgo.ConsumeTopics("polled"), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }), kgo.MetadataMinAge(50 * time.Millisecond)}, r.opts()...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -121,9 +95,9 @@ func TestReachReportsAndGivesUp(t *testing.T) {
 	waitFor(t, "the broker answers", 10*time.Second, answered)
 
 	// A short outage: reported, then its end; the brokers are not given up.
-	b.off.Store(true)
-	waitFor(t, "the outage reported", 5*time.Second, func() bool { return len(warned.matching("cannot reach the Kafka brokers "+b.addr)) > 0 })
-	b.off.Store(false)
+	b.Off.Store(true)
+	waitFor(t, "the outage reported", 5*time.Second, func() bool { return len(warned.matching("cannot reach the Kafka brokers "+b.Addr)) > 0 })
+	b.Off.Store(false)
 	waitFor(t, "the end of the outage reported", 10*time.Second, func() bool { return len(told.matching("answer again")) > 0 })
 	if err := r.failure(); err != nil {
 		t.Fatalf("given up after a short outage: %v", err)
@@ -134,7 +108,7 @@ func TestReachReportsAndGivesUp(t *testing.T) {
 
 	// A long one: reported at the notice and each reminder, then given up.
 	before := len(warned.matching(""))
-	b.off.Store(true)
+	b.Off.Store(true)
 	start := time.Now()
 	select {
 	case <-r.ctx.Done():
@@ -143,7 +117,7 @@ func TestReachReportsAndGivesUp(t *testing.T) {
 	}
 	took := time.Since(start)
 	err = r.failure()
-	for _, want := range []string{"cannot reach the Kafka brokers " + b.addr, "broker_unavailable_timeout_ms 2000", "last error: "} {
+	for _, want := range []string{"cannot reach the Kafka brokers " + b.Addr, "broker_unavailable_timeout_ms 2000", "last error: "} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("the error giving up: %v, want it to say %q", err, want)
 		}
@@ -164,13 +138,13 @@ func TestReachReportsAndGivesUp(t *testing.T) {
 // broker until the test ends, with broker_unavailable_timeout; told gets
 // the messages for the job's client, assigned the Assigned hook. done
 // receives Run's error.
-func runSwitched(t *testing.T, timeout time.Duration, told *messages, assigned func()) (b *switchedBroker, done chan error) {
+func runSwitched(t *testing.T, timeout time.Duration, told *messages, assigned func()) (b *kafkatest.SwitchedBroker, done chan error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	b = newSwitchedBroker(t)
-	a := newChangelogApp(t, b.addr, 2)
+	b = kafkatest.NewSwitchedBroker(t, kfake.DefaultNumPartitions(1), kfake.SeedTopics(1, "polled"))
+	a := newChangelogApp(t, b.Addr, 2)
 	cfg := Config{
-		Plan: a.plan, BootstrapServers: b.addr, ApplicationID: a.app, ReplicationFactor: 1, Parallelism: 2,
+		Plan: a.plan, BootstrapServers: b.Addr, ApplicationID: a.app, ReplicationFactor: 1, Parallelism: 2,
 		StateDir: t.TempDir(), ExactlyOnce: true, CommitInterval: 50 * time.Millisecond,
 		TransactionTimeout:       10 * time.Second,
 		BrokerUnavailableTimeout: timeout,
@@ -200,7 +174,7 @@ func TestRunGivesUpOnBrokers(t *testing.T) {
 	var assigned atomic.Int32
 	b, done := runSwitched(t, 3*time.Second, &told, func() { assigned.Add(1) })
 	waitFor(t, "tasks assigned", 30*time.Second, func() bool { return assigned.Load() == 2 })
-	b.off.Store(true)
+	b.Off.Store(true)
 	start := time.Now()
 	var err error
 	select {
@@ -210,7 +184,7 @@ func TestRunGivesUpOnBrokers(t *testing.T) {
 		t.Fatal("Run still runs 20s into an outage (broker_unavailable_timeout_ms 3000)")
 	}
 	took := time.Since(start)
-	for _, want := range []string{"cannot reach the Kafka brokers " + b.addr, "broker_unavailable_timeout_ms 3000"} {
+	for _, want := range []string{"cannot reach the Kafka brokers " + b.Addr, "broker_unavailable_timeout_ms 3000"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Run's error: %v, want it to say %q", err, want)
 		}
@@ -232,10 +206,10 @@ func TestRunRidesOutAnOutage(t *testing.T) {
 	var assigned atomic.Int32
 	b, done := runSwitched(t, 30*time.Second, &told, func() { assigned.Add(1) })
 	waitFor(t, "tasks assigned", 30*time.Second, func() bool { return assigned.Load() == 2 })
-	b.off.Store(true)
+	b.Off.Store(true)
 	waitFor(t, "the outage reported", 10*time.Second, func() bool { return len(told.matching("cannot reach the Kafka brokers")) > 0 })
 	time.Sleep(2 * time.Second) // an outage of about 4s
-	b.off.Store(false)
+	b.Off.Store(false)
 	back := time.Now()
 	waitFor(t, "the tasks assigned again", 30*time.Second, func() bool { return assigned.Load() >= 4 })
 	t.Logf("tasks assigned again %v after the broker answers again", time.Since(back).Round(time.Millisecond))

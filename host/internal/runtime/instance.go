@@ -397,6 +397,11 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 			ids = append(ids, taskID{topic, p})
 		}
 	}
+	if h := i.cfg.Hooks; h != nil && h.Assigning != nil {
+		for _, id := range ids {
+			h.Assigning(i.subByTopic[id.topic].ID, id.partition)
+		}
+	}
 	i.standby.activate(ids) // before their restore: stop following them
 	if !i.assigned.Swap(true) {
 		i.progress(fmt.Sprintf("consumer group %s: %d partitions assigned after %v", i.cfg.ApplicationID, len(ids), time.Since(i.joinedAt).Round(time.Millisecond)))

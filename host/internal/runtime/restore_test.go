@@ -49,6 +49,17 @@ func newChangelogApp(t testing.TB, bootstrap string, partitions int) *changelogA
 	if err := ts.Create(ctx, kadm.NewClient(admin)); err != nil {
 		t.Fatal(err)
 	}
+	if kafkatest.IsReal() {
+		// The changelogs of restore tests hold up to 100 MB each: not to be
+		// left on a broker that every test run shares.
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := ts.Delete(ctx, kadm.NewClient(admin)); err != nil {
+				t.Logf("deleting the topics of application %s: %v", app, err)
+			}
+		})
+	}
 	return &changelogApp{bootstrap: bootstrap, app: app, plan: plan, topics: ts, admin: admin}
 }
 
@@ -100,13 +111,13 @@ type changelogWriter struct {
 	end       int64  // the partition's end offset after the last transaction
 }
 
-func newChangelogWriter(t testing.TB, a *changelogApp, p int32) *changelogWriter {
+func newChangelogWriter(t testing.TB, a *changelogApp, p int32, opts ...kgo.Opt) *changelogWriter {
 	t.Helper()
-	cl := kafkatest.Client(t, a.bootstrap,
+	cl := kafkatest.Client(t, a.bootstrap, append([]kgo.Opt{
 		kgo.TransactionalID(kafkatest.UniqueName(t, "owner")),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0),
-	)
+	}, opts...)...)
 	w := &changelogWriter{
 		cl: cl, topic: a.changelog(), partition: p,
 		prefix: state.TaskPrefix(0, p),
@@ -160,26 +171,8 @@ func (w *changelogWriter) settledEnd(ctx context.Context) (int64, error) {
 // keys of a keyspace of keys keys (so some keys are overwritten), one
 // record in twenty a delete; abort aborts it.
 func (w *changelogWriter) txn(ctx context.Context, size, keys int, abort bool) error {
-	if err := w.cl.BeginTransaction(); err != nil {
-		return err
-	}
-	changes := map[string][]byte{}
-	var n int
-	var b int64
-	for b < int64(size) {
-		k := state.Key(w.prefix, state.Buffer, binary.BigEndian.AppendUint64(nil, uint64(w.rng.IntN(keys))))
-		var v []byte
-		if w.rng.IntN(20) != 0 {
-			n := 1024 + w.rng.IntN(3*1024)
-			off := w.rng.IntN(len(w.noise) - n)
-			v = append([]byte{1}, w.noise[off:off+n]...)
-		}
-		changes[string(k)] = v
-		n++
-		b += int64(len(k) + len(v))
-		w.cl.Produce(ctx, &kgo.Record{Topic: w.topic, Partition: w.partition, Key: k, Value: v}, nil)
-	}
-	if err := w.cl.Flush(ctx); err != nil {
+	changes, n, b, err := w.open(ctx, size, keys)
+	if err != nil {
 		return err
 	}
 	commit := kgo.TryCommit
@@ -207,6 +200,33 @@ func (w *changelogWriter) txn(ctx context.Context, size, keys int, abort bool) e
 		}
 	}
 	return nil
+}
+
+// open begins a transaction and writes about size bytes in it as txn
+// does, flushed to the broker and left open; changes are its records'
+// values by key, n and b their count and bytes.
+func (w *changelogWriter) open(ctx context.Context, size, keys int) (changes map[string][]byte, n int, b int64, err error) {
+	if err := w.cl.BeginTransaction(); err != nil {
+		return nil, 0, 0, err
+	}
+	changes = map[string][]byte{}
+	for b < int64(size) {
+		k := state.Key(w.prefix, state.Buffer, binary.BigEndian.AppendUint64(nil, uint64(w.rng.IntN(keys))))
+		var v []byte
+		if w.rng.IntN(20) != 0 {
+			n := 1024 + w.rng.IntN(3*1024)
+			off := w.rng.IntN(len(w.noise) - n)
+			v = append([]byte{1}, w.noise[off:off+n]...)
+		}
+		changes[string(k)] = v
+		n++
+		b += int64(len(k) + len(v))
+		w.cl.Produce(ctx, &kgo.Record{Topic: w.topic, Partition: w.partition, Key: k, Value: v}, nil)
+	}
+	if err := w.cl.Flush(ctx); err != nil {
+		return nil, 0, 0, err
+	}
+	return changes, n, b, nil
 }
 
 // taskState reads every key of task p's prefix in db but its changelog

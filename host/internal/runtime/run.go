@@ -142,6 +142,10 @@ type Hooks struct {
 	// state and offsets) commits. ErrAbortCycle aborts the cycle as a failed
 	// transaction would; any other error fails the instance.
 	BeforeCommit func(records int) error
+	// Assigning runs when the group gives the instance a task, before
+	// anything of its takeover (a standby copy's handover, the restore):
+	// with Restored it times the restore part of a failover.
+	Assigning func(subTopology int, partition int32)
 	// Restored runs after a task's state was restored from its changelog,
 	// before the task is created, with the number of changelog records
 	// replayed (0 when the local store was up to date).

@@ -286,12 +286,21 @@ type groupMemberOf struct {
 	i        *instance
 	restored restoredCounts
 	pos      *positions // nil without standbys
-	stop     func()     // stops and closes the instance (once)
+	// stop stops the instance and closes it, leaving the group; crash
+	// closes it without leaving (a static member's session then expires
+	// as a killed process's would). The first call of either counts.
+	stop, crash func()
 }
 
 // join starts an instance of a in its consumer group, on a store of its
 // own, with replicas standby replicas.
 func (a *changelogApp) join(t *testing.T, ctx context.Context, replicas int) *groupMemberOf {
+	return a.joinWith(t, ctx, replicas, false, nil)
+}
+
+// joinWith is join with a static membership if stable (the identity kept
+// in the store directory) and the config changed by configure.
+func (a *changelogApp) joinWith(t *testing.T, ctx context.Context, replicas int, stable bool, configure func(*Config)) *groupMemberOf {
 	t.Helper()
 	m := &groupMemberOf{}
 	cfg := Config{
@@ -304,7 +313,10 @@ func (a *changelogApp) join(t *testing.T, ctx context.Context, replicas int) *gr
 		Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks:              &Hooks{Restored: m.restored.hook},
 	}
-	i, err := newInstance(ctx, cfg, a.topics, t.TempDir(), false, nil)
+	if configure != nil {
+		configure(&cfg)
+	}
+	i, err := newInstance(ctx, cfg, a.topics, t.TempDir(), stable, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,13 +327,18 @@ func (a *changelogApp) join(t *testing.T, ctx context.Context, replicas int) *gr
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- i.run(rctx) }()
-	m.stop = sync.OnceFunc(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("instance: %v", err)
-		}
-		i.close(true)
-	})
+	var once sync.Once
+	end := func(leave bool) {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("instance: %v", err)
+			}
+			i.close(leave)
+		})
+	}
+	m.stop = func() { end(true) }
+	m.crash = func() { end(false) }
 	t.Cleanup(m.stop)
 	return m
 }
