@@ -226,6 +226,34 @@ func TestResidualsAcrossCommits(t *testing.T) {
 	checkLines(t, "after the restore, produced", te.describe(te.take()), te.reports(x.tk, "+inf"))
 }
 
+// A residual due at once, of a bundle closed before PrepareCommit (as by a
+// bundle bound in Handle), still waits for the next cycle: the cycle that
+// made it must commit and run its finalizers first.
+func TestResidualNotResumedInItsCycle(t *testing.T) {
+	x := newResidualFixture(t)
+	te := x.te
+	x.checkpoints[""] = []executor.Residual{residual("rest", 5, 0)}
+	ctx := context.Background()
+	if err := x.tk.Handle(ctx, te.input(x.sub, 0).data(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.tk.flushStages(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.tk.PrepareCommit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkLines(t, "bundles of the cycle", x.f.inputs(), []string{impulseInput(t)})
+	if err := x.tk.CommitState(); err != nil {
+		t.Fatal(err)
+	}
+	x.tk.Finalize(ctx)
+	checkLines(t, "finalized", x.takeFinalized(), []string{""})
+	x.checkResumeAt(t, x.clock.Now())
+	te.cycle(x.tk)
+	checkLines(t, "bundles of the next cycle", x.f.inputs(), []string{`"rest" @5 GW nofiring`})
+}
+
 // Residuals are resumed in the order they were made, those due together in
 // one bundle; a residual's hold is never the maximum watermark, even if the
 // SDK estimates it so, since a task at the maximum is done.
@@ -307,5 +335,19 @@ func TestBadResidual(t *testing.T) {
 				t.Errorf("%v, want an error of stage %s saying %q", err, x.sub.Stages[0].ID, tc.want)
 			}
 		})
+	}
+}
+
+// A stored residual of a stage the sub-topology does not have (a store of
+// another job) fails the task's opening, saying so.
+func TestStoredResidualOfUnknownStage(t *testing.T) {
+	x := newResidualFixture(t)
+	k := state.Key(x.tk.prefix, state.Residual, []byte{9}, make([]byte, 8))
+	if err := x.te.env.DB.Set(k, make([]byte, residualHeader), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(x.te.env, x.sub, 0)
+	if err == nil || !strings.Contains(err.Error(), "stage #9") || !strings.Contains(err.Error(), "not this job's") {
+		t.Errorf("New: %v, want an error naming stage #9", err)
 	}
 }
