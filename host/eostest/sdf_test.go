@@ -1,0 +1,201 @@
+package eostest
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/rtrackers/offsetrange"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+
+	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+func init() {
+	register.DoFn3x1[*sdf.LockRTracker, int, func(int), sdf.ProcessContinuation](&checkpointingFn{})
+	register.Emitter1[int]()
+}
+
+const (
+	sdfParts   = 4   // elements of the Create, one restriction each
+	sdfPerPart = 500 // positions of each restriction
+	sdfPerCall = 50  // positions one call claims before it checkpoints
+)
+
+// checkpointingFn emits the positions of [i*sdfPerPart, (i+1)*sdfPerPart)
+// for its element i, sdfPerCall of them per call, checkpointing after each
+// with a resume delay of Delay: the residuals carry the rest across commit
+// cycles.
+type checkpointingFn struct {
+	Delay time.Duration
+}
+
+// sdfCalls counts checkpointingFn's calls per restriction start, in this
+// process's LOOPBACK worker.
+var sdfCalls struct {
+	sync.Mutex
+	starts map[int64]int
+}
+
+func (fn *checkpointingFn) CreateInitialRestriction(i int) offsetrange.Restriction {
+	return offsetrange.Restriction{Start: int64(i * sdfPerPart), End: int64((i + 1) * sdfPerPart)}
+}
+
+func (fn *checkpointingFn) SplitRestriction(_ int, r offsetrange.Restriction) []offsetrange.Restriction {
+	return []offsetrange.Restriction{r}
+}
+
+func (fn *checkpointingFn) RestrictionSize(_ int, r offsetrange.Restriction) float64 { return r.Size() }
+
+func (fn *checkpointingFn) CreateTracker(r offsetrange.Restriction) *sdf.LockRTracker {
+	return sdf.NewLockRTracker(offsetrange.NewTracker(r))
+}
+
+func (fn *checkpointingFn) ProcessElement(rt *sdf.LockRTracker, _ int, emit func(int)) sdf.ProcessContinuation {
+	start := rt.GetRestriction().(offsetrange.Restriction).Start
+	sdfCalls.Lock()
+	sdfCalls.starts[start]++
+	sdfCalls.Unlock()
+	for p := start; p < start+sdfPerCall; p++ {
+		if !rt.TryClaim(p) {
+			return sdf.StopProcessing()
+		}
+		emit(int(p))
+	}
+	return sdf.ResumeProcessingIn(fn.Delay)
+}
+
+// sdfSumPipeline is sumPipeline with 0..sdfParts*sdfPerPart-1 emitted by
+// checkpointingFn.
+func sdfSumPipeline(delay time.Duration, out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	parts := make([]int, sdfParts)
+	for i := range parts {
+		parts[i] = i
+	}
+	ints := beam.ParDo(s, &checkpointingFn{Delay: delay}, beam.CreateList(s, parts))
+	textio.Write(s, out, beam.ParDo(s, sumValues, beam.GroupByKey(s, beam.ParDo(s, toKV, ints))))
+	return p
+}
+
+// resetSDFCalls clears sdfCalls and returns a function that reads it: how
+// many calls there were, and how many restriction starts were called more
+// than once.
+func resetSDFCalls() func() (calls, repeated int) {
+	sdfCalls.Lock()
+	sdfCalls.starts = map[int64]int{}
+	sdfCalls.Unlock()
+	return func() (calls, repeated int) {
+		sdfCalls.Lock()
+		defer sdfCalls.Unlock()
+		for _, n := range sdfCalls.starts {
+			calls += n
+			if n > 1 {
+				repeated++
+			}
+		}
+		return calls, repeated
+	}
+}
+
+// TestSDFResidualsUnderAbortedCycles runs a splittable DoFn that
+// checkpoints after every 50 of its 2,000 positions (its residuals are kept
+// in the task's state across commit cycles) with commit cycles aborted
+// (abortCycles): under exactly_once the sums of its output are exact, each
+// written once. The aborts do hit its work: some of its calls (a residual
+// resumed by a cycle that aborted) run again. The GroupByKey in the global
+// window fires only when the watermark passes its end, so a watermark not
+// held by the pending residuals would leave values out of the sums.
+func TestSDFResidualsUnderAbortedCycles(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	calls := resetSDFCalls()
+	aborted := abortCycles(t)
+	out := filepath.Join(t.TempDir(), "sums.txt")
+	id, r := env.Run(ctx, t, env.Marshal(t, sdfSumPipeline(0, out)), map[string]string{
+		"bootstrap_servers":    kafkatest.Broker(t),
+		"application_id":       kafkatest.UniqueName(t, "app"),
+		"processing_guarantee": "exactly_once",
+		"commit_interval_ms":   "20",
+	})
+	if r.State != jobpb.JobState_DONE {
+		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
+	}
+	n, repeated := calls()
+	t.Logf("%d commit cycles aborted; %d calls of the splittable DoFn, %d restriction starts called again", aborted(), n, repeated)
+	if want := sdfParts * sdfPerPart / sdfPerCall; n < want || repeated == 0 {
+		t.Errorf("%d calls of the splittable DoFn, %d of them again: want at least %d, some again (retried after an abort)", n, repeated, want)
+	}
+	got, dups := readSums(t, out)
+	if dups > 0 {
+		t.Errorf("%d sums were written more than once", dups)
+	}
+	if wrong, ex := compare(got, wantSums(sdfParts*sdfPerPart)); wrong > 0 {
+		t.Errorf("%d of %d sums are wrong, e.g. %s", wrong, keys, ex)
+	}
+}
+
+// TestSDFResidualsRestoreFromChangelog fails a job's instance while its
+// splittable DoFn (checkpointing with a resume delay) still has residuals
+// pending, then runs the pipeline again under the same application_id with
+// a new, empty state_dir: the residuals come back from the changelog, the
+// DoFn goes on from them (fewer calls than a run from the start), and every
+// sum is exact: nothing lost, nothing twice.
+func TestSDFResidualsRestoreFromChangelog(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	out := filepath.Join(t.TempDir(), "sums.txt")
+	pipe := env.Marshal(t, sdfSumPipeline(20*time.Millisecond, out))
+	opts := map[string]string{
+		"bootstrap_servers":    kafkatest.Broker(t),
+		"application_id":       kafkatest.UniqueName(t, "app"),
+		"processing_guarantee": "exactly_once",
+	}
+	// The first run fails in its sixth cycle that consumed records: by
+	// then the DoFn has checkpointed, and it needs ten calls per
+	// restriction.
+	calls := resetSDFCalls()
+	var mu sync.Mutex
+	cycles := 0
+	restore := hooks.Set(host.TestHooks{BeforeCommit: func(int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if cycles++; cycles == 6 {
+			return errInjected
+		}
+		return nil
+	}})
+	defer restore()
+	opts["state_dir"] = filepath.Join(t.TempDir(), "state1")
+	id, r := env.Run(ctx, t, pipe, opts)
+	if r.State != jobpb.JobState_FAILED {
+		t.Fatalf("first run: job %s ended %v, want FAILED by the injected failure; errors: %q", id, r.State, r.Errors)
+	}
+	first, _ := calls()
+
+	calls = resetSDFCalls()
+	opts["state_dir"] = filepath.Join(t.TempDir(), "state2")
+	id, r = env.Run(ctx, t, pipe, opts)
+	if r.State != jobpb.JobState_DONE {
+		t.Fatalf("second run: job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
+	}
+	second, _ := calls()
+	t.Logf("calls of the splittable DoFn: %d in the failed run, %d after the restore", first, second)
+	if all := sdfParts * sdfPerPart / sdfPerCall; second == 0 || second >= all {
+		t.Errorf("%d calls after the restore, want some but fewer than the %d of a run from the start", second, all)
+	}
+	got, dups := readSums(t, out)
+	if dups > 0 {
+		t.Errorf("%d sums were written more than once", dups)
+	}
+	if wrong, ex := compare(got, wantSums(sdfParts*sdfPerPart)); wrong > 0 {
+		t.Errorf("%d of %d sums are wrong after the restore, e.g. %s", wrong, keys, ex)
+	}
+}
