@@ -2,6 +2,7 @@ package eostest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
 	"github.com/ksrunner/ksrunner/host"
+
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -38,10 +40,11 @@ type checkpointingFn struct {
 }
 
 // sdfCalls counts checkpointingFn's calls per restriction start, in this
-// process's LOOPBACK worker.
+// process's LOOPBACK worker; a call starting at panicAt (if set) panics.
 var sdfCalls struct {
 	sync.Mutex
-	starts map[int64]int
+	starts  map[int64]int
+	panicAt *int64
 }
 
 func (fn *checkpointingFn) CreateInitialRestriction(i int) offsetrange.Restriction {
@@ -62,7 +65,11 @@ func (fn *checkpointingFn) ProcessElement(rt *sdf.LockRTracker, _ int, emit func
 	start := rt.GetRestriction().(offsetrange.Restriction).Start
 	sdfCalls.Lock()
 	sdfCalls.starts[start]++
+	fail := sdfCalls.panicAt != nil && *sdfCalls.panicAt == start
 	sdfCalls.Unlock()
+	if fail {
+		panic(fmt.Sprintf("injected failure at position %d", start))
+	}
 	for p := start; p < start+sdfPerCall; p++ {
 		if !rt.TryClaim(p) {
 			return sdf.StopProcessing()
@@ -85,19 +92,20 @@ func sdfSumPipeline(delay time.Duration, out string) *beam.Pipeline {
 	return p
 }
 
-// resetSDFCalls clears sdfCalls and returns a function that reads it: how
-// many calls there were, and how many restriction starts were called more
-// than once.
-func resetSDFCalls() func() (calls, repeated int) {
+// resetSDFCalls clears sdfCalls, setting panicAt, and returns a function
+// that reads it: how many calls there were, and how many restriction starts
+// were called more than once, but the initial ones (a call from a residual
+// called again).
+func resetSDFCalls(panicAt *int64) func() (calls, repeated int) {
 	sdfCalls.Lock()
-	sdfCalls.starts = map[int64]int{}
+	sdfCalls.starts, sdfCalls.panicAt = map[int64]int{}, panicAt
 	sdfCalls.Unlock()
 	return func() (calls, repeated int) {
 		sdfCalls.Lock()
 		defer sdfCalls.Unlock()
-		for _, n := range sdfCalls.starts {
+		for start, n := range sdfCalls.starts {
 			calls += n
-			if n > 1 {
+			if n > 1 && start%sdfPerPart != 0 {
 				repeated++
 			}
 		}
@@ -108,18 +116,33 @@ func resetSDFCalls() func() (calls, repeated int) {
 // TestSDFResidualsUnderAbortedCycles runs a splittable DoFn that
 // checkpoints after every 50 of its 2,000 positions (its residuals are kept
 // in the task's state across commit cycles) with commit cycles aborted
-// (abortCycles): under exactly_once the sums of its output are exact, each
-// written once. The aborts do hit its work: some of its calls (a residual
-// resumed by a cycle that aborted) run again. The GroupByKey in the global
+// (every other one that consumed records, as abortCycles does, 40 times:
+// the DoFn's ten rounds per restriction run within them): under
+// exactly_once the sums of its output are exact, each
+// written once. The aborts do hit its residuals: some of its calls (a
+// residual resumed by a cycle that aborted, found again by the reopened
+// task) run again. (A resume delay makes each cycle's poll wait long
+// enough to take the records of the cycle before: the hook sees only
+// cycles that consumed records.) The GroupByKey in the global
 // window fires only when the watermark passes its end, so a watermark not
 // held by the pending residuals would leave values out of the sums.
 func TestSDFResidualsUnderAbortedCycles(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	calls := resetSDFCalls()
-	aborted := abortCycles(t)
+	calls := resetSDFCalls(nil)
+	var mu sync.Mutex
+	cycles, aborted := 0, 0
+	defer hooks.Set(host.TestHooks{BeforeCommit: func(int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if cycles++; cycles%2 == 0 && aborted < 40 {
+			aborted++
+			return host.ErrAbortCycle
+		}
+		return nil
+	}})()
 	out := filepath.Join(t.TempDir(), "sums.txt")
-	id, r := env.Run(ctx, t, env.Marshal(t, sdfSumPipeline(0, out)), map[string]string{
+	id, r := env.Run(ctx, t, env.Marshal(t, sdfSumPipeline(50*time.Millisecond, out)), map[string]string{
 		"bootstrap_servers":    kafkatest.Broker(t),
 		"application_id":       kafkatest.UniqueName(t, "app"),
 		"processing_guarantee": "exactly_once",
@@ -129,9 +152,11 @@ func TestSDFResidualsUnderAbortedCycles(t *testing.T) {
 		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
 	}
 	n, repeated := calls()
-	t.Logf("%d commit cycles aborted; %d calls of the splittable DoFn, %d restriction starts called again", aborted(), n, repeated)
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d commit cycles aborted; %d calls of the splittable DoFn, %d residuals resumed again", aborted, n, repeated)
 	if want := sdfParts * sdfPerPart / sdfPerCall; n < want || repeated == 0 {
-		t.Errorf("%d calls of the splittable DoFn, %d of them again: want at least %d, some again (retried after an abort)", n, repeated, want)
+		t.Errorf("%d calls of the splittable DoFn, %d residuals resumed again: want at least %d calls, some residuals resumed again (after an abort)", n, repeated, want)
 	}
 	got, dups := readSums(t, out)
 	if dups > 0 {
@@ -142,12 +167,14 @@ func TestSDFResidualsUnderAbortedCycles(t *testing.T) {
 	}
 }
 
-// TestSDFResidualsRestoreFromChangelog fails a job's instance while its
-// splittable DoFn (checkpointing with a resume delay) still has residuals
-// pending, then runs the pipeline again under the same application_id with
-// a new, empty state_dir: the residuals come back from the changelog, the
-// DoFn goes on from them (fewer calls than a run from the start), and every
-// sum is exact: nothing lost, nothing twice.
+// TestSDFResidualsRestoreFromChangelog fails a job while its splittable
+// DoFn (checkpointing with a resume delay) has residuals pending: its call
+// at position 150 panics, after the calls at 0, 50 and 100, each resumed
+// from the residual of the one before, in a later cycle, so after that
+// residual committed. The pipeline then runs again under the same
+// application_id with a new, empty store (each run's is temporary): the
+// residuals come back from the changelog, so the DoFn goes on at 150, never
+// again at 0, and every sum is exact: nothing lost, nothing twice.
 func TestSDFResidualsRestoreFromChangelog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -158,38 +185,26 @@ func TestSDFResidualsRestoreFromChangelog(t *testing.T) {
 		"application_id":       kafkatest.UniqueName(t, "app"),
 		"processing_guarantee": "exactly_once",
 	}
-	// The first run fails in its sixth cycle that consumed records: by
-	// then the DoFn has checkpointed, and it needs ten calls per
-	// restriction.
-	calls := resetSDFCalls()
-	var mu sync.Mutex
-	cycles := 0
-	restore := hooks.Set(host.TestHooks{BeforeCommit: func(int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if cycles++; cycles == 6 {
-			return errInjected
-		}
-		return nil
-	}})
-	defer restore()
-	opts["state_dir"] = filepath.Join(t.TempDir(), "state1")
+	panicAt := int64(3 * sdfPerCall)
+	calls := resetSDFCalls(&panicAt)
 	id, r := env.Run(ctx, t, pipe, opts)
 	if r.State != jobpb.JobState_FAILED {
-		t.Fatalf("first run: job %s ended %v, want FAILED by the injected failure; errors: %q", id, r.State, r.Errors)
+		t.Fatalf("first run: job %s ended %v, want FAILED by the DoFn's panic; errors: %q", id, r.State, r.Errors)
 	}
 	first, _ := calls()
 
-	calls = resetSDFCalls()
-	opts["state_dir"] = filepath.Join(t.TempDir(), "state2")
+	calls = resetSDFCalls(nil)
 	id, r = env.Run(ctx, t, pipe, opts)
 	if r.State != jobpb.JobState_DONE {
 		t.Fatalf("second run: job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
 	}
 	second, _ := calls()
+	sdfCalls.Lock()
+	again, resumed := sdfCalls.starts[0], sdfCalls.starts[panicAt]
+	sdfCalls.Unlock()
 	t.Logf("calls of the splittable DoFn: %d in the failed run, %d after the restore", first, second)
-	if all := sdfParts * sdfPerPart / sdfPerCall; second == 0 || second >= all {
-		t.Errorf("%d calls after the restore, want some but fewer than the %d of a run from the start", second, all)
+	if again != 0 || resumed != 1 {
+		t.Errorf("after the restore: %d calls at position 0 and %d at %d; want none (its residual committed) and one (resumed from the residual)", again, resumed, panicAt)
 	}
 	got, dups := readSums(t, out)
 	if dups > 0 {
