@@ -40,10 +40,12 @@ type checkpointingFn struct {
 }
 
 // sdfCalls counts checkpointingFn's calls per restriction start, in this
-// process's LOOPBACK worker; a call starting at panicAt (if set) panics.
+// process's LOOPBACK worker, and when each start was first called; a call
+// starting at panicAt (if set) panics.
 var sdfCalls struct {
 	sync.Mutex
 	starts  map[int64]int
+	first   map[int64]time.Time
 	panicAt *int64
 }
 
@@ -65,6 +67,9 @@ func (fn *checkpointingFn) ProcessElement(rt *sdf.LockRTracker, _ int, emit func
 	start := rt.GetRestriction().(offsetrange.Restriction).Start
 	sdfCalls.Lock()
 	sdfCalls.starts[start]++
+	if _, ok := sdfCalls.first[start]; !ok {
+		sdfCalls.first[start] = time.Now()
+	}
 	fail := sdfCalls.panicAt != nil && *sdfCalls.panicAt == start
 	sdfCalls.Unlock()
 	if fail {
@@ -98,7 +103,7 @@ func sdfSumPipeline(delay time.Duration, out string) *beam.Pipeline {
 // called again).
 func resetSDFCalls(panicAt *int64) func() (calls, repeated int) {
 	sdfCalls.Lock()
-	sdfCalls.starts, sdfCalls.panicAt = map[int64]int{}, panicAt
+	sdfCalls.starts, sdfCalls.first, sdfCalls.panicAt = map[int64]int{}, map[int64]time.Time{}, panicAt
 	sdfCalls.Unlock()
 	return func() (calls, repeated int) {
 		sdfCalls.Lock()
@@ -213,4 +218,34 @@ func TestSDFResidualsRestoreFromChangelog(t *testing.T) {
 	if wrong, ex := compare(got, wantSums(sdfParts*sdfPerPart)); wrong > 0 {
 		t.Errorf("%d of %d sums are wrong after the restore, e.g. %s", wrong, keys, ex)
 	}
+}
+
+// TestSDFResumeDelay: a residual resumes once the delay its DoFn asked for
+// has passed, and then at once, although the commit loop's polls wait up to
+// commit_interval_ms (5 s here) for records: the loop polls no longer than
+// until the first residual is due. Each call of checkpointingFn comes
+// between 300 ms and 2.5 s after the one whose residual it resumes (a poll
+// of 5 s would make it 5 s).
+func TestSDFResumeDelay(t *testing.T) {
+	const delay = 300 * time.Millisecond
+	calls := resetSDFCalls(nil)
+	runDone(t, env.Marshal(t, sdfSumPipeline(delay, filepath.Join(t.TempDir(), "sums.txt"))), map[string]string{
+		"commit_interval_ms": "5000",
+	})
+	if n, _ := calls(); n != sdfParts*sdfPerPart/sdfPerCall {
+		t.Fatalf("%d calls of the splittable DoFn, want %d", n, sdfParts*sdfPerPart/sdfPerCall)
+	}
+	sdfCalls.Lock()
+	defer sdfCalls.Unlock()
+	var gaps []time.Duration
+	for part := range sdfParts {
+		for p := part*sdfPerPart + sdfPerCall; p < (part+1)*sdfPerPart; p += sdfPerCall {
+			gap := sdfCalls.first[int64(p)].Sub(sdfCalls.first[int64(p-sdfPerCall)])
+			gaps = append(gaps, gap)
+			if gap < delay || gap > 2500*time.Millisecond {
+				t.Errorf("position %d: called %v after the call whose residual it resumes, want between %v and 2.5s", p, gap, delay)
+			}
+		}
+	}
+	t.Logf("gaps between a call and the one resuming its residual: %v", gaps)
 }
