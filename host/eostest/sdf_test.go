@@ -120,34 +120,38 @@ func resetSDFCalls(panicAt *int64) func() (calls, repeated int) {
 
 // TestSDFResidualsUnderAbortedCycles runs a splittable DoFn that
 // checkpoints after every 50 of its 2,000 positions (its residuals are kept
-// in the task's state across commit cycles) with commit cycles aborted
-// (every other one that consumed records, as abortCycles does, 40 times:
-// the DoFn's ten rounds per restriction run within them): under
-// exactly_once the sums of its output are exact, each
-// written once. The aborts do hit its residuals: some of its calls (a
-// residual resumed by a cycle that aborted, found again by the reopened
-// task) run again. (A resume delay makes each cycle's poll wait long
-// enough to take the records of the cycle before: the hook sees only
-// cycles that consumed records.) The GroupByKey in the global
-// window fires only when the watermark passes its end, so a watermark not
-// held by the pending residuals would leave values out of the sums.
+// in the task's state across commit cycles) with every other commit cycle
+// that ran it aborted (Hooks.EveryCycle: a cycle that only resumes
+// residuals consumes nothing): under exactly_once the sums of its output
+// are exact, each written once. The aborts do hit its residuals: calls
+// resumed from a residual by a cycle that aborted run again (the reopened
+// task found the residual again). The GroupByKey in the global window fires
+// only when the watermark passes its end, so a watermark not held by the
+// pending residuals would leave values out of the sums.
 func TestSDFResidualsUnderAbortedCycles(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	calls := resetSDFCalls(nil)
 	var mu sync.Mutex
-	cycles, aborted := 0, 0
-	defer hooks.Set(host.TestHooks{BeforeCommit: func(int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if cycles++; cycles%2 == 0 && aborted < 40 {
-			aborted++
-			return host.ErrAbortCycle
-		}
-		return nil
-	}})()
+	seen, ran, aborted := 0, 0, 0
+	defer hooks.Set(host.TestHooks{
+		// Cycles that only resume residuals consume nothing.
+		EveryCycle: func() bool { return true },
+		BeforeCommit: func(int) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if n, _ := calls(); n > seen {
+				seen = n
+				if ran++; ran%2 == 0 {
+					aborted++
+					return host.ErrAbortCycle
+				}
+			}
+			return nil
+		},
+	})()
 	out := filepath.Join(t.TempDir(), "sums.txt")
-	id, r := env.Run(ctx, t, env.Marshal(t, sdfSumPipeline(50*time.Millisecond, out)), map[string]string{
+	id, r := env.Run(ctx, t, env.Marshal(t, sdfSumPipeline(0, out)), map[string]string{
 		"bootstrap_servers":    kafkatest.Broker(t),
 		"application_id":       kafkatest.UniqueName(t, "app"),
 		"processing_guarantee": "exactly_once",

@@ -816,10 +816,11 @@ func (i *instance) prepareTasks(ctx context.Context) error {
 }
 
 // beforeCommit runs the test hook, if any, on a cycle that consumed
-// records; it reports whether the cycle must abort.
+// records (on every cycle with Hooks.EveryCycle); it reports whether the
+// cycle must abort.
 func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, err error) {
 	h := i.cfg.Hooks
-	if h == nil || h.BeforeCommit == nil || records == 0 {
+	if h == nil || h.BeforeCommit == nil || records == 0 && (h.EveryCycle == nil || !h.EveryCycle()) {
 		return false, nil
 	}
 	err = h.BeforeCommit(records)

@@ -142,6 +142,10 @@ type Hooks struct {
 	// state and offsets) commits. ErrAbortCycle aborts the cycle as a failed
 	// transaction would; any other error fails the instance.
 	BeforeCommit func(records int) error
+	// EveryCycle, if it returns true, runs BeforeCommit in the cycles that
+	// consumed nothing too (records 0: cycles that only resumed residuals,
+	// fired timers or reported watermarks).
+	EveryCycle func() bool
 	// Restored runs after a task's state was restored from its changelog,
 	// before the task is created, with the number of changelog records
 	// replayed (0 when the local store was up to date).
