@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/ksrunner/ksrunner/harness"
 )
@@ -214,7 +216,10 @@ func TestOutputAndResponseInEitherOrder(t *testing.T) {
 			t.Errorf("SDK got input %q", got)
 		}
 		resp := &fnpb.InstructionResponse{InstructionId: req.GetInstructionId(), Response: &fnpb.InstructionResponse_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleResponse{
-			ResidualRoots: []*fnpb.DelayedBundleApplication{{Application: &fnpb.BundleApplication{TransformId: "t", InputId: "i", Element: []byte("rest")}}},
+			ResidualRoots: []*fnpb.DelayedBundleApplication{{
+				Application:        &fnpb.BundleApplication{TransformId: "t", InputId: "i", Element: []byte("rest"), OutputWatermarks: map[string]*timestamppb.Timestamp{"out": timestamppb.New(time.UnixMilli(1234))}},
+				RequestedTimeDelay: durationpb.New(3 * time.Second),
+			}},
 		}}}
 		fw.sendOutput(req.GetInstructionId(), "first", false)
 		if responseFirst {
@@ -230,8 +235,9 @@ func TestOutputAndResponseInEitherOrder(t *testing.T) {
 		if strings.Join(out, ",") != "p1:first,p1:second" {
 			t.Errorf("responseFirst=%v: output %q", responseFirst, out)
 		}
-		if len(res.Residuals) != 1 || string(res.Residuals[0].Element) != "rest" || res.Residuals[0].TransformID != "t" {
-			t.Errorf("residuals %+v", res.Residuals)
+		if len(res.Residuals) != 1 || string(res.Residuals[0].Element) != "rest" || res.Residuals[0].TransformID != "t" ||
+			res.Residuals[0].Delay != 3*time.Second || !res.Residuals[0].OutputWatermarks["out"].Equal(time.UnixMilli(1234)) || len(res.Residuals[0].OutputWatermarks) != 1 {
+			t.Errorf("residuals %+v, want the element, its delay and its output watermark", res.Residuals)
 		}
 	}
 }

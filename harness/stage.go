@@ -688,6 +688,9 @@ type Residual struct {
 	Element []byte
 	// Delay is how long the SDK asked the runner to wait before resuming.
 	Delay time.Duration
+	// OutputWatermarks are the SDK's estimates of the residual's output
+	// watermark, by output (local name); none if it gave none.
+	OutputWatermarks map[string]time.Time
 }
 
 func newResult(resp *fnpb.ProcessBundleResponse) *Result {
@@ -697,12 +700,19 @@ func newResult(resp *fnpb.ProcessBundleResponse) *Result {
 	}
 	for _, root := range resp.GetResidualRoots() {
 		app := root.GetApplication()
-		r.Residuals = append(r.Residuals, Residual{
+		res := Residual{
 			TransformID: app.GetTransformId(),
 			InputID:     app.GetInputId(),
 			Element:     app.GetElement(),
 			Delay:       root.GetRequestedTimeDelay().AsDuration(),
-		})
+		}
+		for out, ts := range app.GetOutputWatermarks() {
+			if res.OutputWatermarks == nil {
+				res.OutputWatermarks = map[string]time.Time{}
+			}
+			res.OutputWatermarks[out] = ts.AsTime()
+		}
+		r.Residuals = append(r.Residuals, res)
 	}
 	return r
 }

@@ -328,6 +328,10 @@ func (k *Hooks) ServerOption() host.ServerOption {
 			}
 			return nil
 		},
+		EveryCycle: func() bool {
+			h := k.cur.Load()
+			return h != nil && h.EveryCycle != nil && h.EveryCycle()
+		},
 		Restored: func(sub int, partition int32, records int) {
 			if h := k.cur.Load(); h != nil && h.Restored != nil {
 				h.Restored(sub, partition, records)

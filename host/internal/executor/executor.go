@@ -2,7 +2,9 @@ package executor
 
 import (
 	"context"
+	"time"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
 	"github.com/ksrunner/ksrunner/harness"
@@ -69,13 +71,26 @@ type Bundle interface {
 
 // Result is what a finished bundle returns besides its output.
 type Result struct {
-	// Residuals are encoded windowed values of the stage's input to process
-	// again (splittable DoFn checkpoints).
-	Residuals [][]byte
+	// Residuals are the parts of the input to process again (splittable
+	// DoFn checkpoints).
+	Residuals []Residual
 	Metrics   []*pipepb.MonitoringInfo
 	// Finalize, when set, is called once the bundle's output and state are
 	// committed (Beam's bundle finalization).
 	Finalize func(context.Context) error
+}
+
+// Residual is one self-checkpoint of a splittable DoFn.
+type Residual struct {
+	// Element is an encoded windowed value of the stage's input.
+	Element []byte
+	// Delay is how long the DoFn asked to wait before it resumes.
+	Delay time.Duration
+	// OutputWatermark, if Estimated, is the SDK's estimate of the
+	// residual's output watermark (milliseconds; the least over the
+	// DoFn's outputs): nothing the residual outputs is behind it.
+	OutputWatermark int64
+	Estimated       bool
 }
 
 // Harness runs a stage registered with an SDK harness.
@@ -118,7 +133,28 @@ func (b harnessBundle) Finish() (Result, error) {
 		out.Finalize = b.b.Finalize
 	}
 	for _, r := range res.Residuals {
-		out.Residuals = append(out.Residuals, r.Element)
+		out.Residuals = append(out.Residuals, harnessResidual(r))
 	}
 	return out, nil
+}
+
+// harnessResidual is r with its output watermark estimate, the least over
+// its outputs, clamped to Beam's range of timestamps.
+func harnessResidual(r harness.Residual) Residual {
+	out := Residual{Element: r.Element, Delay: r.Delay}
+	for _, ts := range r.OutputWatermarks {
+		var ms int64
+		switch {
+		case ts.After(mtime.MaxTimestamp.ToTime()):
+			ms = int64(mtime.MaxTimestamp)
+		case ts.Before(mtime.MinTimestamp.ToTime()):
+			ms = int64(mtime.MinTimestamp)
+		default:
+			ms = ts.UnixMilli()
+		}
+		if !out.Estimated || ms < out.OutputWatermark {
+			out.OutputWatermark, out.Estimated = ms, true
+		}
+	}
+	return out
 }

@@ -575,7 +575,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 	}
 	for {
 		i.cycleMark = i.cfg.reach.mark()
-		pollCtx, cancel := context.WithTimeout(ctx, pollTime)
+		pollCtx, cancel := context.WithTimeout(ctx, i.pollWait(pollTime))
 		maxRecords := i.cfg.MaxPollRecords
 		if maxRecords <= 0 {
 			maxRecords = DefaultMaxPollRecords
@@ -655,6 +655,21 @@ func (i *instance) run(ctx context.Context) (err error) {
 		i.observe()
 		i.cl.AllowRebalance()
 	}
+}
+
+// pollWait is how long the next poll waits for records: pollTime, or less
+// if a task's splittable DoFn residual is due before (Task.ResumeAt), so
+// that it resumes on time (a residual due at once: the poll does not wait).
+func (i *instance) pollWait(pollTime time.Duration) time.Duration {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	wait := pollTime
+	for _, t := range i.tasks {
+		if at, ok := t.ResumeAt(); ok {
+			wait = min(wait, max(at.Sub(i.now()), 0))
+		}
+	}
+	return wait
 }
 
 // pollAfterCommit adds to a poll that returned at once (from the client's
@@ -806,10 +821,11 @@ func (i *instance) prepareTasks(ctx context.Context) error {
 }
 
 // beforeCommit runs the test hook, if any, on a cycle that consumed
-// records; it reports whether the cycle must abort.
+// records (on every cycle with Hooks.EveryCycle); it reports whether the
+// cycle must abort.
 func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, err error) {
 	h := i.cfg.Hooks
-	if h == nil || h.BeforeCommit == nil || records == 0 {
+	if h == nil || h.BeforeCommit == nil || records == 0 && (h.EveryCycle == nil || !h.EveryCycle()) {
 		return false, nil
 	}
 	err = h.BeforeCommit(records)

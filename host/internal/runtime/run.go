@@ -146,6 +146,10 @@ type Hooks struct {
 	// anything of its takeover (a standby copy's handover, the restore):
 	// with Restored it times the restore part of a failover.
 	Assigning func(subTopology int, partition int32)
+	// EveryCycle, if it returns true, runs BeforeCommit in the cycles that
+	// consumed nothing too (records 0: cycles that only resumed residuals,
+	// fired timers or reported watermarks).
+	EveryCycle func() bool
 	// Restored runs after a task's state was restored from its changelog,
 	// before the task is created, with the number of changelog records
 	// replayed (0 when the local store was up to date).

@@ -23,6 +23,9 @@ const (
 	// SourceCount: a bounded Kafka read's task, the run and how many
 	// records it emitted (host/internal/task/kafkabound.go).
 	SourceCount Kind = 'K'
+	// Residual: a splittable DoFn's self-checkpoint waiting to resume
+	// (host/internal/task/residuals.go).
+	Residual Kind = 'r'
 
 	// Changelog position of the task's store (runtime/changelog.go).
 	Changelog Kind = 'C'
@@ -47,7 +50,7 @@ const (
 
 // kinds lists every Kind, for the registry test and for Kinds.
 var kinds = []Kind{
-	Watermark, Impulse, Buffer, Timer, Gate, GateHold, SortedUpTo, SourceCount, Changelog,
+	Watermark, Impulse, Buffer, Timer, Gate, GateHold, SortedUpTo, SourceCount, Residual, Changelog,
 	WindowState, Value, EventTimer, ProcTimer, Hold, ProcTime, TestStreamDone,
 	Bag, Multimap, Seq, UserTimers, TimerRefs, Ordered,
 }

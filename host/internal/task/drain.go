@@ -11,10 +11,11 @@ package task
 //     no longer fetched, so a later job under the same application id goes
 //     on from exactly there; its watermark is +inf from the next commit.
 //   - A splittable DoFn's residuals (self-checkpoints) are dropped rather
-//     than processed again: the restriction is truncated to what was done,
-//     as Beam's drain does for an unbounded restriction (ksrunner does not
-//     call the SDK's TruncateRestriction, so a bounded one is cut short
-//     too).
+//     than processed again, those its bundles return and those stored for
+//     a later cycle (residuals.go): the restriction is truncated to what
+//     was done, as Beam's drain does for an unbounded restriction (ksrunner
+//     does not call the SDK's TruncateRestriction, so a bounded one is cut
+//     short too).
 //   - Impulses have emitted their element (or will, once), and their
 //     watermark is +inf then anyway. A TestStream is not drained.
 

@@ -99,6 +99,11 @@ type Task struct {
 	// pages are the cycle's paged groups (Root.PagedGroups; gbkpages.go).
 	pages groupPages
 
+	// residuals are the pending self-checkpoints of splittable DoFns, in
+	// the order they were made (residuals.go); residualSeq numbers the next.
+	residuals   []pendingResidual
+	residualSeq uint64
+
 	mu sync.Mutex
 }
 
@@ -288,6 +293,9 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 	if err := t.loadSortedUpTo(); err != nil {
 		return nil, err
 	}
+	if err := t.loadResiduals(); err != nil {
+		return nil, err
+	}
 	ev, err := newEventTime(t)
 	if err != nil {
 		return nil, err
@@ -309,6 +317,7 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 //	'G' stage | max window ts | seq            → min timestamp | element count | input parked (gate.go)
 //	'H' stage | min timestamp | seq            → (empty) index of input parked for side inputs
 //	'S' stage                                  → time-sorted input released before this time (8 bytes)
+//	'r' stage | seq                            → a splittable DoFn's residual (residuals.go)
 //
 // (The kinds are declared in host/internal/state/keys.go.)
 
@@ -490,7 +499,8 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 
 // flushStages hands pending input to the stages in topological order; with
 // closing set it also finishes every bundle, and repeats until no stage has
-// input left (a finished bundle can feed a later stage or return residuals).
+// input left. (A stage's output goes to later stages only, and residuals to
+// the store, so one closing pass leaves none: the repetition is a guard.)
 //
 // Bundle boundaries: a stage's input goes to its executor in chunks of
 // whole elements (about processBatchBytes each), and the task regains
@@ -502,7 +512,6 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 // commit: PrepareCommit finishes every bundle before the cycle's
 // transaction ends, and checks that none is left open.
 func (t *Task) flushStages(ctx context.Context, closing bool) error {
-	start, rounds, warned := t.now(), 0, false
 	for {
 		idle := true
 		for _, sr := range t.stages {
@@ -550,34 +559,17 @@ func (t *Task) flushStages(ctx context.Context, closing bool) error {
 		if !closing || idle {
 			return nil
 		}
-		var pending []string
+		left := false
 		t.mu.Lock()
 		for _, sr := range t.stages {
-			if len(sr.pending) > 0 {
-				pending = append(pending, sr.stage.ID)
-			}
+			left = left || len(sr.pending) > 0
 		}
 		t.mu.Unlock()
-		if len(pending) == 0 {
+		if !left {
 			return nil
-		}
-		// A closing pass hands every stage its input in topological
-		// order, so what is left is a splittable DoFn's residuals. A DoFn
-		// that keeps checkpointing keeps the cycle from committing: say
-		// so, since the job shows nothing else until the broker aborts the
-		// transaction.
-		rounds++
-		if took := t.now().Sub(start); !warned && took >= residualWarnAfter {
-			warned = true
-			t.env.Logger.Warn("a splittable DoFn keeps checkpointing: its residuals are processed again before the commit cycle commits, so the cycle's output, input offsets and bundle finalizations wait until it stops (one that waits for its bundle finalizer or a resume delay never does; see README, Known limits)",
-				"task", t.producer, "stages", pending, "rounds", rounds, "for", took.Round(time.Millisecond))
 		}
 	}
 }
-
-// residualWarnAfter is how long a commit cycle re-processes residuals
-// before flushStages warns.
-const residualWarnAfter = 10 * time.Second
 
 // bundleDone reports whether sr's open bundle must close at this chunk
 // boundary: it has MaxBundleSize input elements, or has been open
@@ -647,12 +639,12 @@ func (t *Task) finish(sr *stageRun) error {
 	}
 	if len(res.Residuals) > 0 && t.draining() {
 		t.env.Logger.Info("draining: residuals of a splittable DoFn dropped", "stage", sr.stage.ID, "residuals", len(res.Residuals))
-	} else if len(res.Residuals) > 0 {
-		t.mu.Lock()
-		for _, r := range res.Residuals {
-			sr.appendPending(r)
+		return nil
+	}
+	for _, r := range res.Residuals {
+		if err := t.keepResidual(sr, r); err != nil {
+			return err
 		}
-		t.mu.Unlock()
 	}
 	return nil
 }
@@ -694,14 +686,18 @@ func (t *Task) emit(sr *stageRun, pcoll string, data []byte) error {
 	return nil
 }
 
-// PrepareCommit fires what the input watermark allows, closes every bundle
-// and reports the output watermark if it moved.
+// PrepareCommit fires what the input watermark allows, resumes the
+// residuals that are due, closes every bundle and reports the output
+// watermark if it moved.
 func (t *Task) PrepareCommit(ctx context.Context) error {
 	in := t.inputWatermark()
 	if t.ev != nil {
 		t.ev.lastIn = in
 	}
 	if err := t.root.prepare(ctx, in); err != nil {
+		return err
+	}
+	if err := t.resumeResiduals(); err != nil {
 		return err
 	}
 	if err := t.flushStages(ctx, true); err != nil {
@@ -750,7 +746,7 @@ func (t *Task) outputWatermark(in int64) (int64, error) {
 		}
 		hold = min(hold, th)
 	}
-	return min(out, hold), nil
+	return min(out, hold, t.residualHold()), nil
 }
 
 // reportWatermark sends the output watermark to every partition of every
@@ -809,6 +805,7 @@ func (t *Task) CommitState() error {
 	}
 	t.batch.Close() // committed: only releases it for reuse
 	t.batch = t.env.DB.NewIndexedBatch()
+	t.commitResiduals()
 	return nil
 }
 
