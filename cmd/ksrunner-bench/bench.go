@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal"
 	"github.com/spf13/pflag"
 
+	"github.com/ksrunner/ksrunner/cmd/internal/profile"
 	"github.com/ksrunner/ksrunner/host"
 )
 
@@ -269,18 +269,11 @@ func median(ts []time.Duration) time.Duration {
 }
 
 func startCPUProfile(path string) (func() error, error) {
-	f, err := os.Create(path)
+	stop, err := profile.Start(path)
 	if err != nil {
 		return nil, fmt.Errorf("bench: cpu profile: %w", err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("bench: cpu profile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		return f.Close()
-	}, nil
+	return stop, nil
 }
 
 // benchLogger sets up the logging of a bench command (cmd names it in

@@ -19,14 +19,23 @@ func FromEnv(cmd string) (func() error, error) {
 	if base == "" {
 		return nil, nil
 	}
-	path := fmt.Sprintf("%s.%s.%d", base, cmd, os.Getpid())
-	f, err := os.Create(path)
+	stop, err := Start(fmt.Sprintf("%s.%s.%d", base, cmd, os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("KSRUNNER_CPUPROFILE: %w", err)
 	}
+	return stop, nil
+}
+
+// Start writes a CPU profile of this process to path until the returned
+// function is called.
+func Start(path string) (func() error, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("KSRUNNER_CPUPROFILE: %w", err)
+		return nil, err
 	}
 	return func() error {
 		pprof.StopCPUProfile()

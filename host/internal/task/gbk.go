@@ -233,10 +233,11 @@ func (t *Task) fire(inputWM int64) error {
 		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(t.sub.Root.TransformID, "dropped_late_elements", n)})
 		t.gbk.droppedLate = 0
 	}
-	due := t.gbk.timers.takeBefore(inputWM)
-	if len(due) == 0 && len(fresh) == 0 {
+	timers := t.gbk.timers.takeBefore(inputWM) // in time order, the timers' store order
+	if len(timers) == 0 && len(fresh) == 0 {
 		return nil
 	}
+	due := slices.Clone(timers)
 	for kw := range fresh {
 		due = append(due, dueTimer{kw: kw})
 	}
@@ -247,8 +248,6 @@ func (t *Task) fire(inputWM int64) error {
 	// back to the first key for each window, took most of a firing's
 	// CPU. The order among the groups a cycle fires is free: they all go
 	// out in this cycle, before its watermark report.
-	byTime := due // takeBefore's order, the timers' store order, for their deletion
-	due = slices.Clone(due)
 	slices.SortFunc(due, func(a, b dueTimer) int { return strings.Compare(a.kw, b.kw) })
 	// One iterator over the buffered runs for every group: a new iterator
 	// per group cost a seek through every level of the store each. It
@@ -282,10 +281,7 @@ func (t *Task) fire(inputWM int64) error {
 		}
 	}
 	k := append([]byte(nil), t.prefix...)
-	for _, d := range byTime {
-		if fresh[d.kw] != nil {
-			continue // never stored
-		}
+	for _, d := range timers {
 		k = append(k[:len(t.prefix)], byte(state.Timer))
 		k = binary.BigEndian.AppendUint64(k, state.EventTimeBits(d.maxTs))
 		k = append(k, d.kw...)
