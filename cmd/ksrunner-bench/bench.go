@@ -61,6 +61,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	n := fs.Int64("elements", 1_000_000, "elements to generate")
 	keys := fs.Int64("keys", 1000, "distinct keys")
 	combine := fs.Bool("combine", false, "CombinePerKey(sum) (lifted) instead of GroupByKey + a summing ParDo")
+	splits := fs.Int64("source_splits", 0, "split the source into this many ranges at the start (a splittable DoFn), which runners may process in parallel; 0: one DoFn call on the impulse, one bundle")
 	runs := fs.Int("runs", 1, "how many times to run each runner (alternating)")
 	runners := fs.String("runners", "ksrunner,prism", "comma-separated runners to measure: ksrunner, prism")
 	parallelism := fs.Int("internal_parallelism", def.InternalParallelism, "ksrunner: partitions of repartition topics")
@@ -81,8 +82,8 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("bench: unknown runner %q (want ksrunner or prism)", r)
 		}
 	}
-	if *n < 1 || *keys < 1 || *runs < 1 {
-		return fmt.Errorf("bench: --elements, --keys and --runs must be at least 1")
+	if *n < 1 || *keys < 1 || *runs < 1 || *splits < 0 {
+		return fmt.Errorf("bench: --elements, --keys and --runs must be at least 1, --source_splits at least 0")
 	}
 
 	var level slog.Level
@@ -122,6 +123,11 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if *combine {
 		variant = "CombinePerKey(sum), lifted"
 	}
+	if *splits > 0 {
+		variant += fmt.Sprintf(", source split into %d ranges", *splits)
+	} else {
+		variant += ", unsplit source"
+	}
 	fmt.Fprintf(stdout, "bench gbk: %d elements, %d keys, %s; ksrunner internal_parallelism=%d max_bundle_size=%d max_bundle_time_ms=%d record_pack_bytes=%s commit_interval_ms=%d processing_guarantee=%s; GOMAXPROCS=%d\n",
 		*n, *keys, variant, opts.InternalParallelism, opts.MaxBundleSize, opts.MaxBundleTimeMs, *packList, opts.CommitIntervalMs, opts.ProcessingGuarantee, runtime.GOMAXPROCS(0))
 
@@ -133,7 +139,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 				return ctx.Err()
 			}
 			runtime.GC()
-			p := buildGBKBench(*n, *keys, *combine)
+			p := buildGBKBench(*n, *keys, *combine, *splits)
 			var exec func(context.Context, *beam.Pipeline) (beam.PipelineResult, error)
 			stopProfile := func() error { return nil }
 			switch runnerOf(r) {

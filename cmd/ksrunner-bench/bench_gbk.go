@@ -6,6 +6,8 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/metrics"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/sdf"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/rtrackers/offsetrange"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 )
 
@@ -13,6 +15,13 @@ import (
 //
 //	impulse → generate 0..n-1 → KV<i mod keys, i> → GroupByKey → sum each
 //	key's values in a ParDo over the iterable → check every sum
+//
+// The source is one DoFn call on the impulse, which no runner can split: the
+// whole input is made in one bundle on one core. With splits > 0 it is a
+// splittable DoFn whose restriction [0, n) splits into that many ranges at
+// the start, as a partitioned source's does: a runner may process them in
+// parallel (ksrunner spreads them over its tasks; Prism runs them in one
+// bundle, splitting only a bundle that stops making progress).
 //
 // or, with combine set, CombinePerKey(sum) in place of GroupByKey + sum, which
 // runners lift (pre-combine before the shuffle). The check DoFn compares each
@@ -24,6 +33,7 @@ const benchNamespace = "gbkbench"
 
 func init() {
 	register.DoFn2x0[[]byte, func(int64)](&generateFn{})
+	register.DoFn3x0[*sdf.LockRTracker, []byte, func(int64)](&splitGenerateFn{})
 	register.Emitter1[int64]()
 	register.DoFn1x2[int64, int64, int64](&keyFn{})
 	register.DoFn4x0[context.Context, int64, func(*int64) bool, func(int64, int64)](&sumFn{})
@@ -40,6 +50,41 @@ func (f *generateFn) ProcessElement(_ []byte, emit func(int64)) {
 	for i := int64(0); i < f.N; i++ {
 		emit(i)
 	}
+}
+
+// splitGenerateFn emits 0..N-1 for its one (impulse) input, as a
+// splittable DoFn whose restriction splits into Splits ranges at the start.
+type splitGenerateFn struct{ N, Splits int64 }
+
+func (f *splitGenerateFn) CreateInitialRestriction(_ []byte) offsetrange.Restriction {
+	return offsetrange.Restriction{Start: 0, End: f.N}
+}
+
+func (f *splitGenerateFn) SplitRestriction(_ []byte, r offsetrange.Restriction) []offsetrange.Restriction {
+	return r.EvenSplits(f.Splits)
+}
+
+func (f *splitGenerateFn) RestrictionSize(_ []byte, r offsetrange.Restriction) float64 {
+	return r.Size()
+}
+
+func (f *splitGenerateFn) CreateTracker(r offsetrange.Restriction) *sdf.LockRTracker {
+	return sdf.NewLockRTracker(offsetrange.NewTracker(r))
+}
+
+func (f *splitGenerateFn) ProcessElement(rt *sdf.LockRTracker, _ []byte, emit func(int64)) {
+	for i := rt.GetRestriction().(offsetrange.Restriction).Start; rt.TryClaim(i); i++ {
+		emit(i)
+	}
+}
+
+// generate is the pipeline's source of 0..n-1: generateFn, or with splits > 0
+// splitGenerateFn.
+func generate(s beam.Scope, n, splits int64) beam.PCollection {
+	if splits > 0 {
+		return beam.ParDo(s, &splitGenerateFn{N: n, Splits: splits}, beam.Impulse(s))
+	}
+	return beam.ParDo(s, &generateFn{N: n}, beam.Impulse(s))
 }
 
 // keyFn makes KV<i mod Keys, i>.
@@ -96,10 +141,10 @@ func expectedSum(n, keys, key int64) int64 {
 	return c*key + keys*c*(c-1)/2
 }
 
-// buildGBKBench builds the benchmark pipeline.
-func buildGBKBench(n, keys int64, combine bool) *beam.Pipeline {
+// buildGBKBench builds the benchmark pipeline; splits > 0 splits its source.
+func buildGBKBench(n, keys int64, combine bool, splits int64) *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
-	nums := beam.ParDo(s, &generateFn{N: n}, beam.Impulse(s))
+	nums := generate(s, n, splits)
 	kvs := beam.ParDo(s, &keyFn{Keys: keys}, nums)
 	var sums beam.PCollection
 	if combine {

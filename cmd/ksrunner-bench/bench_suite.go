@@ -47,6 +47,10 @@ const suiteKeys = 1000
 
 // suiteSizes are the sizes every case runs at: time per element should
 // stay flat from one to the other.
+// suiteSourceSplits is how many ranges combine-split's source splits into:
+// as a topic of 16 partitions would be read.
+const suiteSourceSplits = 16
+
 var suiteSizes = []struct {
 	suffix string
 	n      int64
@@ -57,17 +61,18 @@ func suiteCases() []suiteCase {
 	var out []suiteCase
 	for _, size := range suiteSizes {
 		n := size.n
-		gbk := func(name string, keys int64, combine bool, what string) suiteCase {
+		gbk := func(name string, keys int64, combine bool, splits int64, what string) suiteCase {
 			return suiteCase{Name: name + "-" + size.suffix, Elements: n, What: what,
-				build: func() *beam.Pipeline { return buildGBKBench(n, keys, combine) },
+				build: func() *beam.Pipeline { return buildGBKBench(n, keys, combine, splits) },
 				check: func(r beam.PipelineResult, _ string) error {
 					return readBenchCounts(r.Metrics()).verify(n, keys, combine)
 				}}
 		}
 		out = append(out,
-			gbk("gbk", suiteKeys, false, "GroupByKey + sum, 1,000 keys"),
-			gbk("onekey", 1, false, "GroupByKey + sum, all values on one key"),
-			gbk("combine", suiteKeys, true, "CombinePerKey(sum), lifted, 1,000 keys"),
+			gbk("gbk", suiteKeys, false, 0, "GroupByKey + sum, 1,000 keys"),
+			gbk("onekey", 1, false, 0, "GroupByKey + sum, all values on one key"),
+			gbk("combine", suiteKeys, true, 0, "CombinePerKey(sum), lifted, 1,000 keys"),
+			gbk("combine-split", suiteKeys, true, suiteSourceSplits, "the same with the source split into 16 ranges (a splittable DoFn), which a runner may process in parallel"),
 			suiteCase{Name: "hotkey-" + size.suffix, Elements: n, What: "GroupByKey + sum, one key of 1,000 holds half the values",
 				build: func() *beam.Pipeline { return buildHotKeyBench(n, suiteKeys) },
 				check: func(r beam.PipelineResult, _ string) error {

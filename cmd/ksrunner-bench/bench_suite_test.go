@@ -77,7 +77,7 @@ func TestSuiteCasesAtBothSizes(t *testing.T) {
 			t.Errorf("case %s at %v, want 1M and 10M", base, s)
 		}
 	}
-	if len(sizes) != 7 {
-		t.Errorf("%d cases, want 7 (gbk, onekey, combine, hotkey, windowed, sidejoin, wordcount-py)", len(sizes))
+	if len(sizes) != 8 {
+		t.Errorf("%d cases, want 8 (gbk, onekey, combine, combine-split, hotkey, windowed, sidejoin, wordcount-py)", len(sizes))
 	}
 }

@@ -54,14 +54,17 @@ func runOnKsrunner(t *testing.T, p *beam.Pipeline, opts host.Options) beam.Pipel
 
 func TestBenchPipelineOnKsrunner(t *testing.T) {
 	const n, keys = 30_000, 70
-	for _, combine := range []bool{false, true} {
+	for _, c := range []struct {
+		combine bool
+		splits  int64
+	}{{false, 0}, {true, 0}, {true, 7}, {false, 5}} {
 		opts := host.DefaultOptions()
 		opts.InternalParallelism = 3
 		opts.MaxBundleSize = 1000
 		opts.CommitIntervalMs = 5
-		res := runOnKsrunner(t, buildGBKBench(n, keys, combine), opts)
-		if err := readBenchCounts(res.Metrics()).verify(n, keys, combine); err != nil {
-			t.Errorf("combine=%v: %v", combine, err)
+		res := runOnKsrunner(t, buildGBKBench(n, keys, c.combine, c.splits), opts)
+		if err := readBenchCounts(res.Metrics()).verify(n, keys, c.combine); err != nil {
+			t.Errorf("combine=%v source_splits=%d: %v", c.combine, c.splits, err)
 		}
 	}
 }

@@ -515,3 +515,19 @@ func checkSpreadRestrictions(t *testing.T, bootstrap, appID string) {
 	}
 	t.Errorf("no SpreadRestrictions topic among the job's topics")
 }
+
+// TestBoundedEndNeedsNoPoll: a bounded job ends on its tasks' final
+// statuses, which go out in the cycle after the one that reached the
+// maximum watermark. That cycle must run at once, not after a poll for
+// input that will never come: with read_max_poll_time_ms at 10 minutes,
+// the job must still end (every other cycle of it is driven by records
+// arriving). Without the fix it ends 10 minutes later, past the deadline.
+func TestBoundedEndNeedsNoPoll(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	want := runToLines(ctx, t, reference, wordcountPipeline, nil)
+	got := runToLines(ctx, t, ksrunner, wordcountPipeline, map[string]string{
+		"read_max_poll_time_ms": "600000",
+		"internal_parallelism":  "4",
+	})
+	diffLines(t, got, want)
+}

@@ -660,11 +660,17 @@ func (i *instance) run(ctx context.Context) (err error) {
 // pollWait is how long the next poll waits for records: pollTime, or less
 // if a task's splittable DoFn residual is due before (Task.ResumeAt), so
 // that it resumes on time (a residual due at once: the poll does not wait).
+// A task's final status (Task.FinalStatusPending) goes out in the next
+// cycle's transaction, and a bounded job ends on it: that cycle does not
+// wait either, which would add a poll time to every bounded job's end.
 func (i *instance) pollWait(pollTime time.Duration) time.Duration {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	wait := pollTime
 	for _, t := range i.tasks {
+		if t.FinalStatusPending() {
+			return 0
+		}
 		if at, ok := t.ResumeAt(); ok {
 			wait = min(wait, max(at.Sub(i.now()), 0))
 		}

@@ -773,6 +773,14 @@ func (t *Task) reportWatermark(wm int64) {
 	t.pendingStatus = &Status{Watermark: wm}
 }
 
+// FinalStatusPending reports whether the status waiting for the next cycle
+// (SendStatus) is the task's last: the maximum watermark, which the job
+// server ends a bounded job on. The runtime runs that cycle at once rather
+// than after a poll for records that will not come.
+func (t *Task) FinalStatusPending() bool {
+	return t.pendingStatus != nil && t.pendingStatus.Watermark >= maxWatermark
+}
+
 // SendStatus produces the status recorded by the last watermark report, if
 // any; it reports whether it did.
 func (t *Task) SendStatus() bool {
