@@ -167,6 +167,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		},
 		Fail:              i.setProduceErr,
 		SideWatermark:     i.side.watermark,
+		SideCache:         i.side.cache,
 		SourceIdleTimeout: cfg.SourceIdleTimeout,
 		SourceMaxDelay:    cfg.SourceMaxDelay,
 		ReadBounds:        cfg.readBounds,

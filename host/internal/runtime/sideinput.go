@@ -29,6 +29,10 @@ import (
 // it; the Fn API state requests for it are then served from the store.
 //
 
+// sideCacheBytes bounds the memory an instance keeps of side input reads
+// (state.SideCache): a 100,000-entry map side input's lookups fit.
+const sideCacheBytes = 32 << 20
+
 type sideTopic struct {
 	name, full string
 	codec      *shuffle.ElementCodec
@@ -45,13 +49,14 @@ type sideTopic struct {
 // sideInputReader owns the reading of all side topics of an instance.
 type sideInputReader struct {
 	db      *pebble.DB
+	cache   *state.SideCache // the tasks' reads; invalidated at each write
 	metrics *metrics.Job          // side_input_elements_read; nil: none
 	topics  map[string]*sideTopic // by full topic name
 	byName  map[string]*sideTopic
 }
 
 func newSideInputReader(inst *instance) (*sideInputReader, error) {
-	r := &sideInputReader{db: inst.db, metrics: inst.cfg.Metrics, topics: map[string]*sideTopic{}, byName: map[string]*sideTopic{}}
+	r := &sideInputReader{db: inst.db, cache: state.NewSideCache(sideCacheBytes), metrics: inst.cfg.Metrics, topics: map[string]*sideTopic{}, byName: map[string]*sideTopic{}}
 	plan := inst.cfg.Plan
 	for _, tp := range plan.Topics {
 		if tp.Kind != translate.TopicSideInput {
@@ -135,10 +140,14 @@ func (r *sideInputReader) run(ctx context.Context, brokers string, sec *kafkacon
 			return perr
 		}
 		// Data first, then the watermark that says it is complete.
+		wrote := !b.Empty()
 		if err := b.Commit(pebble.NoSync); err != nil {
 			return fmt.Errorf("side input reader: %w", err)
 		}
 		b.Close()
+		if wrote {
+			r.cache.Invalidate() // after the commit: see state.SideCache
+		}
 		for st := range moved {
 			if wm := int64(st.reports.Watermark()); wm > st.watermark.Load() {
 				st.watermark.Store(wm)

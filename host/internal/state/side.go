@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
@@ -40,14 +41,16 @@ func SideKey(store byte, topic string, win, key, off []byte) []byte {
 type SideInputs struct {
 	harness.UnsupportedState
 	db     *pebble.DB
+	cache  *SideCache                        // nil: none
 	topics map[[2]string]translate.SideInput // by transform id, side input id
 }
 
 const sidePageBytes = 1 << 20
 
-// NewSideInputs serves the side inputs of stage s from db.
-func NewSideInputs(db *pebble.DB, s *translate.Stage) *SideInputs {
-	st := &SideInputs{db: db, topics: map[[2]string]translate.SideInput{}}
+// NewSideInputs serves the side inputs of stage s from db, through cache
+// (nil: none).
+func NewSideInputs(db *pebble.DB, cache *SideCache, s *translate.Stage) *SideInputs {
+	st := &SideInputs{db: db, cache: cache, topics: map[[2]string]translate.SideInput{}}
 	for _, si := range s.SideInputs {
 		st.topics[[2]string{si.TransformID, si.LocalName}] = si
 	}
@@ -92,6 +95,29 @@ func (s *SideInputs) Get(ctx context.Context, key *fnpb.StateKey, token []byte) 
 		}
 		lower = token
 	}
+	// The cache key: the read's kind (keys of a multimap, or values), its
+	// prefix's length and where it starts.
+	ck := make([]byte, 0, 2+binary.MaxVarintLen64+len(lower))
+	ck = append(ck, 'v')
+	if keysOnly {
+		ck[0] = 'k'
+	}
+	ck = binary.AppendUvarint(ck, uint64(len(prefix)))
+	ck = append(ck, lower...)
+	p, ok, gen := s.cache.get(ck)
+	if ok {
+		return p.page, p.next, nil
+	}
+	page, next, err := s.read(prefix, lower, keysOnly)
+	if err == nil {
+		s.cache.put(ck, sidePage{page: page, next: next}, gen)
+	}
+	return page, next, err
+}
+
+// read reads a page of the side input entries under prefix from lower on:
+// the entries' values, or with keysOnly the distinct keys of a multimap.
+func (s *SideInputs) read(prefix, lower []byte, keysOnly bool) ([]byte, []byte, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: PrefixEnd(prefix)})
 	if err != nil {
 		return nil, nil, err

@@ -82,7 +82,21 @@ func TestSideInputs(t *testing.T) {
 		putSide(t, b, "topic-mm", r.win, r.off, str(t, r.key), str(t, r.value))
 	}
 	commitBatch(t, b)
-	s := NewSideInputs(db, sideStage)
+	for _, cached := range []bool{false, true} {
+		var cache *SideCache
+		if cached {
+			cache = NewSideCache(1 << 20)
+		}
+		s := NewSideInputs(db, cache, sideStage)
+		t.Run(fmt.Sprintf("cached=%v", cached), func(t *testing.T) { checkSideReads(t, s, w1) })
+		if hits, misses, _ := cache.Stats(); cached && (hits != 11 || misses != 11) {
+			t.Errorf("cache: %d hits and %d misses, want 11 each (every read twice)", hits, misses)
+		}
+	}
+}
+
+// checkSideReads reads TestSideInputs' store through s, every read twice.
+func checkSideReads(t *testing.T, s *SideInputs, w1 []byte) {
 	for _, tc := range []struct {
 		name string
 		key  *fnpb.StateKey
@@ -101,15 +115,17 @@ func TestSideInputs(t *testing.T) {
 		{"multimap keys: one window", sideKey{"t1", "mm", w1}.multimapKeys(), strs(t, "k1")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data, next, err := s.Get(context.Background(), tc.key, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if next != nil {
-				t.Errorf("continuation token %x for a small side input", next)
-			}
-			if !bytes.Equal(data, tc.want) {
-				t.Errorf("got %x, want %x", data, tc.want)
+			for range 2 {
+				data, next, err := s.Get(context.Background(), tc.key, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if next != nil {
+					t.Errorf("continuation token %x for a small side input", next)
+				}
+				if !bytes.Equal(data, tc.want) {
+					t.Errorf("got %x, want %x", data, tc.want)
+				}
 			}
 		})
 	}
@@ -120,7 +136,7 @@ func TestSideInputsRefuse(t *testing.T) {
 	b := db.NewBatch()
 	putSide(t, b, "topic", globalWin, 1, nil, str(t, "a"))
 	commitBatch(t, b)
-	s := NewSideInputs(db, sideStage)
+	s := NewSideInputs(db, NewSideCache(1<<20), sideStage)
 	foreign := SideKey('S', "topic", intervalWin(t, 0, 1), nil, binary.BigEndian.AppendUint64(nil, 1))
 	for _, tc := range []struct {
 		name  string
@@ -174,45 +190,145 @@ func TestSideInputPaging(t *testing.T) {
 	}{{"iterable", sideIter.iterable()}, {"multimap", sideMM.multimap(str(t, "k"))}}
 	for _, tc := range tests {
 		for _, r := range readers {
-			t.Run(fmt.Sprintf("%s %d values of %d bytes", r.name, tc.count, tc.size), func(t *testing.T) {
-				db := memDB(t)
-				b := db.NewBatch()
-				for i := 0; i < tc.count; i++ {
-					v := bytes.Repeat([]byte{byte('a' + i)}, tc.size)
-					putSide(t, b, "topic", globalWin, uint64(i), nil, v)
-					putSide(t, b, "topic-mm", globalWin, uint64(i), str(t, "k"), v)
-				}
-				// Neighbours the last page must not run into.
-				putSide(t, b, "topic", intervalWin(t, 0, 1), 0, nil, []byte("other window"))
-				putSide(t, b, "topic-mm", globalWin, 0, str(t, "l"), []byte("other key"))
-				commitBatch(t, b)
-				s := NewSideInputs(db, sideStage)
-				var token []byte
-				next := 0 // the first value the page should hold
-				for i, want := range tc.pages {
-					data, tok, err := s.Get(context.Background(), r.key, token)
-					if err != nil {
-						t.Fatalf("page %d: %v", i, err)
+			for _, cacheBytes := range []int{0, 8 * p} {
+				t.Run(fmt.Sprintf("%s %d values of %d bytes, cache %d", r.name, tc.count, tc.size, cacheBytes), func(t *testing.T) {
+					db := memDB(t)
+					b := db.NewBatch()
+					for i := 0; i < tc.count; i++ {
+						v := bytes.Repeat([]byte{byte('a' + i)}, tc.size)
+						putSide(t, b, "topic", globalWin, uint64(i), nil, v)
+						putSide(t, b, "topic-mm", globalWin, uint64(i), str(t, "k"), v)
 					}
-					// Asking again with the same token serves the same page.
-					again, tok2, err := s.Get(context.Background(), r.key, token)
-					if err != nil || !bytes.Equal(again, data) || !bytes.Equal(tok, tok2) {
-						t.Fatalf("page %d differs when asked again (%v)", i, err)
+					// Neighbours the last page must not run into.
+					putSide(t, b, "topic", intervalWin(t, 0, 1), 0, nil, []byte("other window"))
+					putSide(t, b, "topic-mm", globalWin, 0, str(t, "l"), []byte("other key"))
+					commitBatch(t, b)
+					s := NewSideInputs(db, NewSideCache(cacheBytes), sideStage)
+					var token []byte
+					next := 0 // the first value the page should hold
+					for i, want := range tc.pages {
+						data, tok, err := s.Get(context.Background(), r.key, token)
+						if err != nil {
+							t.Fatalf("page %d: %v", i, err)
+						}
+						// Asking again with the same token serves the same page.
+						again, tok2, err := s.Get(context.Background(), r.key, token)
+						if err != nil || !bytes.Equal(again, data) || !bytes.Equal(tok, tok2) {
+							t.Fatalf("page %d differs when asked again (%v)", i, err)
+						}
+						var wantData []byte
+						for j := next; j < next+want; j++ {
+							wantData = append(wantData, bytes.Repeat([]byte{byte('a' + j)}, tc.size)...)
+						}
+						if !bytes.Equal(data, wantData) {
+							t.Fatalf("page %d: %d bytes starting %q, want %d values from %c", i, len(data), data[:min(len(data), 1)], want, 'a'+next)
+						}
+						next += want
+						if last := i == len(tc.pages)-1; last != (tok == nil) {
+							t.Fatalf("page %d of %d: token %x", i, len(tc.pages), tok)
+						}
+						token = tok
 					}
-					var wantData []byte
-					for j := next; j < next+want; j++ {
-						wantData = append(wantData, bytes.Repeat([]byte{byte('a' + j)}, tc.size)...)
-					}
-					if !bytes.Equal(data, wantData) {
-						t.Fatalf("page %d: %d bytes starting %q, want %d values from %c", i, len(data), data[:min(len(data), 1)], want, 'a'+next)
-					}
-					next += want
-					if last := i == len(tc.pages)-1; last != (tok == nil) {
-						t.Fatalf("page %d of %d: token %x", i, len(tc.pages), tok)
-					}
-					token = tok
-				}
-			})
+				})
+			}
 		}
+	}
+}
+
+// TestSideCache: a cached read is served from memory (the store no longer
+// has it: a side input's contents are final before any read); reads of
+// different kinds, keys and pages do not share entries; the cache stays
+// within its limit, evicting, and keeps no page over a quarter of it.
+func TestSideCache(t *testing.T) {
+	db := memDB(t)
+	b := db.NewBatch()
+	putSide(t, b, "topic-mm", globalWin, 1, str(t, "k1"), str(t, "v1"))
+	putSide(t, b, "topic-mm", globalWin, 2, str(t, "k2"), str(t, "v2"))
+	commitBatch(t, b)
+	cache := NewSideCache(64 << 10)
+	s := NewSideInputs(db, cache, sideStage)
+	uncached := NewSideInputs(db, nil, sideStage)
+	get := func(s *SideInputs, key *fnpb.StateKey) []byte {
+		t.Helper()
+		data, _, err := s.Get(context.Background(), key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	reads := []struct {
+		key  *fnpb.StateKey
+		want []byte
+	}{
+		{sideMM.multimap(str(t, "k1")), strs(t, "v1")},
+		{sideMM.multimap(str(t, "k2")), strs(t, "v2")},
+		{sideMM.multimapKeys(), strs(t, "k1", "k2")},
+		{sideMM.iterable(), strs(t, "k1", "v1", "k2", "v2")},
+	}
+	for _, r := range reads {
+		if got := get(s, r.key); !bytes.Equal(got, r.want) {
+			t.Fatalf("first read: %x, want %x", got, r.want)
+		}
+	}
+	// Empty the store: the cache still answers, each read its own.
+	if err := db.DeleteRange(SidePrefix, append(bytes.Clone(SidePrefix), 0xFF), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reads {
+		if got := get(s, r.key); !bytes.Equal(got, r.want) {
+			t.Errorf("cached read: %x, want %x", got, r.want)
+		}
+		if got := get(uncached, r.key); got != nil {
+			t.Errorf("uncached read after the delete: %x, want nothing", got)
+		}
+	}
+
+	// Bounded: many pages of 1 KiB in a 64 KiB cache.
+	for i := range 1000 {
+		cache.put([]byte(fmt.Sprintf("key %d", i)), sidePage{page: make([]byte, 1024)}, cache.gen)
+		if _, _, n := cache.Stats(); n > 64<<10 {
+			t.Fatalf("after %d puts the cache holds %d bytes, over its 64 KiB", i+1, n)
+		}
+	}
+	if _, ok, _ := cache.get([]byte("key 999")); !ok {
+		t.Error("the last page put is not in the cache")
+	}
+	cache.put([]byte("big"), sidePage{page: make([]byte, 16<<10)}, cache.gen)
+	if _, ok, _ := cache.get([]byte("big")); ok {
+		t.Error("a page over a quarter of the cache was kept")
+	}
+}
+
+// TestSideCacheInvalidate: a write to the side inputs (a late pane, say)
+// invalidates what was cached, and a read that began before the write does
+// not keep its page.
+func TestSideCacheInvalidate(t *testing.T) {
+	db := memDB(t)
+	b := db.NewBatch()
+	putSide(t, b, "topic-mm", globalWin, 1, str(t, "k1"), str(t, "v1"))
+	commitBatch(t, b)
+	cache := NewSideCache(64 << 10)
+	s := NewSideInputs(db, cache, sideStage)
+	key := sideMM.multimap(str(t, "k1"))
+	read := func(want []byte) {
+		t.Helper()
+		got, _, err := s.Get(context.Background(), key, nil)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("read %x (%v), want %x", got, err, want)
+		}
+	}
+	read(strs(t, "v1")) // cached now
+	late := db.NewBatch()
+	putSide(t, late, "topic-mm", globalWin, 2, str(t, "k1"), str(t, "late"))
+	commitBatch(t, late)
+	cache.Invalidate() // as the side input reader does after its commit
+	read(strs(t, "v1", "late"))
+
+	// A read of the store that began before a write and Invalidate.
+	_, _, gen := cache.get([]byte("stale"))
+	cache.Invalidate()
+	cache.put([]byte("stale"), sidePage{page: []byte("old")}, gen)
+	if _, ok, _ := cache.get([]byte("stale")); ok {
+		t.Error("a page read before an Invalidate was kept")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 	"github.com/ksrunner/ksrunner/host/internal/metrics"
+	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
@@ -54,6 +55,9 @@ type Env struct {
 	// SideWatermark is the watermark of a side input topic, by topic name:
 	// every element it covers is in the store.
 	SideWatermark func(topic string) int64
+	// SideCache holds pages of side input reads for every task of the
+	// instance; nil: every read goes to the store.
+	SideCache *state.SideCache
 
 	// SourceIdleTimeout is how long a caught-up Kafka source partition
 	// waits without records before its watermark follows the wall clock

@@ -236,7 +236,7 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		}
 		var side harness.StateHandler
 		if len(s.SideInputs) > 0 {
-			side = state.NewSideInputs(env.DB, s)
+			side = state.NewSideInputs(env.DB, env.SideCache, s)
 		}
 		switch {
 		case s.Stateful:
