@@ -49,7 +49,7 @@ type sideTopic struct {
 // sideInputReader owns the reading of all side topics of an instance.
 type sideInputReader struct {
 	db      *pebble.DB
-	cache   *state.SideCache // the tasks' reads; invalidated at each write
+	cache   *state.SideCache      // the tasks' reads; invalidated at each write
 	metrics *metrics.Job          // side_input_elements_read; nil: none
 	topics  map[string]*sideTopic // by full topic name
 	byName  map[string]*sideTopic
