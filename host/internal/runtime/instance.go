@@ -161,7 +161,9 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		Logger:        cfg.Logger,
 		MaxBundleSize: cfg.MaxBundleSize,
 		MaxBundleTime: cfg.MaxBundleTime,
-		Produce:       i.produce,
+		// A cycle fires at most as many groups as it reads records.
+		MaxFiredGroups: cfg.MaxPollRecords,
+		Produce:        i.produce,
 		ProduceWith: func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 			i.cl.Produce(ctx, r, promise)
 		},
@@ -663,13 +665,15 @@ func (i *instance) run(ctx context.Context) (err error) {
 // that it resumes on time (a residual due at once: the poll does not wait).
 // A task's final status (Task.FinalStatusPending) goes out in the next
 // cycle's transaction, and a bounded job ends on it: that cycle does not
-// wait either, which would add a poll time to every bounded job's end.
+// wait either, which would add a poll time to every bounded job's end;
+// nor does one that fires the due groups a cycle's limit left
+// (Task.FirePending).
 func (i *instance) pollWait(pollTime time.Duration) time.Duration {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	wait := pollTime
 	for _, t := range i.tasks {
-		if t.FinalStatusPending() {
+		if t.FinalStatusPending() || t.FirePending() {
 			return 0
 		}
 		if at, ok := t.ResumeAt(); ok {

@@ -17,6 +17,10 @@ import (
 	"github.com/ksrunner/ksrunner/translate"
 )
 
+// DefaultMaxFiredGroups is Env.MaxFiredGroups's default: as many groups as
+// the default cycle reads records.
+const DefaultMaxFiredGroups = 100_000
+
 // Env is what the tasks of one instance share: the plan and its codecs, the
 // store, the executors and the way out to Kafka. The runtime builds it once;
 // tasks only read it.
@@ -42,6 +46,10 @@ type Env struct {
 	// RecordPackBytes bounds the values of one DATA_PACKED record on the
 	// internal data topics (pack.go); zero: every value is a record.
 	RecordPackBytes int
+	// MaxFiredGroups bounds the groups a GroupByKey task fires in one
+	// cycle; the rest fire in the next cycles (gbk.go fire). Zero:
+	// DefaultMaxFiredGroups.
+	MaxFiredGroups int
 
 	// Produce sends a record in the current commit cycle; a failure is
 	// reported through Fail by the producer.

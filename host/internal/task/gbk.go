@@ -109,6 +109,8 @@ type gbkRuns struct {
 	// droppedLate counts the late elements of this cycle (fire adds them
 	// to the job's metrics).
 	droppedLate int64
+	// firePending: the last fire left due groups for the next cycle.
+	firePending bool
 }
 
 // gbkRun is the values of one key and window, in arrival order, as stored
@@ -219,10 +221,20 @@ func (t *Task) earliestTimer() (int64, error) {
 	return t.gbk.timers.earliest(), nil
 }
 
-// fire emits every key and window whose maximum timestamp the input
-// watermark has passed, in key-window order.
+// fire emits the keys and windows whose maximum timestamp the input
+// watermark has passed, in key-window order: at most maxFiredGroups of
+// them, the earliest windows first. What is left stays due, holds the
+// output watermark (earliestTimer) and fires in the next cycles, which
+// the runtime runs at once (FirePending): a cycle's state batch, its list
+// of due groups and the output in flight stay bounded however many groups
+// a watermark makes due (the end of a bounded input makes every window of
+// every key due in one cycle).
 func (t *Task) fire(inputWM int64) error {
-	fresh, err := t.takeUnstored(inputWM)
+	limit := t.maxFiredGroups()
+	// Groups with stored timers first, so that a stream of groups that
+	// come and close within a cycle cannot keep older ones from firing.
+	older := t.gbk.timers.countBefore(inputWM, limit)
+	fresh, err := t.takeUnstored(inputWM, limit-older)
 	if err != nil {
 		return err
 	}
@@ -233,7 +245,8 @@ func (t *Task) fire(inputWM int64) error {
 		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(t.sub.Root.TransformID, "dropped_late_elements", n)})
 		t.gbk.droppedLate = 0
 	}
-	timers := t.gbk.timers.takeBefore(inputWM) // in time order, the timers' store order
+	timers := t.gbk.timers.takeBefore(inputWM, limit-len(fresh)) // in time order, the timers' store order
+	t.gbk.firePending = t.gbk.timers.earliest() < inputWM
 	if len(timers) == 0 && len(fresh) == 0 {
 		return nil
 	}
@@ -300,8 +313,11 @@ func (t *Task) fire(inputWM int64) error {
 // leave nothing behind; a backlog of windowed input (windows that close
 // within the cycle that read them) is mostly such groups. Groups with
 // stored runs, or a full run kept apart, go the stored way.
-func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
+func (t *Task) takeUnstored(inputWM int64, limit int) (map[string]*gbkRun, error) {
 	g := &t.gbk
+	if limit <= 0 {
+		return nil, nil
+	}
 	var split map[string]bool // kws with a full run kept apart
 	if len(g.full) > 0 {
 		split = make(map[string]bool, len(g.full))
@@ -326,9 +342,24 @@ func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
 		}
 		fresh[kw] = r
 		delete(g.runs, kw)
+		if len(fresh) >= limit {
+			break
+		}
 	}
 	return fresh, nil
 }
+
+// maxFiredGroups is how many groups a cycle fires at most (Env).
+func (t *Task) maxFiredGroups() int {
+	if t.env.MaxFiredGroups > 0 {
+		return t.env.MaxFiredGroups
+	}
+	return DefaultMaxFiredGroups
+}
+
+// FirePending reports whether groups that are due were left for the next
+// cycle (fire's limit): the runtime runs it without waiting for input.
+func (t *Task) FirePending() bool { return t.gbk.firePending }
 
 // emitUnstored emits the group of key-window kw whose values are all in
 // run r (takeUnstored).

@@ -76,27 +76,53 @@ type dueTimer struct {
 	kw    string
 }
 
-// takeBefore removes and returns the timers before upTo (exclusive), in
-// the store's order ('T' maxTs | kw, so by time, then by kw's bytes): the
-// order a range scan of 'T' gave, so output order does not depend on the
-// index. The caller deletes each from the batch.
-func (x *gbkTimers) takeBefore(upTo int64) []dueTimer {
+// takeBefore removes and returns at most limit of the timers before upTo
+// (exclusive), the earliest first: every timer of a time, in the store's
+// order ('T' maxTs | kw, so by time, then by kw's bytes), the order a range
+// scan of 'T' gave, so output order does not depend on the index; of a
+// time with more timers than limit leaves, an arbitrary part, sorted. The
+// caller deletes each from the batch.
+func (x *gbkTimers) takeBefore(upTo int64, limit int) []dueTimer {
 	var out []dueTimer
 	n := 0
 	for _, ts := range x.times {
-		if ts >= upTo {
+		if ts >= upTo || len(out) >= limit {
 			break
 		}
-		n++
 		start := len(out)
-		for kw := range x.byTime[ts] {
+		set := x.byTime[ts]
+		whole := len(set) <= limit-len(out)
+		for kw := range set {
+			if len(out) >= limit {
+				break
+			}
 			out = append(out, dueTimer{maxTs: ts, kw: kw})
+			if !whole {
+				delete(set, kw)
+			}
 		}
 		slices.SortFunc(out[start:], func(a, b dueTimer) int { return strings.Compare(a.kw, b.kw) })
+		if !whole {
+			break
+		}
 		delete(x.byTime, ts)
+		n++
 	}
 	x.times = x.times[n:]
 	return out
+}
+
+// countBefore is how many timers before upTo are pending, counting at most
+// to limit.
+func (x *gbkTimers) countBefore(upTo int64, limit int) int {
+	n := 0
+	for _, ts := range x.times {
+		if ts >= upTo || n >= limit {
+			break
+		}
+		n += len(x.byTime[ts])
+	}
+	return min(n, limit)
 }
 
 // len is how many timers are pending.
