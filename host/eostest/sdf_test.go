@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -226,15 +227,17 @@ func TestSDFResidualsRestoreFromChangelog(t *testing.T) {
 
 // TestSDFResumeDelay: a residual resumes once the delay its DoFn asked for
 // has passed, and then at once, although the commit loop's polls wait up to
-// commit_interval_ms (5 s here) for records: the loop polls no longer than
-// until the first residual is due. Each call of checkpointingFn comes
-// between 300 ms and 2.5 s after the one whose residual it resumes (a poll
-// of 5 s would make it 5 s).
+// commit_interval_ms (10 s here) for records: the loop polls no longer than
+// until the first residual is due. No call of checkpointingFn comes earlier
+// than 300 ms after the one whose residual it resumes, and the median gap
+// is under 2.5 s (a poll of 10 s would make every gap 10 s; on a loaded
+// machine a commit now and then takes seconds, which the median rides out:
+// CI once saw one gap of 3.4 s in each part, all at the same moment).
 func TestSDFResumeDelay(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	calls := resetSDFCalls(nil)
 	runDone(t, env.Marshal(t, sdfSumPipeline(delay, filepath.Join(t.TempDir(), "sums.txt"))), map[string]string{
-		"commit_interval_ms": "5000",
+		"commit_interval_ms": "10000",
 	})
 	if n, _ := calls(); n != sdfParts*sdfPerPart/sdfPerCall {
 		t.Fatalf("%d calls of the splittable DoFn, want %d", n, sdfParts*sdfPerPart/sdfPerCall)
@@ -246,10 +249,14 @@ func TestSDFResumeDelay(t *testing.T) {
 		for p := part*sdfPerPart + sdfPerCall; p < (part+1)*sdfPerPart; p += sdfPerCall {
 			gap := sdfCalls.first[int64(p)].Sub(sdfCalls.first[int64(p-sdfPerCall)])
 			gaps = append(gaps, gap)
-			if gap < delay || gap > 2500*time.Millisecond {
-				t.Errorf("position %d: called %v after the call whose residual it resumes, want between %v and 2.5s", p, gap, delay)
+			if gap < delay {
+				t.Errorf("position %d: called %v after the call whose residual it resumes, want at least %v", p, gap, delay)
 			}
 		}
+	}
+	sorted := slices.Sorted(slices.Values(gaps))
+	if median := sorted[len(sorted)/2]; median > 2500*time.Millisecond {
+		t.Errorf("median gap between a call and the one resuming its residual: %v, want under 2.5s", median)
 	}
 	t.Logf("gaps between a call and the one resuming its residual: %v", gaps)
 }
