@@ -222,19 +222,19 @@ func (t *Task) earliestTimer() (int64, error) {
 }
 
 // fire emits the keys and windows whose maximum timestamp the input
-// watermark has passed, in key-window order: at most maxFiredGroups of
-// them, the earliest windows first. What is left stays due, holds the
-// output watermark (earliestTimer) and fires in the next cycles, which
-// the runtime runs at once (FirePending): a cycle's state batch, its list
-// of due groups and the output in flight stay bounded however many groups
-// a watermark makes due (the end of a bounded input makes every window of
-// every key due in one cycle).
+// watermark has passed, in key-window order: every due group whose values
+// all came in this cycle (takeUnstored: as many as the cycle's input
+// holds, from memory) and at most maxFiredGroups groups from the store, the
+// earliest windows first. The stored groups left stay due, hold the output
+// watermark (earliestTimer) and fire in the next cycles, which the runtime
+// runs at once (FirePending): a cycle's state batch, its list of due groups
+// and the output in flight stay bounded however many stored groups a
+// watermark makes due (the end of a bounded input makes every window of
+// every key due at once). Left in memory, the fresh groups would be lost
+// by a crash after the cycle commits their input; stored, each would cost
+// writes, changelog records and a read back.
 func (t *Task) fire(inputWM int64) error {
-	limit := t.maxFiredGroups()
-	// Groups with stored timers first, so that a stream of groups that
-	// come and close within a cycle cannot keep older ones from firing.
-	older := t.gbk.timers.countBefore(inputWM, limit)
-	fresh, err := t.takeUnstored(inputWM, limit-older)
+	fresh, err := t.takeUnstored(inputWM)
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (t *Task) fire(inputWM int64) error {
 		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(t.sub.Root.TransformID, "dropped_late_elements", n)})
 		t.gbk.droppedLate = 0
 	}
-	timers := t.gbk.timers.takeBefore(inputWM, limit-len(fresh)) // in time order, the timers' store order
+	timers := t.gbk.timers.takeBefore(inputWM, t.maxFiredGroups()) // in time order, the timers' store order
 	t.gbk.firePending = t.gbk.timers.earliest() < inputWM
 	if len(timers) == 0 && len(fresh) == 0 {
 		return nil
@@ -313,11 +313,8 @@ func (t *Task) fire(inputWM int64) error {
 // leave nothing behind; a backlog of windowed input (windows that close
 // within the cycle that read them) is mostly such groups. Groups with
 // stored runs, or a full run kept apart, go the stored way.
-func (t *Task) takeUnstored(inputWM int64, limit int) (map[string]*gbkRun, error) {
+func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
 	g := &t.gbk
-	if limit <= 0 {
-		return nil, nil
-	}
 	var split map[string]bool // kws with a full run kept apart
 	if len(g.full) > 0 {
 		split = make(map[string]bool, len(g.full))
@@ -342,9 +339,6 @@ func (t *Task) takeUnstored(inputWM int64, limit int) (map[string]*gbkRun, error
 		}
 		fresh[kw] = r
 		delete(g.runs, kw)
-		if len(fresh) >= limit {
-			break
-		}
 	}
 	return fresh, nil
 }

@@ -112,19 +112,6 @@ func (x *gbkTimers) takeBefore(upTo int64, limit int) []dueTimer {
 	return out
 }
 
-// countBefore is how many timers before upTo are pending, counting at most
-// to limit.
-func (x *gbkTimers) countBefore(upTo int64, limit int) int {
-	n := 0
-	for _, ts := range x.times {
-		if ts >= upTo || n >= limit {
-			break
-		}
-		n += len(x.byTime[ts])
-	}
-	return min(n, limit)
-}
-
 // len is how many timers are pending.
 func (x *gbkTimers) len() int {
 	n := 0

@@ -245,41 +245,42 @@ func TestFireUnstoredGroups(t *testing.T) {
 	checkLines(t, "last groups", f.te.exec(f.sub).inputs(), []string{`"k2":["later"] @119999 [60000,120000) ontime#0 first last`})
 }
 
-// TestFireInSlices: a cycle fires at most MaxFiredGroups groups, the
-// earliest windows first and groups with stored timers before those that
-// came in the cycle; the rest stay due, hold the output watermark at the
-// earliest of them and fire in the next cycles, which FirePending asks the
-// runtime to run at once. Every group fires once.
+// TestFireInSlices: a cycle fires at most MaxFiredGroups groups from the
+// store, the earliest windows first, and every due group whose values all
+// came in the cycle (those are bounded by the cycle's input); the stored
+// groups left stay due, hold the output watermark at the earliest of them
+// and fire in the next cycles, which FirePending asks the runtime to run at
+// once. Every group fires once.
 func TestFireInSlices(t *testing.T) {
 	f := newGroupFixture(t)
 	f.te.env.MaxFiredGroups = 2
-	w1, w2, w3 := interval(0, 60000), interval(60000, 120000), interval(120000, 180000)
+	w1, w2, w3, w4 := interval(0, 60000), interval(60000, 120000), interval(120000, 180000), interval(180000, 240000)
 	f.te.cycle(f.tk, append(f.in.data(
 		wv(1000, kv("k1", "a"), w1), wv(1000, kv("k2", "b"), w1), wv(61000, kv("k1", "c"), w2),
+		wv(62000, kv("k2", "d"), w2), wv(121000, kv("k1", "e"), w3),
 	), f.in.wm(f.prod, 30000))...)
 	if got := f.te.exec(f.sub).inputs(); len(got) != 0 {
 		t.Fatalf("fired %q before any window ended", got)
 	}
-	// k2 in w2 and both keys in w3 come in the cycle that makes all due.
-	f.te.cycle(f.tk, append(f.in.data(
-		wv(62000, kv("k2", "d"), w2), wv(121000, kv("k1", "e"), w3), wv(122000, kv("k2", "f"), w3),
-	), f.in.wm(f.prod, maxWatermark))...)
+	// k2 in w4 comes in the cycle that makes all due: it fires from memory.
+	f.te.cycle(f.tk, append(f.in.data(wv(181000, kv("k2", "f"), w4)), f.in.wm(f.prod, maxWatermark))...)
 	cycles := [][]string{
-		{`"k1":["a"] @59999 [0,60000) ontime#0 first last`, `"k2":["b"] @59999 [0,60000) ontime#0 first last`},
+		{`"k1":["a"] @59999 [0,60000) ontime#0 first last`, `"k2":["b"] @59999 [0,60000) ontime#0 first last`,
+			`"k2":["f"] @239999 [180000,240000) ontime#0 first last`},
 		{`"k1":["c"] @119999 [60000,120000) ontime#0 first last`, `"k2":["d"] @119999 [60000,120000) ontime#0 first last`},
-		{`"k1":["e"] @179999 [120000,180000) ontime#0 first last`, `"k2":["f"] @179999 [120000,180000) ontime#0 first last`},
+		{`"k1":["e"] @179999 [120000,180000) ontime#0 first last`},
 	}
 	holds := []int64{119999, 179999, maxWatermark}
 	for i, want := range cycles {
 		if i > 0 {
 			f.te.cycle(f.tk) // no input: the runtime's cycle that FirePending asked for
 		}
-		checkLines(t, fmt.Sprintf("slice %d", i), f.te.exec(f.sub).inputs(), want)
+		checkLines(t, fmt.Sprintf("cycle %d", i), f.te.exec(f.sub).inputs(), want)
 		if pending, last := f.tk.FirePending(), i == len(cycles)-1; pending == last {
-			t.Errorf("slice %d: FirePending %v", i, pending)
+			t.Errorf("cycle %d: FirePending %v", i, pending)
 		}
 		if f.tk.reportedWM != holds[i] {
-			t.Errorf("slice %d: output watermark %s, want %s (the earliest window left)", i, FormatWatermark(f.tk.reportedWM), FormatWatermark(holds[i]))
+			t.Errorf("cycle %d: output watermark %s, want %s (the earliest window left)", i, FormatWatermark(f.tk.reportedWM), FormatWatermark(holds[i]))
 		}
 	}
 	f.te.cycle(f.tk)
