@@ -220,6 +220,15 @@ func (s *Stage) ID() string { return s.id }
 // BundleOption configures one bundle.
 type BundleOption func(*Bundle)
 
+// WithCacheTokens sends the bundle's ProcessBundleRequest with tokens: for
+// each, the SDK may cache what it reads of that state (a side input) and
+// reuse it in every later bundle that carries the same token. The caller
+// promises that a token's state does not change: new contents need a new
+// token.
+func WithCacheTokens(tokens []*fnpb.ProcessBundleRequest_CacheToken) BundleOption {
+	return func(b *Bundle) { b.cacheTokens = tokens }
+}
+
 // WithStateHandler serves the bundle's state requests with h instead of
 // Config.StateHandler: the host's view of side inputs and user state is
 // usually specific to a task.
@@ -248,6 +257,8 @@ type Bundle struct {
 	ctx   context.Context
 	emit  func(pcoll string, data []byte) error
 	state StateHandler
+	// cacheTokens go in the ProcessBundleRequest (WithCacheTokens).
+	cacheTokens []*fnpb.ProcessBundleRequest_CacheToken
 
 	timerEmit func(transformID, familyID string, data []byte) error
 
@@ -323,6 +334,7 @@ func (s *Stage) StartBundle(ctx context.Context, emit func(pcoll string, data []
 		InstructionId: b.id,
 		Request: &fnpb.InstructionRequest_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleRequest{
 			ProcessBundleDescriptorId: s.id,
+			CacheTokens:               b.cacheTokens,
 		}},
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
 	"github.com/ksrunner/ksrunner/harness"
@@ -26,6 +27,9 @@ type Executor interface {
 type BundleIO struct {
 	State  harness.StateHandler // nil: none
 	Timers func(transformID, familyID string, data []byte) error
+	// CacheTokens let the SDK cache the side inputs they name across
+	// bundles (harness.WithCacheTokens); nil: none.
+	CacheTokens []*fnpb.ProcessBundleRequest_CacheToken
 }
 
 // perTaskExecutor is a Executor that keeps state per task (a WASM
@@ -107,6 +111,9 @@ func (e harnessExecutor) StartBundle(ctx context.Context, emit func(string, []by
 	}
 	if io.Timers != nil {
 		opts = append(opts, harness.WithTimerOutput(io.Timers))
+	}
+	if io.CacheTokens != nil {
+		opts = append(opts, harness.WithCacheTokens(io.CacheTokens))
 	}
 	b, err := e.stage.StartBundle(ctx, emit, opts...)
 	if err != nil {

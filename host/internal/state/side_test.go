@@ -332,3 +332,24 @@ func TestSideCacheInvalidate(t *testing.T) {
 		t.Error("a page read before an Invalidate was kept")
 	}
 }
+
+// Tokens name the side inputs' contents: the same until a write, new after
+// one, never another cache's (another instance's), none without a cache.
+func TestSideCacheToken(t *testing.T) {
+	a, b := NewSideCache(1<<20), NewSideCache(1<<20)
+	t0 := a.Token()
+	if !bytes.Equal(t0, a.Token()) {
+		t.Error("token changed without a write")
+	}
+	if bytes.Equal(t0, b.Token()) {
+		t.Errorf("two caches made the same token %x", t0)
+	}
+	a.Invalidate()
+	if bytes.Equal(t0, a.Token()) {
+		t.Errorf("token %x unchanged after a write", t0)
+	}
+	var none *SideCache
+	if tok := none.Token(); tok != nil {
+		t.Errorf("nil cache: token %x, want none", tok)
+	}
+}

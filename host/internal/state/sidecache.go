@@ -1,6 +1,11 @@
 package state
 
-import "sync"
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"sync"
+)
 
 // SideCache keeps the pages of side input reads in memory, shared by every
 // task of an instance, so that a stage looking up a map side input once
@@ -21,6 +26,7 @@ import "sync"
 // does: lookups of a map side input by element have no useful recency.
 type SideCache struct {
 	limit int
+	nonce string // this cache's part of its tokens (Token)
 
 	mu      sync.Mutex
 	gen     uint64 // Invalidate's count
@@ -45,7 +51,25 @@ func NewSideCache(limit int) *SideCache {
 	if limit <= 0 {
 		return nil
 	}
-	return &SideCache{limit: limit, entries: map[string]sidePage{}}
+	var n [8]byte
+	rand.Read(n[:])
+	return &SideCache{limit: limit, nonce: hex.EncodeToString(n[:]), entries: map[string]sidePage{}}
+}
+
+// Token is the Fn API cache token of the side inputs' contents as they are
+// now: it changes with every side input write (Invalidate), and no other
+// cache, of this instance or another, makes the same. A bundle sent with
+// it lets the SDK keep what it reads of the side inputs and reuse that in
+// the bundles that carry the same token (Python's state cache does by
+// default; the Go SDK's when a pipeline enables it). Nil for a nil cache:
+// no caching.
+func (c *SideCache) Token() []byte {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return binary.BigEndian.AppendUint64([]byte(c.nonce), c.gen)
 }
 
 // get returns the cached page of key, if any, and the generation a page

@@ -1,10 +1,14 @@
 package task
 
 import (
+	"bytes"
 	"testing"
 
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -74,5 +78,58 @@ func TestSideInputGate(t *testing.T) {
 			want = te.reports(tk, st.reported)
 		}
 		checkLines(t, fmtStep("produced", i), te.describe(te.take()), want)
+	}
+}
+
+// A bundle of a stage with side inputs carries a cache token for each of
+// them, the same across bundles until a side input write, and a new one
+// after: the SDK may then keep side input reads between bundles and never
+// serves a read older than the last write.
+func TestSideInputCacheTokens(t *testing.T) {
+	te := newTestEnv(t, marshal(t, groupingPipeline(t)), 1)
+	te.env.MaxBundleSize = 1
+	te.env.SideCache = state.NewSideCache(1 << 20)
+	sub, stage := te.subWithSideInput()
+	te.setSideWatermark(stage.SideInputs[0].Topic, maxWatermark)
+	tk := te.task(sub, 0)
+	in := te.input(sub, 0)
+	f := te.exec(sub)
+	var tokens [][]*fnpb.ProcessBundleRequest_CacheToken
+	f.each = func(b *fakeBundle, _ shuffle.WindowedValue) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(tokens) <= b.idx {
+			tokens = append(tokens, b.io.CacheTokens)
+		}
+		return nil
+	}
+	handle := func(v string) {
+		t.Helper()
+		te.cycle(tk, in.data(wv(1000, strEl(v), interval(0, 60000)))...)
+	}
+	handle("a")
+	handle("b")
+	te.env.SideCache.Invalidate() // a side input write
+	handle("c")
+	if len(tokens) != 3 {
+		t.Fatalf("%d bundles saw elements, want 3 (one each)", len(tokens))
+	}
+	for i, toks := range tokens {
+		if len(toks) != len(stage.SideInputs) {
+			t.Fatalf("bundle %d: %d cache tokens, want one per side input (%d)", i, len(toks), len(stage.SideInputs))
+		}
+		for j, tok := range toks {
+			si := tok.GetSideInput()
+			want := stage.SideInputs[j]
+			if si == nil || si.TransformId != want.TransformID || si.SideInputId != want.LocalName {
+				t.Errorf("bundle %d token %d names %v, want side input %s/%s", i, j, tok.Type, want.TransformID, want.LocalName)
+			}
+		}
+	}
+	if !bytes.Equal(tokens[0][0].Token, tokens[1][0].Token) {
+		t.Errorf("tokens differ without a side input write: %x, %x", tokens[0][0].Token, tokens[1][0].Token)
+	}
+	if bytes.Equal(tokens[1][0].Token, tokens[2][0].Token) {
+		t.Errorf("token %x unchanged after a side input write", tokens[2][0].Token)
 	}
 }

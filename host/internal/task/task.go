@@ -8,16 +8,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ksrunner/ksrunner/host/internal/executor"
-
-	"github.com/ksrunner/ksrunner/host/internal/state"
-
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/harness"
+	"github.com/ksrunner/ksrunner/host/internal/executor"
+	"github.com/ksrunner/ksrunner/host/internal/state"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/watermark"
 	"github.com/ksrunner/ksrunner/translate"
@@ -584,13 +583,33 @@ func (t *Task) bundleDone(sr *stageRun) bool {
 	return t.env.MaxBundleTime > 0 && t.now().Sub(sr.openedAt) >= t.env.MaxBundleTime
 }
 
+// sideCacheTokens are the cache tokens of the side inputs of stage s for
+// the bundle about to start (state.SideCache.Token): one token for all,
+// since any side input write makes a new one.
+func (t *Task) sideCacheTokens(s *translate.Stage) []*fnpb.ProcessBundleRequest_CacheToken {
+	if len(s.SideInputs) == 0 || t.env.SideCache == nil {
+		return nil
+	}
+	tok := t.env.SideCache.Token()
+	out := make([]*fnpb.ProcessBundleRequest_CacheToken, len(s.SideInputs))
+	for i, si := range s.SideInputs {
+		out[i] = &fnpb.ProcessBundleRequest_CacheToken{
+			Type: &fnpb.ProcessBundleRequest_CacheToken_SideInput_{SideInput: &fnpb.ProcessBundleRequest_CacheToken_SideInput{
+				TransformId: si.TransformID, SideInputId: si.LocalName,
+			}},
+			Token: tok,
+		}
+	}
+	return out
+}
+
 // process hands a chunk of input to sr's open bundle, opening one first if
 // none is; an empty chunk only opens it (timers follow).
 func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 	if sr.bundle == nil {
 		sr.carry = map[string][]byte{}
 		sr.timerCarry = map[string][]byte{}
-		io := executor.BundleIO{State: sr.state}
+		io := executor.BundleIO{State: sr.state, CacheTokens: t.sideCacheTokens(sr.stage)}
 		if len(sr.families) > 0 {
 			io.Timers = func(transformID, familyID string, data []byte) error {
 				k := transformID + "/" + familyID
