@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/util/harnessopts"
 	"io"
 	"os"
 	"os/exec"
@@ -129,6 +130,7 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	pack := fs.Int("record_pack_bytes", def.RecordPackBytes, "ksrunner: "+host.RecordPackBytesHelp)
 	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
+	goSideCache := fs.Int64("go_side_input_cache", 0, "Go cases: the Go SDK's side input cache, in entries (harnessopts.SideInputCacheCapacity); 0: off, the SDK's default. It serves only bundles that carry cache tokens, which ksrunner sends and Prism does not")
 	python := fs.String("python", defaultPython(), "Python cases: a python with apache_beam 2.77.0 (default: $KSRUNNER_PYTHON, else host/pythontest's venv)")
 	prismBinary := fs.String("prism_binary", "", "Python cases on Prism: a prism binary (default: built from the Beam Go module into a temporary directory)")
 	ksrunnerBinary := fs.String("ksrunner_binary", "", "the ksrunner binary whose `jobserver` is measured (default: built from ./cmd/ksrunner into a temporary directory)")
@@ -194,8 +196,8 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("bench suite: %w", err)
 	}
-	fmt.Fprintf(stdout, "bench suite: ksrunner record_pack_bytes=%d processing_guarantee=%s bootstrap_servers=%s; each measurement a process of its own, ksrunner's job server a process of its own\n",
-		*pack, *guarantee, *bootstrap)
+	fmt.Fprintf(stdout, "bench suite: ksrunner record_pack_bytes=%d processing_guarantee=%s bootstrap_servers=%s; go_side_input_cache=%d; each measurement a process of its own, ksrunner's job server a process of its own\n",
+		*pack, *guarantee, *bootstrap, *goSideCache)
 	var all []suiteResult
 	for _, c := range cases {
 		for run := 1; run <= *runs; run++ {
@@ -206,6 +208,7 @@ func runBenchSuite(ctx context.Context, args []string, stdout io.Writer) error {
 				res, err := runSuiteChild(ctx, self, c, r, []string{
 					"--record_pack_bytes=" + strconv.Itoa(*pack), "--processing_guarantee=" + *guarantee, "--bootstrap_servers=" + *bootstrap,
 					"--python=" + *python, "--prism_binary=" + *prismBinary, "--ksrunner_binary=" + *ksrunnerBinary,
+					"--go_side_input_cache=" + strconv.FormatInt(*goSideCache, 10),
 				})
 				if err != nil {
 					return fmt.Errorf("bench suite: case %s on %s, run %d: %w", c.Name, r, run, err)
@@ -319,6 +322,7 @@ func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 	pack := fs.Int("record_pack_bytes", def.RecordPackBytes, "ksrunner: "+host.RecordPackBytesHelp)
 	guarantee := fs.String("processing_guarantee", def.ProcessingGuarantee, "ksrunner: exactly_once or at_least_once")
 	bootstrap := fs.String("bootstrap_servers", def.BootstrapServers, `ksrunner: Kafka brokers, or "embedded"`)
+	goSideCache := fs.Int64("go_side_input_cache", 0, "Go cases: the Go SDK's side input cache, in entries (harnessopts.SideInputCacheCapacity); 0: off, the SDK's default. It serves only bundles that carry cache tokens, which ksrunner sends and Prism does not")
 	logLevel := fs.String("log_level", "warn", "log level")
 	heapProfile := fs.String("heapprofile", "", "ksrunner: the job server writes a heap profile near its peak heap to this file")
 	python := fs.String("python", "", "Python cases: a python with apache_beam")
@@ -338,6 +342,11 @@ func runBenchOne(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if _, err := benchLogger("bench one", *logLevel); err != nil {
 		return err
+	}
+	if *goSideCache > 0 {
+		if err := harnessopts.SideInputCacheCapacity(*goSideCache); err != nil {
+			return fmt.Errorf("bench one: --go_side_input_cache: %w", err)
+		}
 	}
 	*jobopts.EnvironmentType = "LOOPBACK"
 	flag.Set("environment_type", "LOOPBACK")
