@@ -353,7 +353,9 @@ func (t *Task) maxFiredGroups() int {
 
 // FirePending reports whether groups that are due were left for the next
 // cycle (fire's limit): the runtime runs it without waiting for input.
-func (t *Task) FirePending() bool { return t.gbk.firePending }
+func (t *Task) FirePending() bool {
+	return t.gbk.firePending || (t.ev != nil && t.ev.gbk != nil && t.ev.gbk.firePending)
+}
 
 // emitUnstored emits the group of key-window kw whose values are all in
 // run r (takeUnstored).

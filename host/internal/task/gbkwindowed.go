@@ -61,6 +61,10 @@ type windowedGBK struct {
 	// go through store, which keeps them; the windowedGBK lives for one
 	// opening of its task (an aborted cycle reopens it).
 	floors map[state.Kind]*state.Floor
+
+	// firePending: the last fire stopped at Task.maxFiredGroups windows
+	// with more due, for the next cycle (Task.FirePending).
+	firePending bool
 }
 
 // floor is the floor of one of the indexes.
@@ -535,18 +539,32 @@ func (g *windowedGBK) emit(key, winBytes []byte, p windowing.Pane) error {
 
 // fire evaluates every window whose event-time timer the input watermark
 // passed (timer < in) or whose processing-time timer is due (timer <= now),
-// until none is.
+// until none is or it has evaluated Task.maxFiredGroups windows: the rest
+// wait for the next cycle (firePending), which the runtime runs without
+// waiting for input, so that a cycle's batch and output stay bounded when
+// the end of an input makes every window due at once. A window left
+// unfired keeps its output hold, so the output watermark waits for it.
 func (g *windowedGBK) fire(in, now int64) error {
+	limit := g.t.maxFiredGroups()
+	fired := 0
+	g.firePending = false
 	for round := 0; ; round++ {
 		if round > 1000 {
 			return fmt.Errorf("group-by-key %s: timers keep firing", g.t.sub.Root.TransformID)
 		}
-		due, err := g.due(state.EventTimer, in)
+		budget := limit - fired
+		if budget <= 0 {
+			// The limit: is anything still due?
+			more, err := g.anyDue(in, now)
+			g.firePending = more
+			return err
+		}
+		due, err := g.due(state.EventTimer, in, budget)
 		if err != nil {
 			return err
 		}
-		if now < maxWatermark {
-			pd, err := g.due(state.ProcTimer, now+1)
+		if now < maxWatermark && len(due) < budget {
+			pd, err := g.due(state.ProcTimer, now+1, budget-len(due))
 			if err != nil {
 				return err
 			}
@@ -561,6 +579,7 @@ func (g *windowedGBK) fire(in, now int64) error {
 				continue
 			}
 			seen[string(kw)] = true
+			fired++
 			key, win, err := state.ReadLP(kw)
 			if err != nil {
 				return err
@@ -593,8 +612,20 @@ func (g *windowedGBK) fire(in, now int64) error {
 	}
 }
 
-// due returns the key|window of every timer of store before upper.
-func (g *windowedGBK) due(store state.Kind, upper int64) ([][]byte, error) {
+// anyDue reports whether an event-time timer before in or a processing-time
+// timer at or before now is set.
+func (g *windowedGBK) anyDue(in, now int64) (bool, error) {
+	due, err := g.due(state.EventTimer, in, 1)
+	if err != nil || len(due) > 0 || now >= maxWatermark {
+		return len(due) > 0, err
+	}
+	due, err = g.due(state.ProcTimer, now+1, 1)
+	return len(due) > 0, err
+}
+
+// due returns the key|window of the first limit timers of store before
+// upper, in time order.
+func (g *windowedGBK) due(store state.Kind, upper int64, limit int) ([][]byte, error) {
 	lo := g.t.key(store)
 	hi := g.t.key(store, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(upper)))
 	floor := g.floor(store)
@@ -608,7 +639,7 @@ func (g *windowedGBK) due(store state.Kind, upper int64) ([][]byte, error) {
 	}
 	var out [][]byte
 	first := upper // nothing live before the first entry found, or before upper
-	for it.First(); it.Valid(); it.Next() {
+	for it.First(); it.Valid() && len(out) < limit; it.Next() {
 		if out == nil {
 			first = int64(binary.BigEndian.Uint64(it.Key()[len(lo):]) ^ (1 << 63))
 		}

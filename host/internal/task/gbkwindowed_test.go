@@ -3,6 +3,7 @@ package task
 import (
 	"cmp"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -188,5 +189,49 @@ func mergeSessions() func(in shuffle.WindowedValue) [][]byte {
 		out := append(append([]byte(nil), nonce...), iterable(unmerged)...)
 		out = binary.BigEndian.AppendUint32(out, uint32(nResults))
 		return [][]byte{rewrap(in, append(out, results...))}
+	}
+}
+
+// A windowed GroupByKey fires at most MaxFiredGroups windows a cycle, the
+// earliest first, and asks for the next cycle (FirePending) while windows
+// are left due; its output watermark waits for the earliest window left.
+func TestWindowedFireInSlices(t *testing.T) {
+	te := newTestEnv(t, marshal(t, groupingPipeline(t,
+		beam.Trigger(trigger.AfterEndOfWindow().EarlyFiring(trigger.AfterCount(10))))), 1)
+	te.env.MaxFiredGroups = 2
+	f := newGroupFixtureIn(t, te, 0)
+	if !f.sub.Root.Windowed {
+		t.Fatal("the GroupByKey is not windowed: the plan changed")
+	}
+	w1, w2, w3 := interval(0, 60000), interval(60000, 120000), interval(120000, 180000)
+	te.cycle(f.tk, append(f.in.data(
+		wv(1000, kv("k1", "a"), w1), wv(1000, kv("k2", "b"), w1), wv(61000, kv("k1", "c"), w2),
+		wv(62000, kv("k2", "d"), w2), wv(121000, kv("k1", "e"), w3),
+	), f.in.wm(f.prod, 30000))...)
+	if got := te.exec(f.sub).inputs(); len(got) != 0 {
+		t.Fatalf("fired %q before any window ended", got)
+	}
+	te.cycle(f.tk, f.in.wm(f.prod, maxWatermark))
+	cycles := [][]string{
+		{`"k1":["a"] @59999 [0,60000) ontime#0 first last`, `"k2":["b"] @59999 [0,60000) ontime#0 first last`},
+		{`"k1":["c"] @119999 [60000,120000) ontime#0 first last`, `"k2":["d"] @119999 [60000,120000) ontime#0 first last`},
+		{`"k1":["e"] @179999 [120000,180000) ontime#0 first last`},
+	}
+	holds := []int64{119999, 179999, maxWatermark}
+	for i, want := range cycles {
+		if i > 0 {
+			te.cycle(f.tk) // no input: the runtime's cycle that FirePending asked for
+		}
+		checkLines(t, fmt.Sprintf("cycle %d", i), te.exec(f.sub).inputs(), want)
+		if pending, last := f.tk.FirePending(), i == len(cycles)-1; pending == last {
+			t.Errorf("cycle %d: FirePending %v", i, pending)
+		}
+		if f.tk.reportedWM != holds[i] {
+			t.Errorf("cycle %d: output watermark %s, want %s (the earliest window left)", i, FormatWatermark(f.tk.reportedWM), FormatWatermark(holds[i]))
+		}
+	}
+	te.cycle(f.tk)
+	if got := te.exec(f.sub).inputs(); len(got) != 0 {
+		t.Errorf("fired %q after every window had", got)
 	}
 }
