@@ -18,6 +18,7 @@ import (
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -213,6 +214,84 @@ func TestBrokerOutageKfake(t *testing.T) {
 		if !strings.Contains(msgs, want) {
 			t.Errorf("the job's messages do not say %q:\n%s", want, msgs)
 		}
+	}
+}
+
+// TestTransactionRejected: the transaction coordinator (the in-process
+// broker) rejects cycles' commits with INVALID_TXN_STATE, as Kafka does for
+// a transaction it aborted itself (past its timeout): twice in a row, then
+// once more later. The job stays RUNNING: its instance starts again from
+// the last committed cycle, says why, and the job ends with every window's
+// sum exactly once.
+func TestTransactionRejected(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var reject, rejected atomic.Int32
+	c.Control(func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req, ok := kreq.(*kmsg.EndTxnRequest)
+		if !ok || !req.Commit || reject.Load() <= 0 {
+			return nil, nil, false
+		}
+		reject.Add(-1)
+		rejected.Add(1)
+		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.InvalidTxnState.Code
+		return resp, nil, true
+	})
+	bootstrap := c.ListenAddrs()[0]
+	in, out := countTopics(t, bootstrap, "txnrejected", faultPartitions)
+	a := startFaultAppOn(t, bootstrap, in, out, "txnrejected", nil)
+	for round, n := range []int32{2, 1} {
+		reject.Store(n)
+		a.produceThird(t, round+1)
+		a.checkRecovered(t, round+1, fmt.Sprintf("%d rejected commits", n), time.Now())
+	}
+	if n := rejected.Load(); n != 3 {
+		t.Errorf("%d commits rejected, want 3", n)
+	}
+	msgs := strings.Join(a.finishAndMessages(t), "\n")
+	logFaultMessages(t, msgs)
+	if !strings.Contains(msgs, "rejected the cycle's transaction") {
+		t.Errorf("the job's messages do not say that the transaction was rejected:\n%s", msgs)
+	}
+}
+
+// TestTransactionRejectedAlways: a coordinator that rejects every commit
+// is not a passing fault: after maxTxnRejections restarts in a row with no
+// cycle committed, the job fails, saying why.
+func TestTransactionRejectedAlways(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var rejecting atomic.Bool
+	c.Control(func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req, ok := kreq.(*kmsg.EndTxnRequest)
+		if !ok || !req.Commit || !rejecting.Load() {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.InvalidTxnState.Code
+		return resp, nil, true
+	})
+	bootstrap := c.ListenAddrs()[0]
+	in, out := countTopics(t, bootstrap, "txnrejall", faultPartitions)
+	a := startFaultAppOn(t, bootstrap, in, out, "txnrejall", nil)
+	rejecting.Store(true)
+	a.produceThird(t, 1)
+	r, err := wait(a.ctx, ksrunner, a.jobID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := strings.Join(r.Errors, "\n")
+	if r.State != jobpb.JobState_FAILED || !strings.Contains(errs, "rejected the cycle's transaction") || !strings.Contains(errs, "6 times in a row") {
+		t.Errorf("job ended %v with %q, want FAILED: rejected the cycle's transaction, 6 times in a row", r.State, errs)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -252,6 +253,43 @@ func (e *outageError) Error() string {
 	return "while the Kafka brokers could not be reached: " + e.err.Error()
 }
 func (e *outageError) Unwrap() error { return e.err }
+
+// rejectedTxnError is a commit cycle's failure because the transaction
+// coordinator no longer takes the cycle's transaction: INVALID_TXN_STATE or
+// INVALID_PRODUCER_EPOCH, which it answers once it has aborted the
+// transaction itself (it outlived transaction_timeout_ms, or a request of
+// this producer was lost between it and the broker). Nothing of the cycle
+// committed. Run starts the instance again from the last committed cycle,
+// as after an outage (Kafka Streams treats such errors as a task
+// migration): the new instance's producer, under the same transactional
+// id, fences whatever the broker still holds of it. A run of such restarts
+// without a cycle committed between them fails the job
+// (maxTxnRejections).
+type rejectedTxnError struct{ err error }
+
+func (e *rejectedTxnError) Error() string {
+	return "the Kafka transaction coordinator rejected the cycle's transaction: " + e.err.Error()
+}
+func (e *rejectedTxnError) Unwrap() error { return e.err }
+
+// rejectedTxn makes err a rejectedTxnError if it is one of the errors the
+// coordinator answers for a transaction it aborted.
+func rejectedTxn(err error) error {
+	var rejected *rejectedTxnError
+	if err == nil || errors.As(err, &rejected) {
+		return err
+	}
+	if errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.InvalidProducerEpoch) {
+		return &rejectedTxnError{err}
+	}
+	return err
+}
+
+// maxTxnRejections is how many times in a row Run starts an instance again
+// after a rejectedTxnError without a cycle committing in between; the next
+// one fails the job. A transaction rejected every time (a bundle that
+// always outlives transaction_timeout_ms) is not a passing fault.
+const maxTxnRejections = 5
 
 // backoff is the wait before the attempt after failed ones: franz-go's
 // schedule, 250 ms doubling to 5 s.

@@ -68,8 +68,11 @@ type instance struct {
 	joinedAt time.Time   // when the client was created, joining the group
 	assigned atomic.Bool // the group has assigned partitions once
 	// restarted: this process ran the job in an earlier instance, which
-	// an outage ended (runInstances).
+	// an outage or a rejected transaction ended (runInstances).
 	restarted bool
+	// committedCycles counts the cycles this instance committed (only the
+	// loop touches it; runInstances reads it after run returns).
+	committedCycles int
 	// cycleMark is the brokers' failure count when the running cycle
 	// began (reach.troubleSince; only the loop touches it).
 	cycleMark int64
@@ -533,12 +536,17 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if err != nil {
 			// The tasks' current work failed: closing must not commit it.
 			i.failed.Store(true)
-			// A cycle the brokers' outage failed is redone by a new
-			// instance, whose producer fences this one's transaction.
+			// A cycle the brokers' outage failed, or whose transaction
+			// the coordinator rejected, is redone by a new instance,
+			// whose producer fences this one's transaction.
 			err = i.outage(err)
+			if i.sess != nil {
+				err = rejectedTxn(err)
+			}
 		}
 		var outage *outageError
-		if i.inTxn && !errors.As(err, &outage) {
+		var rejected *rejectedTxnError
+		if i.inTxn && !errors.As(err, &outage) && !errors.As(err, &rejected) {
 			// Abort now rather than leave the transaction to time out,
 			// holding back read_committed readers of its partitions.
 			actx, cancel := i.endContext(ctx)
@@ -890,6 +898,7 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 		return i.failure()
 	}
 	i.cfg.Observer.Cycle(true)
+	i.committedCycles++
 	for _, t := range i.tasks {
 		if err := t.CommitState(); err != nil {
 			return err

@@ -331,13 +331,15 @@ func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *kadm.C
 
 // runInstances runs the instance until the job is done, ctx ends or it
 // fails. An instance whose start, restore or commit cycle failed while the
-// brokers could not be reached (outageError) is closed, keeping its group
+// brokers could not be reached (outageError), or whose transaction the
+// coordinator rejected (rejectedTxnError), is closed, keeping its group
 // membership, and started again with the same identity, after a backoff
 // (brokers.go says why a new instance rather than reset tasks). *cur is
 // the instance running, left open for the caller to close.
 func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir string, stable bool, cur **instance) error {
 	var prev *identity
 	failed := 0
+	rejections := 0 // rejectedTxnError restarts since a cycle last committed
 	for {
 		mark := cfg.reach.mark()
 		inst, err := newInstance(ctx, cfg, ts, stateDir, stable, prev)
@@ -358,13 +360,25 @@ func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir stri
 			started := time.Now()
 			err = inst.run(ctx)
 			var outage *outageError
-			if !errors.As(err, &outage) || ctx.Err() != nil {
+			var rejected *rejectedTxnError
+			if inst.committedCycles > 0 {
+				rejections = 0
+			}
+			switch {
+			case ctx.Err() != nil:
+				return err
+			case errors.As(err, &outage):
+			case errors.As(err, &rejected):
+				if rejections++; rejections > maxTxnRejections {
+					return fmt.Errorf("%w (%d times in a row, no cycle committed in between)", err, rejections)
+				}
+			default:
 				return err
 			}
 			if time.Since(started) > brokerReminder {
 				failed = 0
 			}
-			inst.progress(fmt.Sprintf("the instance stops and starts again, in this process, from the last committed cycle: a commit cycle failed %v", err))
+			inst.progress(fmt.Sprintf("the instance stops and starts again, in this process, from the last committed cycle; a commit cycle failed: %v", err))
 			inst.closeForRestart()
 			*cur = nil
 		}
