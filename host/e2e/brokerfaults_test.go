@@ -217,6 +217,29 @@ func TestBrokerOutageKfake(t *testing.T) {
 	}
 }
 
+// rejectingBroker starts an in-process broker that answers an EndTxn commit
+// with INVALID_TXN_STATE, without ending the transaction, whenever reject
+// (called once per such request) says so; it returns its address.
+func rejectingBroker(t *testing.T, reject func() bool) string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	c.Control(func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req, ok := kreq.(*kmsg.EndTxnRequest)
+		if !ok || !req.Commit || !reject() {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.InvalidTxnState.Code
+		return resp, nil, true
+	})
+	return c.ListenAddrs()[0]
+}
+
 // TestTransactionRejected: the transaction coordinator (the in-process
 // broker) rejects cycles' commits with INVALID_TXN_STATE, as Kafka does for
 // a transaction it aborted itself (past its timeout): twice in a row, then
@@ -224,25 +247,15 @@ func TestBrokerOutageKfake(t *testing.T) {
 // the last committed cycle, says why, and the job ends with every window's
 // sum exactly once.
 func TestTransactionRejected(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
 	var reject, rejected atomic.Int32
-	c.Control(func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req, ok := kreq.(*kmsg.EndTxnRequest)
-		if !ok || !req.Commit || reject.Load() <= 0 {
-			return nil, nil, false
+	bootstrap := rejectingBroker(t, func() bool {
+		if reject.Add(-1) < 0 {
+			reject.Add(1)
+			return false
 		}
-		reject.Add(-1)
 		rejected.Add(1)
-		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.InvalidTxnState.Code
-		return resp, nil, true
+		return true
 	})
-	bootstrap := c.ListenAddrs()[0]
 	in, out := countTopics(t, bootstrap, "txnrejected", faultPartitions)
 	a := startFaultAppOn(t, bootstrap, in, out, "txnrejected", nil)
 	for round, n := range []int32{2, 1} {
@@ -264,23 +277,8 @@ func TestTransactionRejected(t *testing.T) {
 // is not a passing fault: after maxTxnRejections restarts in a row with no
 // cycle committed, the job fails, saying why.
 func TestTransactionRejectedAlways(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
 	var rejecting atomic.Bool
-	c.Control(func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		req, ok := kreq.(*kmsg.EndTxnRequest)
-		if !ok || !req.Commit || !rejecting.Load() {
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.InvalidTxnState.Code
-		return resp, nil, true
-	})
-	bootstrap := c.ListenAddrs()[0]
+	bootstrap := rejectingBroker(t, rejecting.Load)
 	in, out := countTopics(t, bootstrap, "txnrejall", faultPartitions)
 	a := startFaultAppOn(t, bootstrap, in, out, "txnrejall", nil)
 	rejecting.Store(true)
