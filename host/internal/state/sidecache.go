@@ -60,9 +60,9 @@ func NewSideCache(limit int) *SideCache {
 // now: it changes with every side input write (Invalidate), and no other
 // cache, of this instance or another, makes the same. A bundle sent with
 // it lets the SDK keep what it reads of the side inputs and reuse that in
-// the bundles that carry the same token (Python's state cache does by
-// default; the Go SDK's when a pipeline enables it). Nil for a nil cache:
-// no caching.
+// the bundles that carry the same token (Python's state cache does when
+// --max_cache_memory_usage_mb turns it on; the Go SDK's when a pipeline
+// enables it). Nil for a nil cache: no caching.
 func (c *SideCache) Token() []byte {
 	if c == nil {
 		return nil
