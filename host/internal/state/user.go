@@ -51,6 +51,42 @@ type User struct {
 	// of its task: an aborted cycle reopens the task, and with it the
 	// store, so the floors never cover writes that were dropped.
 	due [2]Floor
+	// bagFloors holds, per bag (its store prefix; a multimap's values for
+	// one map key are a bag too), the sequence number its
+	// last Clear deleted up to: every entry of the bag at or below it is
+	// deleted, and entries appended since have higher ones (the sequence
+	// only grows). Reads and clears of the bag start past it (bagLower)
+	// instead of at the prefix, so they do not walk the deleted entries,
+	// which stay behind in the batch and then as tombstones in the store.
+	// Without it a value state (a bag cleared and appended to at every
+	// write) written once per element cost a walk over every earlier
+	// write: 0.95 ms an element at 10,000 writes a cycle. It is a cache:
+	// an entry dropped (the map past maxBagFloors) only costs that walk
+	// again. Like due, it lives for one opening of the task, so it never
+	// covers a Clear that an abort dropped.
+	bagFloors map[string]uint64
+}
+
+// maxBagFloors bounds User.bagFloors; past it the map starts over.
+const maxBagFloors = 1 << 16
+
+// bagLower is where a read or clear of the bag under prefix starts: past
+// the entries its last Clear deleted (bagFloors). Under u.mu.
+func (u *User) bagLower(prefix []byte) []byte {
+	f, ok := u.bagFloors[string(prefix)]
+	if !ok {
+		return prefix
+	}
+	return binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), f+1)
+}
+
+// bagCleared records that the bag under prefix has no entry up to the
+// current sequence number. Under u.mu.
+func (u *User) bagCleared(prefix []byte) {
+	if u.bagFloors == nil || len(u.bagFloors) >= maxBagFloors {
+		u.bagFloors = map[string]uint64{}
+	}
+	u.bagFloors[string(prefix)] = u.seq
 }
 
 // dueFloor is the floor of a domain's timers.
@@ -193,15 +229,20 @@ func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte
 		}
 		return s.side.Get(ctx, key, token)
 	}
+	s.user.mu.Lock()
+	defer s.user.mu.Unlock()
 	lower := prefix
+	if !keysOnly { // a bag, or one map key's values: bagFloors
+		lower = s.user.bagLower(prefix)
+	}
 	if len(token) > 0 {
 		if keysOnly || !bytes.HasPrefix(token, prefix) {
 			return nil, nil, fmt.Errorf("%s state: continuation token does not belong to this state", harness.StateKeyType(key))
 		}
-		lower = token
+		if bytes.Compare(token, lower) > 0 {
+			lower = token
+		}
 	}
-	s.user.mu.Lock()
-	defer s.user.mu.Unlock()
 	it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: PrefixEnd(prefix)})
 	if err != nil {
 		return nil, nil, err
@@ -279,13 +320,22 @@ func (s *StageHandler) Clear(ctx context.Context, key *fnpb.StateKey) error {
 		defer s.user.mu.Unlock()
 		return DeleteRange(s.user.batch, lower, upper)
 	}
-	_, prefix, _, ok := s.prefix(key)
+	_, prefix, keysOnly, ok := s.prefix(key)
 	if !ok {
 		return harness.UnsupportedState{}.Clear(ctx, key)
 	}
 	s.user.mu.Lock()
 	defer s.user.mu.Unlock()
-	return DeleteRange(s.user.batch, prefix, PrefixEnd(prefix))
+	if keysOnly {
+		// The whole multimap: its entries go on with each map key, not
+		// with a sequence number, so no floor applies.
+		return DeleteRange(s.user.batch, prefix, PrefixEnd(prefix))
+	}
+	if err := DeleteRange(s.user.batch, s.user.bagLower(prefix), PrefixEnd(prefix)); err != nil {
+		return err
+	}
+	s.user.bagCleared(prefix)
+	return nil
 }
 
 func timerID(transform, family string, tm shuffle.Timer, win []byte) []byte {
