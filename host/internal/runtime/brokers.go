@@ -255,16 +255,21 @@ func (e *outageError) Error() string {
 func (e *outageError) Unwrap() error { return e.err }
 
 // rejectedTxnError is a commit cycle's failure because the transaction
-// coordinator no longer takes the cycle's transaction: INVALID_TXN_STATE or
-// INVALID_PRODUCER_EPOCH, which it answers once it has aborted the
-// transaction itself (it outlived transaction_timeout_ms, or a request of
-// this producer was lost between it and the broker). Nothing of the cycle
-// committed. Run starts the instance again from the last committed cycle,
-// as after an outage (Kafka Streams treats such errors as a task
-// migration): the new instance's producer, under the same transactional
-// id, fences whatever the broker still holds of it. A run of such restarts
-// without a cycle committed between them fails the job
-// (maxTxnRejections).
+// coordinator no longer takes the cycle's transaction: INVALID_TXN_STATE,
+// which it answers for an end or an addition that the transaction's state
+// does not allow, as when it has aborted the transaction itself (it
+// outlived transaction_timeout_ms, or a request of this producer was lost
+// between it and the broker). Nothing of the cycle committed. Run starts
+// the instance again from the last committed cycle, as after an outage
+// (Kafka Streams treats such errors as a task migration): the new
+// instance's producer, under the same transactional id, fences whatever
+// the broker still holds of it. A run of such restarts without a cycle
+// committed between them fails the job (maxTxnRejections).
+//
+// INVALID_PRODUCER_EPOCH and PRODUCER_FENCED are not among them: another
+// producer with this transactional id (two processes given one stable
+// identity) makes them too, and restarting would fence that producer in
+// turn, each process failing the other's cycles for as long as both run.
 type rejectedTxnError struct{ err error }
 
 func (e *rejectedTxnError) Error() string {
@@ -279,7 +284,7 @@ func rejectedTxn(err error) error {
 	if err == nil || errors.As(err, &rejected) {
 		return err
 	}
-	if errors.Is(err, kerr.InvalidTxnState) || errors.Is(err, kerr.InvalidProducerEpoch) {
+	if errors.Is(err, kerr.InvalidTxnState) {
 		return &rejectedTxnError{err}
 	}
 	return err

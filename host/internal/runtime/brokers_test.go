@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -221,5 +224,32 @@ func TestRunRidesOutAnOutage(t *testing.T) {
 		done <- err
 		t.Fatalf("Run ended after a 4s outage: %v", err)
 	default:
+	}
+}
+
+// rejectedTxn marks INVALID_TXN_STATE, however wrapped, and nothing else:
+// the errors another producer of the same transactional id causes stay
+// failures (see rejectedTxnError).
+func TestRejectedTxn(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		restarts bool
+	}{
+		{nil, false},
+		{kerr.InvalidTxnState, true},
+		{fmt.Errorf("ending the transaction: %w", kerr.InvalidTxnState), true},
+		{&rejectedTxnError{kerr.InvalidTxnState}, true},
+		{fmt.Errorf("ending the transaction: %w", kerr.InvalidProducerEpoch), false},
+		{kerr.ProducerFenced, false},
+		{errors.New("stage s1: bundle failed"), false},
+	} {
+		got := rejectedTxn(tc.err)
+		var rejected *rejectedTxnError
+		if errors.As(got, &rejected) != tc.restarts {
+			t.Errorf("rejectedTxn(%v) = %v: restarts %v, want %v", tc.err, got, !tc.restarts, tc.restarts)
+		}
+		if !errors.Is(got, tc.err) {
+			t.Errorf("rejectedTxn(%v) = %v: lost the error", tc.err, got)
+		}
 	}
 }
