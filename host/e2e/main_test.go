@@ -62,9 +62,9 @@ func run(m *testing.M) int {
 	workerBin = f.Name()
 	defer os.Remove(workerBin)
 
-	var out io.Writer = io.Discard
+	var out io.Writer = serverLog
 	if os.Getenv("KSRUNNER_DEBUG") != "" {
-		out = os.Stderr
+		out = io.MultiWriter(os.Stderr, serverLog)
 	}
 	srv, err := host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), slog.New(slog.NewTextHandler(out, nil)))
 	if err != nil {

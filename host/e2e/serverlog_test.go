@@ -1,0 +1,55 @@
+package e2e
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+)
+
+// serverLog keeps the last lines of the shared job server's log (level
+// info), so that a test that fails can show what the runtime logged for
+// its job besides the job's messages: aborted transactions, for one, are
+// logged and not told to the client.
+var serverLog = &logTail{max: 50_000}
+
+// logTail is an io.Writer that keeps the last max lines written to it.
+type logTail struct {
+	mu      sync.Mutex
+	max     int
+	lines   []string
+	partial []byte
+}
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		i := bytes.IndexByte(l.partial, '\n')
+		if i < 0 {
+			break
+		}
+		l.lines = append(l.lines, string(l.partial[:i]))
+		l.partial = l.partial[i+1:]
+	}
+	if over := len(l.lines) - l.max; over > 0 {
+		l.lines = append(l.lines[:0:0], l.lines[over:]...)
+	}
+	return len(p), nil
+}
+
+// matching returns the last n kept lines that contain sub.
+func (l *logTail) matching(sub string, n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
