@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"runtime/pprof"
 	"strings"
 	"sync"
 )
@@ -52,4 +53,21 @@ func (l *logTail) matching(sub string, n int) []string {
 		out = out[len(out)-n:]
 	}
 	return out
+}
+
+// runtimeGoroutines is the stacks of this process's goroutines that run
+// ksrunner's runtime (host/internal/runtime), with their wait reasons and
+// how long they have waited.
+func runtimeGoroutines() string {
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 2); err != nil {
+		return "goroutine dump: " + err.Error()
+	}
+	var out []string
+	for _, g := range strings.Split(b.String(), "\n\n") {
+		if strings.Contains(g, "ksrunner/host/internal/runtime.") {
+			out = append(out, g)
+		}
+	}
+	return strings.Join(out, "\n\n")
 }
