@@ -35,6 +35,8 @@ var (
 	workerBin string                 // an empty file staged as the (unused) worker binary
 	ksrunner  jobpb.JobServiceClient // ksrunner job server, default options (embedded broker)
 	reference jobpb.JobServiceClient // Prism job server
+
+	serverStatusURL string // the shared job server's status page, ending in /
 )
 
 func TestMain(m *testing.M) {
@@ -66,10 +68,13 @@ func run(m *testing.M) int {
 	if os.Getenv("KSRUNNER_DEBUG") != "" {
 		out = io.MultiWriter(os.Stderr, serverLog)
 	}
-	srv, err := host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), slog.New(slog.NewTextHandler(out, nil)))
+	// The status API, for a failed fault test's report (jobStatus).
+	srv, err := host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), slog.New(slog.NewTextHandler(out, nil)),
+		host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
 	if err != nil {
 		return fail(err)
 	}
+	serverStatusURL = srv.StatusURL()
 	go srv.Serve()
 	defer srv.Stop()
 	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))

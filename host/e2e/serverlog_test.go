@@ -2,9 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"runtime/pprof"
 	"strings"
 	"sync"
+	"time"
 )
 
 // serverLog keeps the last lines of the shared job server's log (level
@@ -70,4 +75,31 @@ func runtimeGoroutines() string {
 		}
 	}
 	return strings.Join(out, "\n\n")
+}
+
+// jobStatus is the shared job server's status API's view of job id
+// (api/jobs/{id}), indented: its tasks with their output watermarks, lags
+// and records in and out, and the instance's commits and aborts, which
+// tell an instance that stopped cycling from one whose watermark stopped.
+func jobStatus(id string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, serverStatusURL+"api/jobs/"+id, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", " ") != nil {
+		return resp.Status + " " + string(b)
+	}
+	return out.String()
 }
