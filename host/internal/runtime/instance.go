@@ -76,7 +76,8 @@ type instance struct {
 	// cycleMark is the brokers' failure count when the running cycle
 	// began (reach.troubleSince; only the loop touches it).
 	cycleMark int64
-	observed  observed // what observe measured last (observe.go)
+	observed  observed    // what observe measured last (observe.go)
+	watch     *cycleWatch // names the loop's step; run's goroutine warns when one lasts
 }
 
 type taskID struct {
@@ -98,6 +99,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		subByTopic: map[string]*translate.SubTopology{},
 		tasks:      map[taskID]*task.Task{},
 		restarted:  prev != nil,
+		watch:      newCycleWatch(cfg),
 	}
 	i.rebalance.init()
 	coders := cfg.Plan.Pipeline.GetComponents().GetCoders()
@@ -415,6 +417,8 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 	start := time.Now()
 	if len(ids) > 0 {
 		i.progress(fmt.Sprintf("restoring the state of %d tasks from their changelogs", len(ids)))
+		i.watch.enterQuiet(stepRestore)
+		defer i.watch.enter(stepPoll)
 	}
 	if err := i.restoreTasks(ctx, ids); err != nil {
 		i.setProduceErr(err)
@@ -576,7 +580,12 @@ func (i *instance) run(ctx context.Context) (err error) {
 		defer close(endsDone)
 		i.runSourceEnds(ctx, max(i.cfg.CommitInterval, 10*time.Millisecond))
 	}()
-	defer func() { cancel(); <-sideDone; <-purgeDone; <-endsDone }()
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		i.watch.watch(ctx, time.Second)
+	}()
+	defer func() { cancel(); <-sideDone; <-purgeDone; <-endsDone; <-watchDone }()
 	defer i.standby.start(ctx, i.cl)()
 	// A poll takes at most MaxPollRecords records, waiting at most
 	// MaxPollTime for them; then the cycle commits what it has.
@@ -594,6 +603,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if h := i.cfg.Hooks; h != nil && h.MaxPollRecords != nil && h.MaxPollRecords() > 0 {
 			maxRecords = h.MaxPollRecords()
 		}
+		i.watch.enter(stepPoll)
 		fetches := i.cl.PollRecords(pollCtx, maxRecords)
 		cancel()
 		if ctx.Err() != nil {
@@ -619,6 +629,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		}
 		i.rebalance.blocked.Store(false) // the callbacks it waited for ran in the poll
 		if i.sess != nil && i.rebalance.pending.Swap(false) {
+			i.watch.enter(stepRebalance)
 			if err := i.afterRebalance(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -633,6 +644,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			i.inTxn = true
 		}
+		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
 		if err != nil {
 			return err
@@ -881,6 +893,7 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	if abort {
 		try = kgo.TryAbort
 	}
+	i.watch.enter(stepEnd)
 	committed, err := i.endTransaction(ctx, try)
 	if err != nil && !membershipLost(err) {
 		// inTxn stays set: the loop's exit aborts what may be left.
@@ -914,9 +927,11 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 // every record reached the broker, then runs the test hook; abort reports
 // that the hook asked to abort the cycle.
 func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, err error) {
+	i.watch.enter(stepPrepare)
 	if err := i.prepareTasks(ctx); err != nil {
 		return false, err
 	}
+	i.watch.enter(stepFlush)
 	// Not bounded here: a slow broker that answers decides (under
 	// exactly_once it aborts a transaction past transaction_timeout_ms,
 	// failing its records; a fresh three-broker cluster took more than
@@ -957,6 +972,7 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
 		i.rewind()
 		return i.failure()
 	}
+	i.watch.enter(stepEnd)
 	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
 		if !membershipLost(err) {
 			return fmt.Errorf("committing offsets: %w", err)
