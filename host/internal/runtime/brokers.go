@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,9 +24,9 @@ import (
 //
 //   - reach watches every response and failure of the instance's clients
 //     (a kgo hook). A failure to dial, write or read, with no response since,
-//     is an outage; it is logged and shown as a job message once when it has
-//     lasted brokerNotice, again every brokerReminder, and once more when a
-//     broker answers again.
+//     is an outage, unless another broker answers (see down); it is logged
+//     and shown as a job message once when it has lasted brokerNotice, again
+//     every brokerReminder, and once more when a broker answers again.
 //   - A commit cycle (or an instance's start, or a restore) that fails after
 //     an outage began in it (reach.troubleSince) is not a job failure: its
 //     Kafka calls are bounded (the flush and the transaction's end by
@@ -57,12 +59,24 @@ type reach struct {
 	lastFail atomic.Int64 // unix ns of the latest failed dial, write or read
 	failures atomic.Int64 // failed dials, writes and reads so far
 	lastErr  atomic.Pointer[string]
+	// byAddr is each broker's latest answer and failure, by address (a
+	// seed broker and the node it turns out to be are one).
+	byAddrMu sync.RWMutex
+	byAddr   map[string]*brokerReach
 
 	// ctx ends, with the error naming the brokers as its cause, once they
 	// have been out of reach for timeout.
 	ctx  context.Context
 	fail context.CancelCauseFunc
 }
+
+type brokerReach struct{ ok, fail atomic.Int64 } // unix ns
+
+// answeringWindow is how recent a broker's answer must be for it to count
+// as answering (down): longer than the gaps between an instance's requests
+// to a broker in good health (fetches wait at most 5 s for data, the
+// group heartbeats every 3 s).
+const answeringWindow = 10 * time.Second
 
 // brokerNotice is how long an outage lasts before it is reported (a lone
 // failed connection that the next attempt heals is not worth a message);
@@ -91,6 +105,7 @@ func newReach(cfg Config) *reach {
 		warn:    cfg.Warning,
 		info:    cfg.Progress,
 		now:     time.Now,
+		byAddr:  map[string]*brokerReach{},
 
 		notice:   brokerNotice,
 		reminder: brokerReminder,
@@ -113,27 +128,32 @@ func (r *reach) opts() []kgo.Opt {
 
 // OnBrokerConnect counts a failed dial; a connection made is not yet an
 // answer (a broker that closes every connection is out of reach too).
-func (r *reach) OnBrokerConnect(_ kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
+func (r *reach) OnBrokerConnect(meta kgo.BrokerMetadata, _ time.Duration, _ net.Conn, err error) {
 	if err != nil {
-		r.observe(err)
+		r.observe(brokerAddr(meta), err)
 	}
 }
 
-func (r *reach) OnBrokerWrite(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+func (r *reach) OnBrokerWrite(meta kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
 	if err != nil {
-		r.observe(err)
+		r.observe(brokerAddr(meta), err)
 	}
 }
 
-func (r *reach) OnBrokerRead(_ kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
-	r.observe(err)
+func (r *reach) OnBrokerRead(meta kgo.BrokerMetadata, _ int16, _ int, _, _ time.Duration, err error) {
+	r.observe(brokerAddr(meta), err)
 }
 
-func (r *reach) observe(err error) {
+func brokerAddr(meta kgo.BrokerMetadata) string {
+	return net.JoinHostPort(meta.Host, strconv.Itoa(int(meta.Port)))
+}
+
+func (r *reach) observe(addr string, err error) {
 	now := r.now().UnixNano()
 	switch {
 	case err == nil:
 		r.lastOK.Store(now)
+		r.broker(addr).ok.Store(now)
 	case errors.Is(err, context.Canceled), errors.Is(err, kgo.ErrClientClosed):
 		// ours: a request given up or a client closing, not the broker
 	default:
@@ -141,7 +161,40 @@ func (r *reach) observe(err error) {
 		r.lastErr.Store(&msg)
 		r.lastFail.Store(now)
 		r.failures.Add(1)
+		r.broker(addr).fail.Store(now)
 	}
+}
+
+func (r *reach) broker(addr string) *brokerReach {
+	r.byAddrMu.RLock()
+	b := r.byAddr[addr]
+	r.byAddrMu.RUnlock()
+	if b != nil {
+		return b
+	}
+	r.byAddrMu.Lock()
+	defer r.byAddrMu.Unlock()
+	if b = r.byAddr[addr]; b == nil {
+		b = &brokerReach{}
+		r.byAddr[addr] = b
+	}
+	return b
+}
+
+// anotherAnswers reports whether some broker answered within
+// answeringWindow of now and has not failed since: the brokers that fail
+// are not all of them (one of three stopped, a rolling restart), and the
+// cluster is in reach, though an idle instance may not have heard from it
+// since the latest failure.
+func (r *reach) anotherAnswers(now int64) bool {
+	r.byAddrMu.RLock()
+	defer r.byAddrMu.RUnlock()
+	for _, b := range r.byAddr {
+		if ok := b.ok.Load(); ok > b.fail.Load() && now-ok < int64(answeringWindow) {
+			return true
+		}
+	}
+	return false
 }
 
 // mark is the count of failures so far, for troubleSince.
@@ -156,7 +209,10 @@ func (r *reach) mark() int64 {
 func (r *reach) troubleSince(mark int64) bool { return r != nil && r.failures.Load() > mark }
 
 // down reports for how long no broker has answered while one failed (0:
-// not down).
+// not down). A broker that answered recently and has not failed since
+// (anotherAnswers) keeps the cluster up: without it, one broker of several
+// out of reach made an idle instance, which hears from the others only
+// every few seconds, look cut off from all of them in between.
 func (r *reach) down() time.Duration {
 	if r == nil {
 		return 0
@@ -165,7 +221,11 @@ func (r *reach) down() time.Duration {
 	if fail <= ok {
 		return 0
 	}
-	return time.Duration(r.now().UnixNano() - ok)
+	now := r.now().UnixNano()
+	if r.anotherAnswers(now) {
+		return 0
+	}
+	return time.Duration(now - ok)
 }
 
 // failure is the error that ended r.ctx, nil while the brokers are in

@@ -253,3 +253,45 @@ func TestRejectedTxn(t *testing.T) {
 		}
 	}
 }
+
+// TestReachDown: the brokers are down from the latest answer once one
+// failed after it, unless another broker answered within answeringWindow
+// and has not failed since (one of several brokers stopped, seen by an
+// instance that hears from the others only every few seconds).
+func TestReachDown(t *testing.T) {
+	errDial := errors.New("unable to dial: connection refused")
+	type event struct {
+		at   time.Duration // since the start
+		addr string
+		err  error
+	}
+	for _, tc := range []struct {
+		name   string
+		events []event
+		at     time.Duration
+		want   time.Duration
+	}{
+		{"all answer", []event{{0, "a:1", nil}, {time.Second, "b:1", nil}}, 5 * time.Second, 0},
+		{"the only broker fails", []event{{0, "a:1", nil}, {time.Second, "a:1", errDial}}, 3 * time.Second, 3 * time.Second},
+		{"it answers again", []event{{0, "a:1", nil}, {time.Second, "a:1", errDial}, {2 * time.Second, "a:1", nil}}, 3 * time.Second, 0},
+		{"one of three fails, the others answered lately", []event{{0, "a:1", nil}, {time.Second, "b:1", nil}, {2 * time.Second, "c:1", nil}, {4 * time.Second, "c:1", errDial}}, 9 * time.Second, 0},
+		{"one of three fails, the others' answers are old", []event{{0, "a:1", nil}, {time.Second, "b:1", nil}, {2 * time.Second, "c:1", nil}, {4 * time.Second, "c:1", errDial}}, 12 * time.Second, 10 * time.Second},
+		{"all three fail", []event{{0, "a:1", nil}, {time.Second, "b:1", nil}, {2 * time.Second, "c:1", nil}, {3 * time.Second, "a:1", errDial}, {3 * time.Second, "b:1", errDial}, {4 * time.Second, "c:1", errDial}}, 5 * time.Second, 3 * time.Second},
+		{"a failure of ours is none", []event{{0, "a:1", nil}, {time.Second, "a:1", context.Canceled}}, 3 * time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Unix(1000, 0)
+			now := start
+			r := newReach(Config{BootstrapServers: "a:1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			r.now = func() time.Time { return now }
+			for _, e := range tc.events {
+				now = start.Add(e.at)
+				r.observe(e.addr, e.err)
+			}
+			now = start.Add(tc.at)
+			if got := r.down(); got != tc.want {
+				t.Errorf("down() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
