@@ -491,15 +491,26 @@ func endWithoutOffsets(ctx context.Context, cl *kgo.Client) (committed bool, err
 		return true, nil
 	}
 	// The errors EndTransaction documents as "retry as an abort": the
-	// commit was not attempted, or its outcome is unknown (the abort
-	// fences whatever is left by bumping the producer's epoch).
+	// commit was not attempted, or its outcome is unknown. The abort
+	// fences whatever the broker still holds of the transaction by
+	// bumping the producer's epoch.
 	var ke *kerr.Error
-	if errors.Is(err, kerr.OperationNotAttempted) || errors.Is(err, kerr.TransactionAbortable) ||
-		errors.Is(err, kerr.UnknownServerError) || !errors.As(err, &ke) {
+	notAttempted := errors.Is(err, kerr.OperationNotAttempted) || errors.Is(err, kerr.TransactionAbortable)
+	if notAttempted || errors.Is(err, kerr.UnknownServerError) || !errors.As(err, &ke) {
 		if aerr := cl.EndTransaction(ctx, kgo.TryAbort); aerr != nil {
 			return false, fmt.Errorf("%w (and aborting: %v)", err, aerr)
 		}
-		return false, nil
+		if notAttempted {
+			return false, nil
+		}
+		// The commit may have reached the broker and only its answer
+		// been lost: the abort cannot undo a commit that happened, so
+		// the cycle must not be redone in place as an aborted one (its
+		// output would be doubled, and the store would lack what its
+		// changelog committed). The caller fails the cycle; Run starts
+		// the instance again, which restores the tasks from their
+		// changelogs and resumes at the committed offsets (brokers.go).
+		return false, fmt.Errorf("the transaction's commit may or may not have happened: %w", err)
 	}
 	return false, err
 }

@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
@@ -136,5 +139,78 @@ func TestSetGroupSessionTimeout(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "option session_timeout_ms: 6000: under group_protocol=consumer") {
 			t.Errorf("6 s under the consumer protocol: %v, want the broker's refusal naming the option", err)
 		}
+	}
+}
+
+// TestEndWithoutOffsetsUnknownOutcome: a commit of a transaction without
+// offsets whose EndTxn gets no answer (the connection drops) is reported
+// as an error, not as an abort: the commit may have happened, and the
+// caller must not redo the cycle in place. The client stays usable (the
+// abort retry fenced the transaction, which here had not committed), and
+// a commit refused before it was attempted is an abort.
+func TestEndWithoutOffsetsUnknownOutcome(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var drop atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if drop.Load() {
+			return nil, errors.New("dropped by the test"), true // closes the connection
+		}
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()[0]), kgo.TransactionalID("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produce := func(v string) {
+		t.Helper()
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatalf("begin: %v", err)
+		}
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "out", Value: []byte(v)}).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+
+	// No answer until the end's context ends, as in an outage (the
+	// caller's context is bounded by transaction_timeout_ms).
+	drop.Store(true)
+	produce("lost answer")
+	ectx, ecancel := context.WithTimeout(ctx, 2*time.Second)
+	committed, err := endWithoutOffsets(ectx, cl)
+	ecancel()
+	drop.Store(false)
+	t.Logf("the end without an answer: %v", err)
+	if err == nil || committed || !strings.Contains(err.Error(), "may or may not have happened") {
+		t.Fatalf("a commit without an answer: committed %v, error %v; want an error saying its outcome is unknown", committed, err)
+	}
+
+	produce("committed")
+	if committed, err := endWithoutOffsets(ctx, cl); err != nil || !committed {
+		t.Fatalf("the next commit: committed %v, error %v", committed, err)
+	}
+
+	rd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()[0]), kgo.ConsumeTopics("out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var got []string
+	for len(got) < 1 {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading the output: %v (have %q)", ctx.Err(), got)
+		}
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	}
+	if len(got) != 1 || got[0] != "committed" {
+		t.Errorf("read_committed output %q, want only the second transaction's record", got)
 	}
 }
