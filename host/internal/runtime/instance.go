@@ -222,6 +222,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.OnPartitionsLost(i.onLost),
 		kgo.OnPartitionsCallbackBlocked(i.onBlocked),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
+		kgo.WithLogger(kgoLogger{cfg.Logger, cfg.reach}),
 	)
 	inputs := map[uint32]string{}
 	for _, st := range cfg.Plan.SubTopologies {
