@@ -69,7 +69,7 @@ func run(m *testing.M) int {
 		out = io.MultiWriter(os.Stderr, serverLog)
 	}
 	// The status API, for a failed fault test's report (jobStatus).
-	srv, err := host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), slog.New(slog.NewTextHandler(out, nil)),
+	srv, err := host.NewJobServer("127.0.0.1:0", host.DefaultOptions(), slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
 	if err != nil {
 		return fail(err)

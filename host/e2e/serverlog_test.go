@@ -13,10 +13,10 @@ import (
 )
 
 // serverLog keeps the last lines of the shared job server's log (level
-// info), so that a test that fails can show what the runtime logged for
+// debug, for the Kafka clients' own lines; jobLines leaves debug out), so that a test that fails can show what the runtime logged for
 // its job besides the job's messages: aborted transactions, for one, are
 // logged and not told to the client.
-var serverLog = &logTail{max: 50_000}
+var serverLog = &logTail{max: 200_000}
 
 // logTail is an io.Writer that keeps the last max lines written to it.
 type logTail struct {
@@ -38,7 +38,8 @@ func (l *logTail) Write(p []byte) (int, error) {
 		l.lines = append(l.lines, string(l.partial[:i]))
 		l.partial = l.partial[i+1:]
 	}
-	if over := len(l.lines) - l.max; over > 0 {
+	// Trimmed a tenth at a time: a copy per line once full was quadratic.
+	if over := len(l.lines) - l.max; over > l.max/10 {
 		l.lines = append(l.lines[:0:0], l.lines[over:]...)
 	}
 	return len(p), nil
@@ -46,11 +47,31 @@ func (l *logTail) Write(p []byte) (int, error) {
 
 // matching returns the last n kept lines that contain sub.
 func (l *logTail) matching(sub string, n int) []string {
+	return l.filter(func(line string) bool { return strings.Contains(line, sub) }, n)
+}
+
+// jobLines returns the last n kept lines of job id at level info or above.
+func (l *logTail) jobLines(id string, n int) []string {
+	return l.filter(func(line string) bool {
+		return strings.Contains(line, "job="+id) && !strings.Contains(line, "level=DEBUG")
+	}, n)
+}
+
+// kafkaClientLines returns the last n kept lines that job id's Kafka
+// client logged (at debug and above: its group sessions, offset fetches,
+// transactions).
+func (l *logTail) kafkaClientLines(id string, n int) []string {
+	return l.filter(func(line string) bool {
+		return strings.Contains(line, "job="+id) && strings.Contains(line, "kafka client: ")
+	}, n)
+}
+
+func (l *logTail) filter(keep func(string) bool, n int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
 	for _, line := range l.lines {
-		if strings.Contains(line, sub) {
+		if keep(line) {
 			out = append(out, line)
 		}
 	}
