@@ -295,3 +295,50 @@ func TestReachDown(t *testing.T) {
 		})
 	}
 }
+
+// TestFlushContext: under exactly_once a cycle's flush ends at
+// transaction_timeout_ms only when a broker could not be reached during
+// the cycle, with an error saying why; without an outage it waits on (a
+// slow broker that answers decides), and at_least_once has no such bound.
+func TestFlushContext(t *testing.T) {
+	const limit = 100 * time.Millisecond
+	newInst := func(exactlyOnce bool) *instance {
+		r := newReach(Config{BootstrapServers: "a:1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		i := &instance{cfg: Config{TransactionTimeout: limit, reach: r}}
+		if exactlyOnce {
+			i.sess = &kgo.GroupTransactSession{}
+		}
+		i.cycleMark = r.mark()
+		return i
+	}
+	ended := func(ctx context.Context, within time.Duration) bool {
+		select {
+		case <-ctx.Done():
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+
+	i := newInst(true)
+	ctx, cancel := i.flushContext(context.Background())
+	if ended(ctx, 3*limit) {
+		t.Errorf("without an outage the flush's context ended: %v", context.Cause(ctx))
+	}
+	i.cfg.reach.observe("a:1", errors.New("unable to dial"))
+	if !ended(ctx, 3*limit) {
+		t.Fatalf("after an outage the flush's context did not end past transaction_timeout_ms")
+	}
+	if err := context.Cause(ctx); err == nil || !strings.Contains(err.Error(), "transaction_timeout_ms") {
+		t.Errorf("cause %v, want it to name transaction_timeout_ms", err)
+	}
+	cancel()
+
+	i = newInst(false)
+	ctx, cancel = i.flushContext(context.Background())
+	i.cfg.reach.observe("a:1", errors.New("unable to dial"))
+	if ended(ctx, 3*limit) {
+		t.Errorf("at_least_once: the flush's context ended: %v", context.Cause(ctx))
+	}
+	cancel()
+}

@@ -933,18 +933,59 @@ func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, e
 		return false, err
 	}
 	i.watch.enter(stepFlush)
-	// Not bounded here: a slow broker that answers decides (under
-	// exactly_once it aborts a transaction past transaction_timeout_ms,
-	// failing its records; a fresh three-broker cluster took more than
-	// 10 s for a first cycle's records, well within the transaction's own
-	// clock). ctx ends when the brokers are given up (brokers.go).
-	if err := i.cl.Flush(ctx); err != nil {
-		return false, fmt.Errorf("flushing the producer: %w", err)
+	// Not bounded by time alone: a slow broker that answers decides
+	// (under exactly_once it aborts a transaction past
+	// transaction_timeout_ms, failing its records; a fresh three-broker
+	// cluster took more than 10 s for a first cycle's records, well
+	// within the transaction's own clock). ctx ends when the brokers are
+	// given up (brokers.go), and the flush of a cycle the brokers' outage
+	// caught ends at transaction_timeout_ms (flushContext).
+	fctx, fcancel := i.flushContext(ctx)
+	err = i.cl.Flush(fctx)
+	fcancel()
+	if err != nil {
+		return false, fmt.Errorf("flushing the producer: %w", context.Cause(fctx))
 	}
 	if err := i.failure(); err != nil {
 		return false, err
 	}
 	return i.beforeCommit(ctx, records)
+}
+
+// flushContext is the context of a cycle's flush: ctx, and under
+// exactly_once also ended once the flush has lasted transaction_timeout_ms
+// while a broker could not be reached during the cycle
+// (reach.troubleSince). That transaction's coordinator aborts it (or has,
+// if it was back in time to see the timeout), so the cycle cannot commit;
+// carrying on into End after the outage raced that abort with the
+// transaction's offset commit, and once left a pending offset commit that
+// kept the group's offsets unstable, the instance rejoining and fetching
+// nothing more. Failing the flush makes the cycle an outage: Run starts
+// the instance again, whose producer fences the transaction.
+func (i *instance) flushContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if i.sess == nil {
+		return context.WithCancel(ctx)
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	limit, mark, start := i.cfg.transactionTimeout(), i.cycleMark, time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(min(time.Second, limit))
+		defer tick.Stop()
+		for {
+			select {
+			case <-fctx.Done():
+				return
+			case <-tick.C:
+			}
+			if time.Since(start) >= limit && i.cfg.reach.troubleSince(mark) {
+				cancel(fmt.Errorf("the cycle's records were not all acknowledged within transaction_timeout_ms %v, and the brokers could not be reached during the cycle: its transaction cannot commit", limit))
+				return
+			}
+		}
+	}()
+	return fctx, func() { cancel(nil); <-done }
 }
 
 // commitAtLeastOnce produces and flushes the cycle's records (outputs,
