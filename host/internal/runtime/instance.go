@@ -956,12 +956,13 @@ func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, e
 // exactly_once also ended once the flush has lasted transaction_timeout_ms
 // while a broker could not be reached during the cycle
 // (reach.troubleSince). That transaction's coordinator aborts it (or has,
-// if it was back in time to see the timeout), so the cycle cannot commit;
-// carrying on into End after the outage raced that abort with the
-// transaction's offset commit, and once left a pending offset commit that
-// kept the group's offsets unstable, the instance rejoining and fetching
-// nothing more. Failing the flush makes the cycle an outage: Run starts
-// the instance again, whose producer fences the transaction.
+// if it was back in time to see the timeout), so the cycle cannot commit.
+// Carrying on into End after the outage raced that abort with the
+// transaction's offset commit, and a stall reproduced under load followed
+// exactly that path (the instance then rejoined and never fetched its
+// source partitions' uncommitted records again; docs/design-notes.md).
+// Failing the flush makes the cycle an outage: Run starts the instance
+// again, whose producer fences the transaction.
 func (i *instance) flushContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if i.sess == nil {
 		return context.WithCancel(ctx)
