@@ -217,6 +217,40 @@ func TestBrokerOutageKfake(t *testing.T) {
 	}
 }
 
+// TestBrokerOutageLongerThanTransactionKfake: the in-process broker closes
+// every connection for 14 seconds, longer than the job's 10 s
+// transaction_timeout_ms, while the job has input to process: the cycle
+// the outage caught cannot commit (kfake aborts its transaction at the
+// timeout; a real broker, back after it, does so at its next check). The
+// job stays RUNNING, restarts its instance and ends with every window's
+// sum exactly once.
+func TestBrokerOutageLongerThanTransactionKfake(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var off atomic.Bool
+	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if off.Load() {
+			return nil, errors.New("switched off by the test"), true
+		}
+		return nil, nil, false
+	})
+	bootstrap := c.ListenAddrs()[0]
+	in, out := countTopics(t, bootstrap, "blong", faultPartitions)
+	a := startFaultAppOn(t, bootstrap, in, out, "blong", map[string]string{"broker_unavailable_timeout_ms": brokerFaultTimeout})
+	a.produceThird(t, 1)
+	off.Store(true)
+	time.Sleep(14 * time.Second) // the outage, past transaction_timeout_ms 10000
+	off.Store(false)
+	a.checkRecovered(t, 1, "the outage", time.Now())
+	a.produceThird(t, 2)
+	a.awaitThird(t, 2)
+	logFaultMessages(t, strings.Join(a.finishAndMessages(t), "\n"))
+}
+
 // rejectingBroker starts an in-process broker that answers an EndTxn commit
 // with INVALID_TXN_STATE, without ending the transaction, whenever reject
 // (called once per such request) says so; it returns its address.
