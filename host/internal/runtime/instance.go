@@ -78,6 +78,7 @@ type instance struct {
 	cycleMark int64
 	observed  observed    // what observe measured last (observe.go)
 	watch     *cycleWatch // names the loop's step; run's goroutine warns when one lasts
+	offsets   offsetWait  // assigned partitions whose committed offsets have not come yet
 }
 
 type taskID struct {
@@ -428,6 +429,8 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 	if len(ids) > 0 {
 		i.progress(fmt.Sprintf("state of %d tasks restored in %v", len(ids), time.Since(start).Round(time.Millisecond)))
 	}
+	// The client fetches their committed offsets once this returns.
+	i.offsets.assigned(ids, time.Now())
 	for _, id := range ids {
 		t, err := task.New(i.taskEnv(id), i.subByTopic[id.topic], id.partition)
 		if err != nil {
@@ -481,6 +484,7 @@ func (i *instance) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 }
 
 func (i *instance) dropTasks(parts map[string][]int32) {
+	i.offsets.dropped(parts)
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	defer i.standby.deactivate(parts) // after they stopped writing
@@ -677,6 +681,9 @@ func (i *instance) run(ctx context.Context) (err error) {
 			return errors.Join(errs...)
 		}
 		i.observe()
+		if ids, wait := i.offsets.stalled(time.Now(), i.cfg.offsetWaitLimit()); len(ids) > 0 {
+			return &stalledOffsetsError{group: i.cfg.ApplicationID, ids: ids, wait: wait}
+		}
 		i.cl.AllowRebalance()
 	}
 }

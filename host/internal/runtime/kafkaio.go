@@ -41,6 +41,7 @@ import (
 // Only the first assignment goes through here: an offset out of range
 // later (the committed offset deleted by retention) resets to the start.
 func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	i.offsets.fetched(offsets)
 	for topic, ps := range offsets {
 		st := i.subByTopic[topic]
 		if st == nil || st.Root.Kind != translate.RootKafkaSource {

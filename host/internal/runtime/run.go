@@ -361,6 +361,7 @@ func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir stri
 			err = inst.run(ctx)
 			var outage *outageError
 			var rejected *rejectedTxnError
+			var stalled *stalledOffsetsError
 			if inst.committedCycles > 0 {
 				rejections = 0
 			}
@@ -368,6 +369,8 @@ func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir stri
 			case ctx.Err() != nil:
 				return err
 			case errors.As(err, &outage):
+			case errors.As(err, &stalled):
+				// Each wait is offsetWaitLimit long: no tight loop.
 			case errors.As(err, &rejected):
 				if rejections++; rejections > maxTxnRejections {
 					return fmt.Errorf("%w (%d times in a row, no cycle committed in between)", err, rejections)

@@ -1,0 +1,108 @@
+package runtime
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// offsetWait tracks the partitions assigned to the instance whose committed
+// offsets the group has not given it yet. After an assignment the client
+// fetches them (OffsetFetch, require_stable) before it fetches any record,
+// and retries without end while a transactional offset commit on one of
+// them is pending: legally until that transaction ends, at most its
+// timeout. An instance that waits much longer fetches nothing at all and
+// commits empty cycles, its output stopped with no error; this names the
+// partitions, and Run starts the instance again.
+//
+// onAssigned adds partitions once their restore is done (the client
+// fetches their offsets after the callback returns), startOffsets (the
+// group's AdjustFetchOffsetsFn, called when the fetch answered) removes
+// them, and so does dropTasks.
+type offsetWait struct {
+	mu    sync.Mutex
+	since map[taskID]time.Time
+}
+
+func (w *offsetWait) assigned(ids []taskID, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.since == nil {
+		w.since = map[taskID]time.Time{}
+	}
+	for _, id := range ids {
+		w.since[id] = now
+	}
+}
+
+func (w *offsetWait) fetched(offsets map[string]map[int32]kgo.Offset) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for topic, ps := range offsets {
+		for p := range ps {
+			delete(w.since, taskID{topic, p})
+		}
+	}
+}
+
+func (w *offsetWait) dropped(parts map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for topic, ps := range parts {
+		for _, p := range ps {
+			delete(w.since, taskID{topic, p})
+		}
+	}
+}
+
+// stalled returns the partitions that have waited limit or longer for
+// their offsets, and the longest wait.
+func (w *offsetWait) stalled(now time.Time, limit time.Duration) (ids []taskID, longest time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, at := range w.since {
+		if d := now.Sub(at); d >= limit {
+			ids = append(ids, id)
+			longest = max(longest, d)
+		}
+	}
+	slices.SortFunc(ids, func(a, b taskID) int {
+		if a.topic != b.topic {
+			if a.topic < b.topic {
+				return -1
+			}
+			return 1
+		}
+		return int(a.partition - b.partition)
+	})
+	return ids, longest
+}
+
+// offsetWaitLimit is how long an assigned partition may wait for its
+// committed offset: twice transaction_timeout_ms, so that a pending
+// transaction's own timeout and the coordinator's check for it (every
+// 10 s by default) pass first, and 30 s more.
+func (c Config) offsetWaitLimit() time.Duration {
+	return 2*c.transactionTimeout() + 30*time.Second
+}
+
+// stalledOffsetsError is the instance's failure when the group has not
+// given it the committed offsets of assigned partitions for
+// offsetWaitLimit: Run starts the instance again (runInstances).
+type stalledOffsetsError struct {
+	group string
+	ids   []taskID
+	wait  time.Duration
+}
+
+func (e *stalledOffsetsError) Error() string {
+	parts := make([]string, len(e.ids))
+	for n, id := range e.ids {
+		parts[n] = fmt.Sprintf("%s/%d", id.topic, id.partition)
+	}
+	return fmt.Sprintf("consumer group %s: the committed offsets of %d assigned partitions (%v) have not come for %v (the group's offset fetch keeps retrying, as for a transactional offset commit still pending on them); no record of theirs can be fetched until they do",
+		e.group, len(e.ids), parts, e.wait.Round(time.Second))
+}
