@@ -103,6 +103,6 @@ func (e *stalledOffsetsError) Error() string {
 	for n, id := range e.ids {
 		parts[n] = fmt.Sprintf("%s/%d", id.topic, id.partition)
 	}
-	return fmt.Sprintf("consumer group %s: the committed offsets of %d assigned partitions (%v) have not come for %v (the group's offset fetch keeps retrying, as for a transactional offset commit still pending on them); no record of theirs can be fetched until they do",
+	return fmt.Sprintf("consumer group %s: the committed offsets of %d assigned partitions (%v) have not come for %v: the group's offset fetch keeps answering UNSTABLE_OFFSET_COMMIT, so a transactional offset commit is still pending on them, and no record of theirs can be fetched until it ends. If this repeats after the restart, the transaction hangs on the group's __consumer_offsets partition: list it with kafka-transactions.sh find-hanging and abort it with kafka-transactions.sh abort (KIP-664)",
 		e.group, len(e.ids), parts, e.wait.Round(time.Second))
 }
