@@ -174,7 +174,7 @@ func startFaultAppOn(t *testing.T, bootstrap, in, out, name string, extra map[st
 			r, err := wait(ctx, ksrunner, id)
 			t.Logf("job %s: %v (%v); its messages:\n%s", id, r.State, err, strings.Join(r.Messages, "\n"))
 			t.Logf("job %s: the job server's log (info; its last 300 lines for the job):\n%s", id, strings.Join(serverLog.jobLines(id, 300), "\n"))
-			t.Logf("job %s: its Kafka client's own log (debug; its last 400 lines):\n%s", id, strings.Join(serverLog.kafkaClientLines(id, 400), "\n"))
+			t.Logf("job %s: its Kafka client's own log (debug, without most per-cycle lines; its last 1500 lines):\n%s", id, strings.Join(serverLog.kafkaClientLines(id, 1500), "\n"))
 			t.Logf("job %s: the status API's view (api/jobs/%s):\n%s", id, id, jobStatus(id))
 			t.Logf("the runtime's goroutines now (every job's), to show where a stalled instance waits:\n%s", runtimeGoroutines())
 		}

@@ -61,8 +61,20 @@ func (l *logTail) jobLines(id string, n int) []string {
 // client logged (at debug and above: its group sessions, offset fetches,
 // transactions).
 func (l *logTail) kafkaClientLines(id string, n int) []string {
+	repeats := map[string]int{}
 	return l.filter(func(line string) bool {
-		return strings.Contains(line, "job="+id) && strings.Contains(line, "kafka client: ")
+		if !strings.Contains(line, "job="+id) || !strings.Contains(line, "kafka client: ") {
+			return false
+		}
+		// Per-cycle lines and the offset fetch's retries (once a second
+		// while it waits) would push the rest out: the first few of each.
+		for _, m := range []string{"kafka client: flushing", "kafka client: beginning transaction", "kafka client: beginning transact session", "retryable partition error, waiting 1s and retrying"} {
+			if strings.Contains(line, m) {
+				repeats[m]++
+				return repeats[m] <= 5
+			}
+		}
+		return true
 	}, n)
 }
 
