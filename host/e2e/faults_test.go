@@ -176,6 +176,7 @@ func startFaultAppOn(t *testing.T, bootstrap, in, out, name string, extra map[st
 			t.Logf("job %s: the job server's log (info; its last 300 lines for the job):\n%s", id, strings.Join(serverLog.jobLines(id, 300), "\n"))
 			t.Logf("job %s: its Kafka client's own log (debug, without most per-cycle lines; its last 1500 lines):\n%s", id, strings.Join(serverLog.kafkaClientLines(id, 1500), "\n"))
 			t.Logf("job %s: the status API's view (api/jobs/%s):\n%s", id, id, jobStatus(id))
+			t.Logf("open transactions on %s (__consumer_offsets, and the application's transactional ids):\n%s", a.bootstrap, openTransactions(a.bootstrap, a.appID))
 			t.Logf("the runtime's goroutines now (every job's), to show where a stalled instance waits:\n%s", runtimeGoroutines())
 		}
 	})

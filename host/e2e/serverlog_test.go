@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"runtime/pprof"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // serverLog keeps the last lines of the shared job server's log (level
@@ -135,4 +139,63 @@ func jobStatus(id string) string {
 		return resp.Status + " " + string(b)
 	}
 	return out.String()
+}
+
+// openTransactions describes, on the brokers at bootstrap, the producers
+// with a transaction open on the partitions of __consumer_offsets and the
+// transactions of the application's transactional ids: a transactional
+// offset commit left pending keeps the group's offsets unstable, and these
+// say whose it is and what its coordinator thinks of it.
+func openTransactions(bootstrap, appID string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var out []string
+	md, err := adm.Metadata(ctx, "__consumer_offsets")
+	if err != nil {
+		return "metadata: " + err.Error()
+	}
+	set := kadm.TopicsSet{}
+	for _, p := range md.Topics["__consumer_offsets"].Partitions {
+		set.Add("__consumer_offsets", p.Partition)
+	}
+	producers, err := adm.DescribeProducers(ctx, set)
+	if err != nil {
+		out = append(out, "describe producers: "+err.Error())
+	}
+	for _, p := range producers.SortedProducers() {
+		if p.CurrentTxnStartOffset >= 0 {
+			out = append(out, fmt.Sprintf("open on %s/%d: producer %d epoch %d, coordinator epoch %d, transaction from offset %d, last timestamp %d",
+				p.Topic, p.Partition, p.ProducerID, p.ProducerEpoch, p.CoordinatorEpoch, p.CurrentTxnStartOffset, p.LastTimestamp))
+		}
+	}
+	listed, err := adm.ListTransactions(ctx, nil, nil)
+	if err != nil {
+		out = append(out, "list transactions: "+err.Error())
+	}
+	var ids []string
+	for _, tx := range listed.Sorted() {
+		if strings.HasPrefix(tx.TxnID, appID) {
+			ids = append(ids, tx.TxnID)
+		}
+	}
+	if len(ids) > 0 {
+		described, err := adm.DescribeTransactions(ctx, ids...)
+		if err != nil {
+			out = append(out, "describe transactions: "+err.Error())
+		}
+		for _, d := range described.Sorted() {
+			out = append(out, fmt.Sprintf("transactional id %s: state %s, producer %d epoch %d, timeout %d ms, started %d, topics %v",
+				d.TxnID, d.State, d.ProducerID, d.ProducerEpoch, d.TimeoutMillis, d.StartTimestamp, d.Topics))
+		}
+	}
+	if len(out) == 0 {
+		return "none open"
+	}
+	return strings.Join(out, "\n")
 }
