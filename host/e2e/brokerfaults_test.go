@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -185,27 +184,15 @@ func TestBrokerStoppedAndRestartedTwice(t *testing.T) {
 // RUNNING, resumes by itself and ends with every window's sum exactly
 // once. Without Java; the same faults as TestBrokerStoppedAndRestartedTwice.
 func TestBrokerOutageKfake(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	var off atomic.Bool
-	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if off.Load() {
-			return nil, errors.New("switched off by the test"), true
-		}
-		return nil, nil, false
-	})
-	bootstrap := c.ListenAddrs()[0]
+	b := kafkatest.NewSwitchedBroker(t, kfake.DefaultNumPartitions(1))
+	bootstrap := b.Addr
 	in, out := countTopics(t, bootstrap, "boutage", faultPartitions)
 	a := startFaultAppOn(t, bootstrap, in, out, "boutage", map[string]string{"broker_unavailable_timeout_ms": brokerFaultTimeout})
 	for round := 1; round <= 2; round++ {
 		a.produceThird(t, round)
-		off.Store(true)
+		b.Off.Store(true)
 		time.Sleep(6 * time.Second) // the outage
-		off.Store(false)
+		b.Off.Store(false)
 		a.checkRecovered(t, round, fmt.Sprintf("outage %d", round), time.Now())
 	}
 	msgs := strings.Join(a.finishAndMessages(t), "\n")
@@ -225,26 +212,14 @@ func TestBrokerOutageKfake(t *testing.T) {
 // job stays RUNNING, restarts its instance and ends with every window's
 // sum exactly once.
 func TestBrokerOutageLongerThanTransactionKfake(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.DefaultNumPartitions(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	var off atomic.Bool
-	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if off.Load() {
-			return nil, errors.New("switched off by the test"), true
-		}
-		return nil, nil, false
-	})
-	bootstrap := c.ListenAddrs()[0]
+	b := kafkatest.NewSwitchedBroker(t, kfake.DefaultNumPartitions(1))
+	bootstrap := b.Addr
 	in, out := countTopics(t, bootstrap, "blong", faultPartitions)
 	a := startFaultAppOn(t, bootstrap, in, out, "blong", map[string]string{"broker_unavailable_timeout_ms": brokerFaultTimeout})
 	a.produceThird(t, 1)
-	off.Store(true)
+	b.Off.Store(true)
 	time.Sleep(14 * time.Second) // the outage, past transaction_timeout_ms 10000
-	off.Store(false)
+	b.Off.Store(false)
 	a.checkRecovered(t, 1, "the outage", time.Now())
 	a.produceThird(t, 2)
 	a.awaitThird(t, 2)

@@ -975,25 +975,32 @@ func (i *instance) flushContext(ctx context.Context) (context.Context, context.C
 		return context.WithCancel(ctx)
 	}
 	fctx, cancel := context.WithCancelCause(ctx)
-	limit, mark, start := i.cfg.transactionTimeout(), i.cycleMark, time.Now()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(min(time.Second, limit))
-		defer tick.Stop()
-		for {
-			select {
-			case <-fctx.Done():
-				return
-			case <-tick.C:
-			}
-			if time.Since(start) >= limit && i.cfg.reach.troubleSince(mark) {
-				cancel(fmt.Errorf("the cycle's records were not all acknowledged within transaction_timeout_ms %v, and the brokers could not be reached during the cycle: its transaction cannot commit", limit))
-				return
-			}
+	limit, mark := i.cfg.transactionTimeout(), i.cycleMark
+	// A timer, not a goroutine: most flushes end long before limit.
+	var mu sync.Mutex
+	var timer *time.Timer
+	var check func()
+	check = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if fctx.Err() != nil {
+			return
 		}
-	}()
-	return fctx, func() { cancel(nil); <-done }
+		if i.cfg.reach.troubleSince(mark) {
+			cancel(fmt.Errorf("the cycle's records were not all acknowledged within transaction_timeout_ms %v, and the brokers could not be reached during the cycle: its transaction cannot commit", limit))
+			return
+		}
+		timer = time.AfterFunc(min(time.Second, limit), check)
+	}
+	mu.Lock()
+	timer = time.AfterFunc(limit, check)
+	mu.Unlock()
+	return fctx, func() {
+		mu.Lock()
+		timer.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // commitAtLeastOnce produces and flushes the cycle's records (outputs,

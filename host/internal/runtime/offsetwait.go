@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sync"
@@ -70,13 +71,7 @@ func (w *offsetWait) stalled(now time.Time, limit time.Duration) (ids []taskID, 
 		}
 	}
 	slices.SortFunc(ids, func(a, b taskID) int {
-		if a.topic != b.topic {
-			if a.topic < b.topic {
-				return -1
-			}
-			return 1
-		}
-		return int(a.partition - b.partition)
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
 	})
 	return ids, longest
 }
