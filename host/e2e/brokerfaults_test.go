@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,11 +62,12 @@ func startOwnKafka(t *testing.T, nodes int) *ownKafka {
 		t.Skipf("the Kafka jars are not available (.ci/kafka-broker.sh fetch: %v; it needs Maven and Maven Central, or the jars in its cache):\n%s", err, out)
 	}
 	port := freePorts(t, 2*nodes)
+	dir := t.TempDir()
 	k.env = append(os.Environ(),
 		"KSRUNNER_KAFKA_NODES="+strconv.Itoa(nodes),
 		"KSRUNNER_KAFKA_PORT="+strconv.Itoa(port),
 		"KSRUNNER_KAFKA_CONTROLLER_PORT="+strconv.Itoa(port+1),
-		"KSRUNNER_KAFKA_DIR="+t.TempDir(),
+		"KSRUNNER_KAFKA_DIR="+dir,
 		"KSRUNNER_KAFKA_KEEP_DATA=",
 		"KSRUNNER_KAFKA_HEAP=-Xms128m -Xmx512m",
 		// a loaded machine starts three JVMs slowly (two minutes seen)
@@ -76,11 +78,56 @@ func startOwnKafka(t *testing.T, nodes int) *ownKafka {
 			k.cmd(t, "kill-node", strconv.Itoa(n))
 		}
 	})
+	// Registered after t.TempDir, so it runs before the brokers' data and
+	// logs are removed.
+	t.Cleanup(func() {
+		if t.Failed() {
+			logBrokerTransactions(t, dir)
+		}
+	})
 	start := time.Now()
 	out := k.run(t, "up")
 	k.bootstrap = strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
 	t.Logf("%d Kafka broker(s) of the test's own on %s, up in %v", nodes, k.bootstrap, time.Since(start).Round(100*time.Millisecond))
 	return k
+}
+
+// logBrokerTransactions prints what the brokers' own logs (server.log
+// under dir, at INFO) say about transactions, their markers and the
+// coordinators' loading and unloading: a failed fault test's stalled job
+// is told apart from a broker that lost a transaction marker by them.
+func logBrokerTransactions(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "server.log"))
+	more, _ := filepath.Glob(filepath.Join(dir, "*", "*", "server.log"))
+	logs = append(logs, more...)
+	logs = slices.DeleteFunc(logs, func(p string) bool { return strings.Contains(p, "readycheck") })
+	const limit = 400
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Logf("broker log %s: %v", path, err)
+			continue
+		}
+		var lines []string
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(line, "\t") {
+				continue // a client's or a component's configuration dump
+			}
+			l := strings.ToLower(line)
+			if strings.Contains(l, "transaction") || strings.Contains(l, "marker") || strings.Contains(l, "txn") ||
+				strings.Contains(l, "producer") || strings.Contains(l, "coordinator") && !strings.Contains(l, "heartbeat") ||
+				strings.Contains(l, "shut") || strings.Contains(l, "unclean") || strings.Contains(l, "recover") {
+				lines = append(lines, line)
+			}
+		}
+		if len(lines) > limit {
+			lines = append([]string{fmt.Sprintf("(the first %d of %d lines left out)", len(lines)-limit, len(lines))}, lines[len(lines)-limit:]...)
+		}
+		t.Logf("the broker log %s on transactions, markers and coordinators:\n%s", path, strings.Join(lines, "\n"))
+	}
+	if len(logs) == 0 {
+		t.Logf("no broker server.log under %s", dir)
+	}
 }
 
 // freePorts finds n consecutive free loopback ports and returns the first.

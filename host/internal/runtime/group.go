@@ -440,11 +440,23 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	if try == kgo.TryCommit && !r.pending.Load() && len(i.cl.UncommittedOffsets()) == 0 {
 		return endWithoutOffsets(ectx, i.cl)
 	}
+	var offsets map[string]map[int32]kgo.EpochOffset
+	if try == kgo.TryCommit {
+		offsets = i.cl.UncommittedOffsets() // what End commits
+	}
 	committed, err = i.sess.End(ectx, try)
 	r.endMu.Lock()
 	interrupted := r.interrupted
 	r.endCancel = nil
 	r.endMu.Unlock()
+	switch {
+	case err != nil:
+		i.cfg.outcomes.record(offsets, txnUnknown)
+	case committed:
+		i.cfg.outcomes.record(offsets, txnCommitted)
+	default:
+		i.cfg.outcomes.record(offsets, txnAborted)
+	}
 	if !interrupted || err == nil {
 		return committed, err
 	}

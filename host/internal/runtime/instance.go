@@ -79,6 +79,8 @@ type instance struct {
 	observed  observed    // what observe measured last (observe.go)
 	watch     *cycleWatch // names the loop's step; run's goroutine warns when one lasts
 	offsets   offsetWait  // assigned partitions whose committed offsets have not come yet
+	hangCheck time.Time   // when checkOffsetWait last looked for a hanging transaction
+	hangFound string      // what it found then
 }
 
 type taskID struct {
@@ -681,8 +683,8 @@ func (i *instance) run(ctx context.Context) (err error) {
 			return errors.Join(errs...)
 		}
 		i.observe()
-		if ids, wait := i.offsets.stalled(time.Now(), i.cfg.offsetWaitLimit()); len(ids) > 0 {
-			return &stalledOffsetsError{group: i.cfg.ApplicationID, ids: ids, wait: wait}
+		if err := i.checkOffsetWait(ctx); err != nil {
+			return err
 		}
 		i.cl.AllowRebalance()
 	}

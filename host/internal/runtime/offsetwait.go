@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"sync"
@@ -76,6 +77,30 @@ func (w *offsetWait) stalled(now time.Time, limit time.Duration) (ids []taskID, 
 	return ids, longest
 }
 
+// checkOffsetWait looks, every hangingCheckAfter while an assigned
+// partition waits that long for its committed offset, for a hanging
+// transaction of the instance's producer, and ends it if it may
+// (hangingtxn.go); the client's next offset fetch then succeeds. A wait of
+// offsetWaitLimit fails the instance with what the last look found.
+func (i *instance) checkOffsetWait(ctx context.Context) error {
+	now := time.Now()
+	if ids, _ := i.offsets.stalled(now, hangingCheckAfter); len(ids) > 0 && i.sess != nil && now.Sub(i.hangCheck) >= hangingCheckAfter {
+		i.hangCheck = now
+		found, err := i.endHangingOffsets(ctx)
+		if err != nil {
+			found = "looking for a hanging transaction of this instance's producer: " + err.Error()
+		}
+		if found != "" && found != i.hangFound {
+			i.cfg.Logger.Info("committed offsets wait", "partitions", len(ids), "found", found)
+		}
+		i.hangFound = found
+	}
+	if ids, wait := i.offsets.stalled(now, i.cfg.offsetWaitLimit()); len(ids) > 0 {
+		return &stalledOffsetsError{group: i.cfg.ApplicationID, ids: ids, wait: wait, found: i.hangFound}
+	}
+	return nil
+}
+
 // offsetWaitLimit is how long an assigned partition may wait for its
 // committed offset: twice transaction_timeout_ms, so that a pending
 // transaction's own timeout and the coordinator's check for it (every
@@ -91,6 +116,7 @@ type stalledOffsetsError struct {
 	group string
 	ids   []taskID
 	wait  time.Duration
+	found string // what the last look for a hanging transaction found
 }
 
 func (e *stalledOffsetsError) Error() string {
@@ -98,6 +124,10 @@ func (e *stalledOffsetsError) Error() string {
 	for n, id := range e.ids {
 		parts[n] = fmt.Sprintf("%s/%d", id.topic, id.partition)
 	}
-	return fmt.Sprintf("consumer group %s: the committed offsets of %d assigned partitions (%v) have not come for %v: the group's offset fetch keeps answering UNSTABLE_OFFSET_COMMIT, so a transactional offset commit is still pending on them, and no record of theirs can be fetched until it ends. If this repeats after the restart, the transaction hangs on the group's __consumer_offsets partition: list it with kafka-transactions.sh find-hanging and abort it with kafka-transactions.sh abort (KIP-664)",
-		e.group, len(e.ids), parts, e.wait.Round(time.Second))
+	found := ""
+	if e.found != "" {
+		found = " (" + e.found + ")"
+	}
+	return fmt.Sprintf("consumer group %s: the committed offsets of %d assigned partitions (%v) have not come for %v: the group's offset fetch keeps answering UNSTABLE_OFFSET_COMMIT, so a transactional offset commit is still pending on them, and no record of theirs can be fetched until it ends. If this repeats after the restart, the transaction hangs on the group's __consumer_offsets partition%s: list it with kafka-transactions.sh find-hanging and end it with kafka-transactions.sh abort (KIP-664), knowing that an abort of offsets whose transaction committed makes the job redo that input",
+		e.group, len(e.ids), parts, e.wait.Round(time.Second), found)
 }

@@ -128,6 +128,9 @@ type Config struct {
 	readBounds map[int]*task.ReadBound
 	// reach watches the brokers for Run's clients (brokers.go).
 	reach *reach
+	// outcomes records how this process's transactions with group
+	// offsets ended, for its instances (hangingtxn.go).
+	outcomes *txnOutcomes
 }
 
 // DefaultMaxPollRecords is Config.MaxPollRecords when unset.
@@ -192,6 +195,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// wait of the job with an error naming them (brokers.go).
 	r := newReach(cfg)
 	cfg.reach = r
+	cfg.outcomes = &txnOutcomes{}
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
