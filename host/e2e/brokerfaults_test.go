@@ -114,9 +114,10 @@ func logBrokerTransactions(t *testing.T, dir string) {
 				continue // a client's or a component's configuration dump
 			}
 			l := strings.ToLower(line)
-			if strings.Contains(l, "transaction") || strings.Contains(l, "marker") || strings.Contains(l, "txn") ||
-				strings.Contains(l, "producer") || strings.Contains(l, "coordinator") && !strings.Contains(l, "heartbeat") ||
-				strings.Contains(l, "shut") || strings.Contains(l, "unclean") || strings.Contains(l, "recover") {
+			noise := strings.Contains(l, "heartbeat") || strings.Contains(l, "sharecoordinator") || strings.Contains(l, "reaper") ||
+				strings.Contains(l, "quorumcontroller") || strings.Contains(l, "wrote producer snapshot")
+			if !noise && (strings.Contains(l, "transaction") || strings.Contains(l, "marker") || strings.Contains(l, "txn") ||
+				strings.Contains(l, "producer") || strings.Contains(l, "coordinator") || strings.Contains(l, "unclean")) {
 				lines = append(lines, line)
 			}
 		}
@@ -124,6 +125,13 @@ func logBrokerTransactions(t *testing.T, dir string) {
 			lines = append([]string{fmt.Sprintf("(the first %d of %d lines left out)", len(lines)-limit, len(lines))}, lines[len(lines)-limit:]...)
 		}
 		t.Logf("the broker log %s on transactions, markers and coordinators:\n%s", path, strings.Join(lines, "\n"))
+		if keep := os.Getenv("KSRUNNER_KEEP_BROKER_LOGS"); keep != "" {
+			// a directory for the whole logs, to read after the test
+			name := filepath.Join(keep, fmt.Sprintf("%s-%d-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().Unix(), filepath.Base(filepath.Dir(filepath.Dir(path)))))
+			if err := os.WriteFile(name, b, 0o644); err == nil {
+				t.Logf("the whole broker log is in %s", name)
+			}
+		}
 	}
 	if len(logs) == 0 {
 		t.Logf("no broker server.log under %s", dir)
