@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,45 +110,6 @@ type secureBroker struct {
 	clientStore   string // key and certificate in one file (a Kafka PEM key store)
 }
 
-// freePorts are n ports free on loopback now.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
-// brokerScript is .ci/kafka-broker.sh, found above the test's directory.
-func brokerScript(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, ".ci", "kafka-broker.sh")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal(".ci/kafka-broker.sh not found above the test's directory")
-		}
-		dir = parent
-	}
-}
-
 // startSecureBroker starts the broker and stops it when the test ends. It
 // needs Java and the Kafka jars (the script fetches them with Maven), as
 // CI has them: the test runs where KSRUNNER_TEST_BOOTSTRAP is set.
@@ -158,9 +118,9 @@ func startSecureBroker(t *testing.T) *secureBroker {
 	if !kafkatest.IsReal() {
 		t.Skip("needs a real Kafka broker of its own, started with .ci/kafka-broker.sh (Java, the Kafka jars): set " + kafkatest.EnvBootstrap + " as CI does")
 	}
-	script := brokerScript(t)
+	script := kafkatest.BrokerScript(t)
 	dir := t.TempDir()
-	ports := freePorts(t, 3)
+	ports := kafkatest.FreePorts(t, 3)
 	b := &secureBroker{
 		plain:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
 		secure: fmt.Sprintf("127.0.0.1:%d", ports[2]),

@@ -24,9 +24,9 @@ func OwnBroker(t testing.TB, serverProperties string) string {
 	if !IsReal() {
 		t.Skipf("a broker of the test's own runs only where %s is set (it needs Java and the Kafka jars of .ci/kafka-broker.sh)", EnvBootstrap)
 	}
-	script := brokerScript(t)
+	script := BrokerScript(t)
 	dir := t.TempDir()
-	ports := freePorts(t, 2)
+	ports := FreePorts(t, 2)
 	env := append(os.Environ(),
 		"KSRUNNER_KAFKA_NODES=1",
 		"KSRUNNER_KAFKA_PORT="+strconv.Itoa(ports[0]),
@@ -77,8 +77,8 @@ func (e *scriptError) Error() string {
 	return "kafka-broker.sh " + strings.Join(e.args, " ") + ": " + e.err.Error() + "\n" + e.stderr
 }
 
-// brokerScript is .ci/kafka-broker.sh, found above the test's directory.
-func brokerScript(t testing.TB) string {
+// BrokerScript is .ci/kafka-broker.sh, found above the test's directory.
+func BrokerScript(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -97,8 +97,8 @@ func brokerScript(t testing.TB) string {
 	}
 }
 
-// freePorts are n ports free on loopback now.
-func freePorts(t testing.TB, n int) []int {
+// FreePorts are n ports free on loopback now.
+func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ports []int
 	var ls []net.Listener
