@@ -289,6 +289,7 @@ func (i *instance) pendingOffsets(ctx context.Context, p kadm.DescribedProducer)
 	cl, err := kafkaconn.NewClient(i.cfg.BootstrapServers, i.cfg.Security, append(i.cfg.reach.opts(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{offsetsTopic: {p.Partition: kgo.NewOffset().At(p.CurrentTxnStartOffset)}}),
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(), // so that the read reaches the end when markers are last
 	)...)
 	if err != nil {
 		return nil, err
@@ -306,7 +307,7 @@ func (i *instance) pendingOffsets(ctx context.Context, p kadm.DescribedProducer)
 		}
 		for _, r := range fs.Records() {
 			next = r.Offset + 1
-			if r.ProducerID != p.ProducerID || r.ProducerEpoch != p.ProducerEpoch || len(r.Key) < 2 || r.Value == nil {
+			if r.Attrs.IsControl() || r.ProducerID != p.ProducerID || r.ProducerEpoch != p.ProducerEpoch || len(r.Key) < 2 || r.Value == nil {
 				continue
 			}
 			if v := int16(binary.BigEndian.Uint16(r.Key)); v != 0 && v != 1 {

@@ -267,6 +267,29 @@ func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, gro
 		time.Sleep(100 * time.Millisecond)
 	}
 	initPID() // the coordinator's transaction of this producer, if any, ends
+
+	// A marker of another producer after it, so that the partition ends in
+	// a control record, which a read of the pending offsets must pass.
+	adm := kadm.NewClient(cl)
+	described, err := adm.DescribeProducers(ctx, kadm.TopicsSet{offsetsTopic: nil})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hang *kadm.DescribedProducer
+	described.EachProducer(func(d kadm.DescribedProducer) {
+		if d.ProducerID == pid && d.CurrentTxnStartOffset >= 0 {
+			hang = &d
+		}
+	})
+	if hang == nil {
+		t.Fatalf("no transaction of producer %d open on %s: %v", pid, offsetsTopic, described)
+	}
+	other := txnID + "-other"
+	txnID = other
+	opid, oepoch := initPID()
+	if err := writeMarker(ctx, adm, kadm.DescribedProducer{ProducerID: opid, ProducerEpoch: oepoch, Topic: hang.Topic, Partition: hang.Partition}, false); err != nil {
+		t.Fatalf("a marker of producer %d on %s/%d: %v", opid, hang.Topic, hang.Partition, err)
+	}
 }
 
 // stableOffsets fetches group's committed offsets of topic with
