@@ -444,11 +444,15 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	if try == kgo.TryCommit {
 		offsets = i.cl.UncommittedOffsets() // what End commits
 	}
+	i.unconfirmedCommit.Store(false)
 	committed, err = i.sess.End(ectx, try)
 	r.endMu.Lock()
 	interrupted := r.interrupted
 	r.endCancel = nil
 	r.endMu.Unlock()
+	if err == nil && !committed && i.unconfirmedCommit.Load() {
+		err = &unknownCommitError{errors.New("the broker answered the commit UNKNOWN_SERVER_ERROR, and the client aborted the transaction anew")}
+	}
 	switch {
 	case err != nil:
 		i.cfg.outcomes.record(offsets, txnUnknown)
@@ -522,7 +526,22 @@ func endWithoutOffsets(ctx context.Context, cl *kgo.Client) (committed bool, err
 		// changelog committed). The caller fails the cycle; Run starts
 		// the instance again, which restores the tasks from their
 		// changelogs and resumes at the committed offsets (brokers.go).
-		return false, fmt.Errorf("the transaction's commit may or may not have happened: %w", err)
+		return false, &unknownCommitError{err}
 	}
 	return false, err
 }
+
+// unknownCommitError is a commit cycle's failure because whether its
+// transaction committed is not known: the commit got no answer, or
+// UNKNOWN_SERVER_ERROR, and the abort that followed cannot undo a commit
+// that happened. Redone in place as an aborted cycle, its output would be
+// doubled if it had, and the store would lack what its changelog
+// committed. Run starts the instance again (counted as a rejection,
+// runInstances), which restores the tasks from their changelogs and
+// resumes at the committed offsets, whichever happened.
+type unknownCommitError struct{ err error }
+
+func (e *unknownCommitError) Error() string {
+	return "the transaction's commit may or may not have happened: " + e.err.Error()
+}
+func (e *unknownCommitError) Unwrap() error { return e.err }

@@ -188,7 +188,8 @@ func TestEndWithoutOffsetsUnknownOutcome(t *testing.T) {
 	ecancel()
 	drop.Store(false)
 	t.Logf("the end without an answer: %v", err)
-	if err == nil || committed || !strings.Contains(err.Error(), "may or may not have happened") {
+	var unknown *unknownCommitError
+	if committed || !errors.As(err, &unknown) || !strings.Contains(err.Error(), "may or may not have happened") {
 		t.Fatalf("a commit without an answer: committed %v, error %v; want an error saying its outcome is unknown", committed, err)
 	}
 
@@ -212,5 +213,96 @@ func TestEndWithoutOffsetsUnknownOutcome(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != "committed" {
 		t.Errorf("read_committed output %q, want only the second transaction's record", got)
+	}
+}
+
+// TestEndTransactionUnconfirmedCommit: the broker answers a session's
+// commit UNKNOWN_SERVER_ERROR; franz-go's End then aborts anew and reports
+// an abort, no error, although the commit may have happened. The cycle
+// must not be redone in place as an aborted one: endTransaction returns an
+// unknownCommitError (Run starts the instance again) and records the
+// transaction's outcome as unknown, so that no marker is ever written for
+// its offsets (hangingtxn.go). The commit after it is a commit.
+func TestEndTransactionUnconfirmedCommit(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var inject atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		end := req.(*kmsg.EndTxnRequest)
+		if !inject.Load() || !end.Commit {
+			return nil, nil, false
+		}
+		resp := end.ResponseKind().(*kmsg.EndTxnResponse)
+		resp.ErrorCode = kerr.UnknownServerError.Code
+		return resp, nil, true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	boot := c.ListenAddrs()[0]
+	prod, err := kgo.NewClient(kgo.SeedBrokers(boot), kgo.DefaultProduceTopic("in"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	for n := range 4 {
+		if err := prod.ProduceSync(ctx, &kgo.Record{Value: []byte{byte(n)}}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil)) // info: franz-go's info lines are not logged
+	i := &instance{cfg: Config{ApplicationID: "g", TransactionTimeout: 10 * time.Second, Logger: logger, outcomes: &txnOutcomes{}}}
+	i.cfg.reach = newReach(Config{BootstrapServers: boot, Logger: logger})
+	i.rebalance.init()
+	i.sess, err = kgo.NewGroupTransactSession(kgo.SeedBrokers(boot), kgo.TransactionalID("t"), kgo.ConsumerGroup("g"),
+		kgo.ConsumeTopics("in"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DefaultProduceTopic("out"),
+		kgo.WithLogger(kgoLogger{logger, i.cfg.reach, &i.unconfirmedCommit}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer i.sess.Close()
+	i.cl = i.sess.Client()
+	cycle := func(want int) {
+		t.Helper()
+		got := 0
+		for got < want {
+			fs := i.cl.PollRecords(ctx, want-got)
+			if ctx.Err() != nil {
+				t.Fatalf("polling: %v", ctx.Err())
+			}
+			got += fs.NumRecords()
+		}
+		if err := i.sess.Begin(); err != nil {
+			t.Fatal(err)
+		}
+		if err := i.cl.ProduceSync(ctx, &kgo.Record{Value: []byte("x")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	cycle(2)
+	inject.Store(true)
+	committed, err := i.endTransaction(ctx, kgo.TryCommit)
+	inject.Store(false)
+	var unknown *unknownCommitError
+	if committed || !errors.As(err, &unknown) {
+		t.Fatalf("a commit answered UNKNOWN_SERVER_ERROR: committed %v, error %v; want an unknownCommitError", committed, err)
+	}
+	t.Logf("the unconfirmed commit: %v", err)
+	if _, ok, why := i.cfg.outcomes.decide(pend("in", 0, 2)); ok {
+		t.Errorf("the unconfirmed transaction's offsets are decided on (%s); want its outcome unknown", why)
+	}
+
+	cycle(2) // the abort rewound the offsets: the same records and the next two
+	committed, err = i.endTransaction(ctx, kgo.TryCommit)
+	if !committed || err != nil {
+		t.Fatalf("the next commit: committed %v, error %v", committed, err)
+	}
+	if commit, ok, why := i.cfg.outcomes.decide(pend("in", 0, 2)); !ok || !commit {
+		t.Errorf("the committed transaction's offsets: commit %v ok %v (%s); want commit", commit, ok, why)
 	}
 }

@@ -80,7 +80,10 @@ type instance struct {
 	watch     *cycleWatch // names the loop's step; run's goroutine warns when one lasts
 	offsets   offsetWait  // assigned partitions whose committed offsets have not come yet
 	hangCheck time.Time   // when checkOffsetWait last looked for a hanging transaction
-	hangFound string      // what it found then
+	// unconfirmedCommit is set by the client's logger when End's commit
+	// got UNKNOWN_SERVER_ERROR and it aborted anew (kgoLogger).
+	unconfirmedCommit atomic.Bool
+	hangFound         string // what it found then
 }
 
 type taskID struct {
@@ -225,7 +228,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		kgo.OnPartitionsLost(i.onLost),
 		kgo.OnPartitionsCallbackBlocked(i.onBlocked),
 		kgo.AdjustFetchOffsetsFn(i.startOffsets),
-		kgo.WithLogger(kgoLogger{cfg.Logger, cfg.reach}),
+		kgo.WithLogger(kgoLogger{cfg.Logger, cfg.reach, &i.unconfirmedCommit}),
 	)
 	inputs := map[uint32]string{}
 	for _, st := range cfg.Plan.SubTopologies {

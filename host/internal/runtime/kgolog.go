@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -14,19 +16,33 @@ import (
 // debug lines, several per request, are left out. While the brokers are
 // out of reach its warnings and errors, one per attempt, go to debug too:
 // reach reports the outage once (brokers.go).
+//
+// One info line is a signal as well: the client's GroupTransactSession.End
+// says so when the broker answered its commit UNKNOWN_SERVER_ERROR and it
+// aborted anew, after which End reports an abort, not an error, although
+// the commit may have happened (franz-go has no other way to tell).
+// unconfirmed is set then (endTransaction).
 type kgoLogger struct {
-	l     *slog.Logger
-	reach *reach
+	l           *slog.Logger
+	reach       *reach
+	unconfirmed *atomic.Bool // nil: not watched
 }
 
+// unconfirmedCommitLog starts the line franz-go (kgo txn.go) logs when a
+// session's commit got UNKNOWN_SERVER_ERROR and it retries as an abort.
+const unconfirmedCommitLog = "end transaction returned an unknown server error"
+
 func (k kgoLogger) Level() kgo.LogLevel {
-	if k.l.Enabled(context.Background(), slog.LevelDebug) {
+	if k.unconfirmed != nil || k.l.Enabled(context.Background(), slog.LevelDebug) {
 		return kgo.LogLevelInfo
 	}
 	return kgo.LogLevelWarn
 }
 
 func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	if k.unconfirmed != nil && level == kgo.LogLevelInfo && strings.HasPrefix(msg, unconfirmedCommitLog) {
+		k.unconfirmed.Store(true)
+	}
 	lvl := slog.LevelDebug
 	switch level {
 	case kgo.LogLevelError:

@@ -35,7 +35,7 @@ func TestKgoLogger(t *testing.T) {
 		if tc.down {
 			r.observe("a:1", errors.New("unable to dial"))
 		}
-		k := kgoLogger{l, r}
+		k := kgoLogger{l: l, reach: r}
 		if k.Level() < tc.level {
 			// kgo does not call Log above Level.
 		} else {

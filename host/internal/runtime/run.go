@@ -335,8 +335,10 @@ func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *kadm.C
 
 // runInstances runs the instance until the job is done, ctx ends or it
 // fails. An instance whose start, restore or commit cycle failed while the
-// brokers could not be reached (outageError), or whose transaction the
-// coordinator rejected (rejectedTxnError), is closed, keeping its group
+// brokers could not be reached (outageError), whose transaction the
+// coordinator rejected (rejectedTxnError) or may or may not have committed
+// (unknownCommitError), or whose committed offsets did not come
+// (stalledOffsetsError), is closed, keeping its group
 // membership, and started again with the same identity, after a backoff
 // (brokers.go says why a new instance rather than reset tasks). *cur is
 // the instance running, left open for the caller to close.
@@ -366,6 +368,7 @@ func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir stri
 			var outage *outageError
 			var rejected *rejectedTxnError
 			var stalled *stalledOffsetsError
+			var unknown *unknownCommitError
 			if inst.committedCycles > 0 {
 				rejections = 0
 			}
@@ -375,7 +378,7 @@ func runInstances(ctx context.Context, cfg Config, ts *topics.Set, stateDir stri
 			case errors.As(err, &outage):
 			case errors.As(err, &stalled):
 				// Each wait is offsetWaitLimit long: no tight loop.
-			case errors.As(err, &rejected):
+			case errors.As(err, &rejected), errors.As(err, &unknown):
 				if rejections++; rejections > maxTxnRejections {
 					return fmt.Errorf("%w (%d times in a row, no cycle committed in between)", err, rejections)
 				}
