@@ -80,10 +80,10 @@ type instance struct {
 	watch     *cycleWatch // names the loop's step; run's goroutine warns when one lasts
 	offsets   offsetWait  // assigned partitions whose committed offsets have not come yet
 	hangCheck time.Time   // when checkOffsetWait last looked for a hanging transaction
+	hangFound string      // what it found then
 	// unconfirmedCommit is set by the client's logger when End's commit
 	// got UNKNOWN_SERVER_ERROR and it aborted anew (kgoLogger).
 	unconfirmedCommit atomic.Bool
-	hangFound         string // what it found then
 }
 
 type taskID struct {
