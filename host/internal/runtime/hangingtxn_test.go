@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -157,11 +158,13 @@ func TestEndHangingOffsets(t *testing.T) {
 			var warned []string
 			i := &instance{
 				cfg: Config{
-					ApplicationID:    app,
-					BootstrapServers: boot,
-					Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-					Warning:          func(msg string) { warned = append(warned, msg) },
-					outcomes:         &txnOutcomes{},
+					ApplicationID:      app,
+					BootstrapServers:   boot,
+					ExactlyOnce:        true,
+					TransactionTimeout: 10 * time.Second,
+					Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+					Warning:            func(msg string) { warned = append(warned, msg) },
+					outcomes:           &txnOutcomes{},
 				},
 				ident: identity{id: "0123456789abcdef"},
 				admin: admin,
@@ -182,10 +185,14 @@ func TestEndHangingOffsets(t *testing.T) {
 				t.Fatalf("before: stable offsets: %v, want UNSTABLE_OFFSET_COMMIT", err)
 			}
 
-			found, err := i.endHangingOffsets(ctx)
-			if err != nil {
-				t.Fatal(err)
+			// The partitions were assigned a while ago, and their offsets
+			// have not come (the client's offset fetch would be answered
+			// UNSTABLE_OFFSET_COMMIT): the instance's loop looks.
+			i.offsets.assigned([]taskID{{topic, 0}, {topic, 1}}, time.Now().Add(-hangingCheckAfter))
+			if err := i.checkOffsetWait(ctx); err != nil {
+				t.Fatalf("the instance's check: %v, want no error before offsetWaitLimit", err)
 			}
+			found := i.hangFound
 			t.Logf("found: %s", found)
 			got, err := stableOffsets(ctx, admin, app, topic)
 			if !tc.healed {
@@ -194,6 +201,13 @@ func TestEndHangingOffsets(t *testing.T) {
 				}
 				if !strings.Contains(found, tc.found) || len(warned) > 0 {
 					t.Errorf("found %q, warned %q; want it to say %q and no warning", found, warned, tc.found)
+				}
+				// At offsetWaitLimit the instance fails, saying what it found.
+				i.offsets.assigned([]taskID{{topic, 0}, {topic, 1}}, time.Now().Add(-i.cfg.offsetWaitLimit()))
+				err := i.checkOffsetWait(ctx)
+				var stalled *stalledOffsetsError
+				if !errors.As(err, &stalled) || !strings.Contains(err.Error(), tc.found) {
+					t.Errorf("at offsetWaitLimit: %v; want a stalledOffsetsError saying %q", err, tc.found)
 				}
 				return
 			}

@@ -84,7 +84,7 @@ func (w *offsetWait) stalled(now time.Time, limit time.Duration) (ids []taskID, 
 // offsetWaitLimit fails the instance with what the last look found.
 func (i *instance) checkOffsetWait(ctx context.Context) error {
 	now := time.Now()
-	if ids, _ := i.offsets.stalled(now, hangingCheckAfter); len(ids) > 0 && i.sess != nil && now.Sub(i.hangCheck) >= hangingCheckAfter {
+	if ids, _ := i.offsets.stalled(now, hangingCheckAfter); len(ids) > 0 && i.cfg.ExactlyOnce && now.Sub(i.hangCheck) >= hangingCheckAfter {
 		i.hangCheck = now
 		found, err := i.endHangingOffsets(ctx)
 		if err != nil {
