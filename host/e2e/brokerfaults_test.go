@@ -383,7 +383,7 @@ func TestCoordinatorBrokerKilled(t *testing.T) {
 // instance's restarts.
 func logFaultMessages(t *testing.T, msgs string) {
 	for _, m := range strings.Split(msgs, "\n") {
-		if strings.Contains(m, "Kafka brokers") || strings.Contains(m, "starts again") || strings.Contains(m, "lost its partitions") || strings.Contains(m, "fenced") {
+		if strings.Contains(m, "Kafka brokers") || strings.Contains(m, "starts again") || strings.Contains(m, "lost its partitions") || strings.Contains(m, "fenced") || strings.Contains(m, "hanging transaction") {
 			t.Logf("job message: %s", m)
 		}
 	}
