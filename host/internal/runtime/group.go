@@ -453,13 +453,14 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	if err == nil && !committed && i.unconfirmedCommit.Load() {
 		err = &unknownCommitError{errors.New("the broker answered the commit UNKNOWN_SERVER_ERROR, and the client aborted the transaction anew")}
 	}
+	mark := i.txnMark.Load()
 	switch {
 	case err != nil:
-		i.cfg.outcomes.record(offsets, txnUnknown)
+		i.cfg.outcomes.record(offsets, txnUnknown, mark)
 	case committed:
-		i.cfg.outcomes.record(offsets, txnCommitted)
+		i.cfg.outcomes.record(offsets, txnCommitted, mark)
 	default:
-		i.cfg.outcomes.record(offsets, txnAborted)
+		i.cfg.outcomes.record(offsets, txnAborted, mark)
 	}
 	if !interrupted || err == nil {
 		return committed, err

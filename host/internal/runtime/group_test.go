@@ -293,7 +293,7 @@ func TestEndTransactionUnconfirmedCommit(t *testing.T) {
 		t.Fatalf("a commit answered UNKNOWN_SERVER_ERROR: committed %v, error %v; want an unknownCommitError", committed, err)
 	}
 	t.Logf("the unconfirmed commit: %v", err)
-	if _, ok, why := i.cfg.outcomes.decide(pend("in", 0, 2)); ok {
+	if _, ok, why, _ := i.cfg.outcomes.decide(pend("in", 0, 2)); ok {
 		t.Errorf("the unconfirmed transaction's offsets are decided on (%s); want its outcome unknown", why)
 	}
 
@@ -302,7 +302,7 @@ func TestEndTransactionUnconfirmedCommit(t *testing.T) {
 	if !committed || err != nil {
 		t.Fatalf("the next commit: committed %v, error %v", committed, err)
 	}
-	if commit, ok, why := i.cfg.outcomes.decide(pend("in", 0, 2)); !ok || !commit {
+	if commit, ok, why, _ := i.cfg.outcomes.decide(pend("in", 0, 2)); !ok || !commit {
 		t.Errorf("the committed transaction's offsets: commit %v ok %v (%s); want commit", commit, ok, why)
 	}
 }

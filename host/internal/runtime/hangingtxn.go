@@ -46,10 +46,13 @@ import (
 //     reported committed, and ABORT only for offsets an End reported
 //     aborted, or that later committed offsets of every one of their
 //     partitions supersede (then the group's offsets are those either way);
-//   - anything else (an End that failed, so that its outcome is not known;
-//     a process restarted since; another producer's transaction) is left
-//     alone, and the stalled-offsets error says what was found and how to
-//     end it by hand.
+//   - when that End failed, the transaction's own marker on a partition it
+//     produced to decides: txnOutcomes keeps where the transaction's first
+//     acknowledged record landed, and the first marker of the producer
+//     after it ends that transaction (lookupOutcome);
+//   - anything else (no such marker yet; a process restarted since;
+//     another producer's transaction) is left alone, and the
+//     stalled-offsets error says what was found and how to end it by hand.
 
 // txnOutcome is what End answered for one transaction with group offsets.
 type txnOutcome int8
@@ -86,15 +89,30 @@ type txnOutcomes struct {
 type endedTxn struct {
 	offsets map[taskID]int64
 	outcome txnOutcome
+	mark    *producedMark // where a record of the transaction landed; nil: none produced
+}
+
+// producedMark is where a record of a transaction landed, and the
+// producer id and epoch it was written with. A producer has at most one
+// transaction open on a partition, so the first marker of that producer
+// after the record is its transaction's end: COMMIT or ABORT, as the
+// coordinator decided it.
+type producedMark struct {
+	topic     string
+	partition int32
+	offset    int64
+	pid       int64
+	epoch     int16
 }
 
 // record adds a transaction that committed offsets (as End sends them:
-// the client's uncommitted offsets) and its outcome.
-func (o *txnOutcomes) record(offsets map[string]map[int32]kgo.EpochOffset, outcome txnOutcome) {
+// the client's uncommitted offsets), its outcome, and where one of its
+// records landed.
+func (o *txnOutcomes) record(offsets map[string]map[int32]kgo.EpochOffset, outcome txnOutcome, mark *producedMark) {
 	if o == nil || len(offsets) == 0 {
 		return
 	}
-	e := endedTxn{offsets: map[taskID]int64{}, outcome: outcome}
+	e := endedTxn{offsets: map[taskID]int64{}, outcome: outcome, mark: mark}
 	for topic, ps := range offsets {
 		for p, eo := range ps {
 			e.offsets[taskID{topic, p}] = eo.Offset
@@ -110,10 +128,12 @@ func (o *txnOutcomes) record(offsets map[string]map[int32]kgo.EpochOffset, outco
 
 // decide says which marker ends a hanging transaction whose pending
 // offsets are pending (see the invariants above); ok false: none, and
-// why.
-func (o *txnOutcomes) decide(pending map[taskID]int64) (commit, ok bool, why string) {
+// why. When End failed, lookup is where a record of that transaction
+// landed, if it produced one: its marker there says what End could not
+// (lookupOutcome).
+func (o *txnOutcomes) decide(pending map[taskID]int64) (commit, ok bool, why string, lookup *producedMark) {
 	if o == nil || len(pending) == 0 {
-		return false, false, "no record of this process's transactions"
+		return false, false, "no record of this process's transactions", nil
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -129,7 +149,7 @@ func (o *txnOutcomes) decide(pending map[taskID]int64) (commit, ok bool, why str
 		}
 	}
 	if len(superseded) == len(pending) {
-		return false, true, "later transactions of this process committed offsets past these on every one of their partitions"
+		return false, true, "later transactions of this process committed offsets past these on every one of their partitions", nil
 	}
 	for _, e := range slices.Backward(o.list) {
 		if !maps.Equal(e.offsets, pending) {
@@ -137,13 +157,13 @@ func (o *txnOutcomes) decide(pending map[taskID]int64) (commit, ok bool, why str
 		}
 		switch e.outcome {
 		case txnCommitted:
-			return true, true, "this process's End committed the transaction with these offsets"
+			return true, true, "this process's End committed the transaction with these offsets", nil
 		case txnAborted:
-			return false, true, "this process's End aborted the transaction with these offsets"
+			return false, true, "this process's End aborted the transaction with these offsets", nil
 		}
-		return false, false, "this process's End of the transaction with these offsets failed, so whether it committed is not known"
+		return false, false, "this process's End of the transaction with these offsets failed, so whether it committed is not known", e.mark
 	}
-	return false, false, "no transaction of this process (since it started, the last 1024) committed these offsets"
+	return false, false, "no transaction of this process (since it started, the last 1024) committed these offsets", nil
 }
 
 // hangingCheckAfter is how long an assigned partition waits for its
@@ -203,7 +223,18 @@ func (i *instance) endHangingOffsets(ctx context.Context) (string, error) {
 			found = append(found, h.String()+"; none is of this application's consumer group, so it is left alone")
 			continue
 		}
-		commit, ok, why := i.cfg.outcomes.decide(h.offsets)
+		commit, ok, why, lookup := i.cfg.outcomes.decide(h.offsets)
+		if !ok && lookup != nil && lookup.pid == p.ProducerID && lookup.epoch == p.ProducerEpoch {
+			var err error
+			if commit, ok, err = i.lookupOutcome(ctx, lookup); err != nil {
+				return "", fmt.Errorf("%s: %w", h, err)
+			}
+			if ok {
+				why = fmt.Sprintf("this process's End of the transaction with these offsets failed, and its marker on %s/%d (after its record at offset %d) is a %s", lookup.topic, lookup.partition, lookup.offset, markerName(commit))
+			} else {
+				why += fmt.Sprintf(", and its record at %s/%d offset %d has no marker after it yet", lookup.topic, lookup.partition, lookup.offset)
+			}
+		}
 		if !ok {
 			found = append(found, fmt.Sprintf("%s, after its coordinator ended it (%s at epoch %d); it is left alone: %s", h, txn.State, txn.ProducerEpoch, why))
 			continue
@@ -211,12 +242,8 @@ func (i *instance) endHangingOffsets(ctx context.Context) (string, error) {
 		if err := writeMarker(ctx, adm, p, commit); err != nil {
 			return "", fmt.Errorf("%s: ending it (%s): %w", h, why, err)
 		}
-		marker := "ABORT"
-		if commit {
-			marker = "COMMIT"
-		}
 		msg := fmt.Sprintf("a hanging transaction blocked the group's committed offsets: %s, after its coordinator ended it (%s at epoch %d). Wrote its %s marker (as kafka-transactions.sh abort would, KIP-664), because %s",
-			h, txn.State, txn.ProducerEpoch, marker, why)
+			h, txn.State, txn.ProducerEpoch, markerName(commit), why)
 		i.cfg.Logger.Warn(msg)
 		if i.cfg.Warning != nil {
 			i.cfg.Warning(msg)
@@ -324,6 +351,62 @@ func (i *instance) pendingOffsets(ctx context.Context, p kadm.DescribedProducer)
 		}
 	}
 	return pending, nil
+}
+
+func markerName(commit bool) string {
+	if commit {
+		return "COMMIT"
+	}
+	return "ABORT"
+}
+
+// lookupOutcome reads, after the record at m, the first marker of m's
+// producer (read_uncommitted, control records kept, up to the partition's
+// high watermark): the end of the transaction m's record belongs to. ok
+// false: there is none yet.
+func (i *instance) lookupOutcome(ctx context.Context, m *producedMark) (commit, ok bool, err error) {
+	adm := kadm.NewClient(i.admin)
+	ends, err := adm.ListEndOffsets(ctx, m.topic)
+	if err != nil {
+		return false, false, fmt.Errorf("listing the end offsets of %s: %w", m.topic, err)
+	}
+	end, found := ends.Lookup(m.topic, m.partition)
+	if !found || end.Err != nil {
+		return false, false, fmt.Errorf("listing the end offset of %s/%d: %v", m.topic, m.partition, end.Err)
+	}
+	cl, err := kafkaconn.NewClient(i.cfg.BootstrapServers, i.cfg.Security, append(i.cfg.reach.opts(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{m.topic: {m.partition: kgo.NewOffset().At(m.offset + 1)}}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return false, false, err
+	}
+	defer cl.Close()
+	for next := m.offset + 1; next < end.Offset; {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return false, false, fmt.Errorf("reading %s/%d from offset %d to %d: %w", m.topic, m.partition, m.offset+1, end.Offset, err)
+		}
+		for _, fe := range fs.Errors() {
+			return false, false, fmt.Errorf("reading %s/%d: %w", m.topic, m.partition, fe.Err)
+		}
+		for _, r := range fs.Records() {
+			next = r.Offset + 1
+			if !r.Attrs.IsControl() || r.ProducerID != m.pid || len(r.Key) < 4 {
+				continue
+			}
+			// A control record's key: version int16, type int16 (0
+			// ABORT, 1 COMMIT).
+			switch binary.BigEndian.Uint16(r.Key[2:]) {
+			case 0:
+				return false, true, nil
+			case 1:
+				return true, true, nil
+			}
+		}
+	}
+	return false, false, nil
 }
 
 // writeMarker writes p's transaction's marker on its partition.

@@ -68,9 +68,9 @@ func TestTxnOutcomesDecide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &txnOutcomes{}
 			for _, r := range tc.records {
-				o.record(r.offsets, r.outcome)
+				o.record(r.offsets, r.outcome, nil)
 			}
-			commit, ok, why := o.decide(tc.pending)
+			commit, ok, why, _ := o.decide(tc.pending)
 			if commit != tc.commit || ok != tc.ok {
 				t.Errorf("decide = commit %v ok %v (%s), want commit %v ok %v", commit, ok, why, tc.commit, tc.ok)
 			}
@@ -80,14 +80,14 @@ func TestTxnOutcomesDecide(t *testing.T) {
 
 func TestTxnOutcomesBounded(t *testing.T) {
 	o := &txnOutcomes{}
-	o.record(offs("in", 0, 1), txnCommitted)
+	o.record(offs("in", 0, 1), txnCommitted, nil)
 	for n := range maxTxnOutcomes {
-		o.record(offs("in", 1, n+1), txnCommitted)
+		o.record(offs("in", 1, n+1), txnCommitted, nil)
 	}
 	if len(o.list) != maxTxnOutcomes {
 		t.Fatalf("%d outcomes kept, want %d", len(o.list), maxTxnOutcomes)
 	}
-	if _, ok, _ := o.decide(pend("in", 0, 1)); ok {
+	if _, ok, _, _ := o.decide(pend("in", 0, 1)); ok {
 		t.Error("the oldest outcome is still decided on after maxTxnOutcomes more")
 	}
 }
@@ -140,9 +140,14 @@ func TestEndHangingOffsets(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
 		t.Fatal(err)
 	}
+	const dataTopic = "hang-data"
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, dataTopic); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		outcome txnOutcome
+		dataEnd string // how the transaction's data partition says it ended ("": no data)
 		record  bool
 		healed  bool
 		want    map[int32]int64 // the group's stable offsets after
@@ -151,10 +156,12 @@ func TestEndHangingOffsets(t *testing.T) {
 		{name: "committed", outcome: txnCommitted, record: true, healed: true, want: map[int32]int64{0: 42, 1: 7}},
 		{name: "aborted", outcome: txnAborted, record: true, healed: true, want: map[int32]int64{0: 10, 1: 3}},
 		{name: "unknown", outcome: txnUnknown, record: true, found: "whether it committed is not known"},
+		{name: "unknown, committed on its data partition", outcome: txnUnknown, dataEnd: "commit", record: true, healed: true, want: map[int32]int64{0: 42, 1: 7}},
+		{name: "unknown, aborted on its data partition", outcome: txnUnknown, dataEnd: "abort", record: true, healed: true, want: map[int32]int64{0: 10, 1: 3}},
 		{name: "not recorded", found: "no transaction of this process"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			app := "hang-" + strings.ReplaceAll(tc.name, " ", "-")
+			app := "hang-" + strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
 			var warned []string
 			i := &instance{
 				cfg: Config{
@@ -177,9 +184,9 @@ func TestEndHangingOffsets(t *testing.T) {
 			}}); err != nil {
 				t.Fatal(err)
 			}
-			makeHangingOffsetCommit(ctx, t, boot, i.ident.transactionalID(app), app, topic, map[int32]int64{0: 42, 1: 7})
+			mark := makeHangingOffsetCommit(ctx, t, boot, i.ident.transactionalID(app), app, topic, map[int32]int64{0: 42, 1: 7}, dataTopic, tc.dataEnd)
 			if tc.record {
-				i.cfg.outcomes.record(offs(topic, 0, 42, topic, 1, 7), tc.outcome)
+				i.cfg.outcomes.record(offs(topic, 0, 42, topic, 1, 7), tc.outcome, mark)
 			}
 			if _, err := stableOffsets(ctx, admin, app, topic); !errorIs(err, kerr.UnstableOffsetCommit) {
 				t.Fatalf("before: stable offsets: %v, want UNSTABLE_OFFSET_COMMIT", err)
@@ -233,11 +240,17 @@ func errorIs(err error, target error) bool {
 // without transaction verification), then bumps the producer's epoch, so
 // the coordinator has ended everything of it while the offsets stay
 // pending.
-func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, group, topic string, offsets map[int32]int64) {
+//
+// With dataEnd "commit" or "abort", the transaction also produces a record
+// to dataTopic (a franz-go transactional client of txnID) and ends with
+// that outcome: the coordinator writes the marker there, and mark says
+// where the record landed.
+func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, group, topic string, offsets map[int32]int64, dataTopic, dataEnd string) (mark *producedMark) {
 	t.Helper()
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 3)
 	cl := kafkatest.Client(t, boot, kgo.MaxVersions(v))
+	var data *kgo.Client
 	initPID := func() (int64, int16) {
 		req := kmsg.NewPtrInitProducerIDRequest()
 		req.TransactionalID = &txnID
@@ -255,7 +268,22 @@ func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, gro
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	pid, epoch := initPID()
+	var pid int64
+	var epoch int16
+	if dataEnd == "" {
+		pid, epoch = initPID()
+	} else {
+		data = kafkatest.Client(t, boot, kgo.TransactionalID(txnID), kgo.DefaultProduceTopic(dataTopic), kgo.TransactionTimeout(10*time.Second))
+		if err := data.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := data.ProduceSync(ctx, &kgo.Record{Value: []byte("in the transaction")}).First()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, epoch = r.ProducerID, r.ProducerEpoch
+		mark = &producedMark{r.Topic, r.Partition, r.Offset, pid, epoch}
+	}
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
 	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch, req.Generation = txnID, group, pid, epoch, -1
 	rt := kmsg.NewTxnOffsetCommitRequestTopic()
@@ -280,7 +308,13 @@ func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, gro
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	initPID() // the coordinator's transaction of this producer, if any, ends
+	if data != nil {
+		if err := data.EndTransaction(ctx, kgo.TransactionEndTry(dataEnd == "commit")); err != nil {
+			t.Fatalf("ending the transaction (%s): %v", dataEnd, err)
+		}
+	} else {
+		initPID() // the coordinator's transaction of this producer, if any, ends
+	}
 
 	// A marker of another producer after it, so that the partition ends in
 	// a control record, which a read of the pending offsets must pass.
@@ -304,6 +338,7 @@ func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, gro
 	if err := writeMarker(ctx, adm, kadm.DescribedProducer{ProducerID: opid, ProducerEpoch: oepoch, Topic: hang.Topic, Partition: hang.Partition}, false); err != nil {
 		t.Fatalf("a marker of producer %d on %s/%d: %v", opid, hang.Topic, hang.Partition, err)
 	}
+	return mark
 }
 
 // stableOffsets fetches group's committed offsets of topic with

@@ -84,6 +84,9 @@ type instance struct {
 	// unconfirmedCommit is set by the client's logger when End's commit
 	// got UNKNOWN_SERVER_ERROR and it aborted anew (kgoLogger).
 	unconfirmedCommit atomic.Bool
+	// txnMark is where the running transaction's first acknowledged
+	// record landed: its marker follows it there (hangingtxn.go).
+	txnMark atomic.Pointer[producedMark]
 }
 
 type taskID struct {
@@ -653,6 +656,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 				return fmt.Errorf("beginning a transaction: %w", err)
 			}
 			i.inTxn = true
+			i.txnMark.Store(nil)
 		}
 		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
@@ -1100,6 +1104,9 @@ func (i *instance) produce(r *kgo.Record) {
 // Kafka write and the record's key.
 func (i *instance) producePromise(r *kgo.Record, err error) {
 	if err == nil {
+		if i.txnMark.Load() == nil && i.cfg.ExactlyOnce {
+			i.txnMark.CompareAndSwap(nil, &producedMark{r.Topic, r.Partition, r.Offset, r.ProducerID, r.ProducerEpoch})
+		}
 		return
 	}
 	if w := i.topics.Writer(r.Topic); w != "" {
