@@ -81,7 +81,7 @@ func startOwnKafka(t *testing.T, nodes int) *ownKafka {
 	// Registered after t.TempDir, so it runs before the brokers' data and
 	// logs are removed.
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("KSRUNNER_KEEP_BROKER_LOGS") != "" {
 			logBrokerTransactions(t, dir)
 		}
 	})
@@ -96,6 +96,9 @@ func startOwnKafka(t *testing.T, nodes int) *ownKafka {
 // under dir, at INFO) say about transactions, their markers and the
 // coordinators' loading and unloading: a failed fault test's stalled job
 // is told apart from a broker that lost a transaction marker by them.
+// With KSRUNNER_KEEP_BROKER_LOGS set (a directory) it runs for a test that
+// passed too, and keeps the whole logs there: for a loop that looks for
+// Kafka's side of a hanging transaction the job ended.
 func logBrokerTransactions(t *testing.T, dir string) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "*", "server.log"))
 	more, _ := filepath.Glob(filepath.Join(dir, "*", "*", "server.log"))
@@ -127,6 +130,7 @@ func logBrokerTransactions(t *testing.T, dir string) {
 		t.Logf("the broker log %s on transactions, markers and coordinators:\n%s", path, strings.Join(lines, "\n"))
 		if keep := os.Getenv("KSRUNNER_KEEP_BROKER_LOGS"); keep != "" {
 			// a directory for the whole logs, to read after the test
+			// (kept for a test that passed too)
 			name := filepath.Join(keep, fmt.Sprintf("%s-%d-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().Unix(), filepath.Base(filepath.Dir(filepath.Dir(path)))))
 			if err := os.WriteFile(name, b, 0o644); err == nil {
 				t.Logf("the whole broker log is in %s", name)
