@@ -393,20 +393,42 @@ func (i *instance) lookupOutcome(ctx context.Context, m *producedMark) (commit, 
 		}
 		for _, r := range fs.Records() {
 			next = r.Offset + 1
-			if !r.Attrs.IsControl() || r.ProducerID != m.pid || len(r.Key) < 4 {
-				continue
-			}
-			// A control record's key: version int16, type int16 (0
-			// ABORT, 1 COMMIT).
-			switch binary.BigEndian.Uint16(r.Key[2:]) {
-			case 0:
-				return false, true, nil
-			case 1:
-				return true, true, nil
+			if commit, ok, stop := m.judge(r); stop {
+				return commit, ok, nil
 			}
 		}
 	}
 	return false, false, nil
+}
+
+// judge reads r, a record after m on m's partition: stop when it tells
+// the end of m's transaction (ok: the marker, commit its type) or that it
+// cannot be told from here.
+//
+// Kafka may have dropped this marker too (see above): the producer's next
+// transaction there then ends the record with its own marker, which says
+// nothing of this one. Under transaction version 2 that transaction has a
+// later epoch: its records, or a marker past the bump of m's own end, give
+// it away.
+func (m *producedMark) judge(r *kgo.Record) (commit, ok, stop bool) {
+	if r.ProducerID != m.pid {
+		return false, false, false
+	}
+	if !r.Attrs.IsControl() {
+		return false, false, r.ProducerEpoch != m.epoch
+	}
+	if r.ProducerEpoch > m.epoch+1 || len(r.Key) < 4 {
+		return false, false, true
+	}
+	// A control record's key: version int16, type int16 (0 ABORT, 1
+	// COMMIT).
+	switch binary.BigEndian.Uint16(r.Key[2:]) {
+	case 0:
+		return false, true, true
+	case 1:
+		return true, true, true
+	}
+	return false, false, true
 }
 
 // writeMarker writes p's transaction's marker on its partition.

@@ -384,3 +384,41 @@ func stableOffsets(ctx context.Context, cl *kgo.Client, group, topic string) (ma
 	}
 	return got, nil
 }
+
+// TestProducedMarkJudge: after a transaction's record, the producer's first
+// marker is that transaction's end, unless a later transaction of the same
+// producer (a later epoch, under transaction version 2) shows that Kafka
+// dropped it there too.
+func TestProducedMarkJudge(t *testing.T) {
+	m := &producedMark{topic: "t", partition: 0, offset: 10, pid: 3, epoch: 7}
+	control := func(pid int64, epoch int16, typ uint16) *kgo.Record {
+		return &kgo.Record{ProducerID: pid, ProducerEpoch: epoch, Attrs: kgo.NewRecordAttrs(kgo.RecordAttrsOpts{Transactional: true, Control: true}), Key: []byte{0, 0, byte(typ >> 8), byte(typ)}}
+	}
+	data := func(pid int64, epoch int16) *kgo.Record {
+		return &kgo.Record{ProducerID: pid, ProducerEpoch: epoch}
+	}
+	for _, tc := range []struct {
+		name             string
+		records          []*kgo.Record
+		commit, ok, stop bool
+	}{
+		{"commit", []*kgo.Record{control(3, 8, 1)}, true, true, true},
+		{"abort", []*kgo.Record{control(3, 8, 0)}, false, true, true},
+		{"commit at the same epoch (version 1)", []*kgo.Record{control(3, 7, 1)}, true, true, true},
+		{"more of the transaction, then its commit", []*kgo.Record{data(3, 7), data(3, 7), control(3, 8, 1)}, true, true, true},
+		{"other producers first", []*kgo.Record{data(4, 0), control(4, 1, 0), control(3, 8, 1)}, true, true, true},
+		{"a later transaction's records first", []*kgo.Record{data(3, 8), control(3, 9, 0)}, false, false, true},
+		{"a later transaction's marker", []*kgo.Record{control(3, 9, 1)}, false, false, true},
+		{"no marker yet", []*kgo.Record{data(3, 7), data(4, 1)}, false, false, false},
+	} {
+		var commit, ok, stop bool
+		for _, r := range tc.records {
+			if commit, ok, stop = m.judge(r); stop {
+				break
+			}
+		}
+		if commit != tc.commit || ok != tc.ok || stop != tc.stop {
+			t.Errorf("%s: commit %v ok %v stop %v, want %v %v %v", tc.name, commit, ok, stop, tc.commit, tc.ok, tc.stop)
+		}
+	}
+}
