@@ -312,6 +312,17 @@ func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, gro
 		if err := data.EndTransaction(ctx, kgo.TransactionEndTry(dataEnd == "commit")); err != nil {
 			t.Fatalf("ending the transaction (%s): %v", dataEnd, err)
 		}
+		// EndTxn answers once the outcome is decided; the markers follow.
+		// A hang is what is left after they were all written.
+		for adm := kadm.NewClient(cl); ; time.Sleep(50 * time.Millisecond) {
+			described, err := adm.DescribeTransactions(ctx, txnID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, _ := described.On(txnID, nil); d.State == "CompleteCommit" || d.State == "CompleteAbort" {
+				break
+			}
+		}
 	} else {
 		initPID() // the coordinator's transaction of this producer, if any, ends
 	}
