@@ -96,8 +96,13 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 	}
 	adm := kadm.NewClient(i.admin)
 	// Wait until no changelog partition of ours has an open transaction: a
-	// previous owner's last commit may still be writing its markers.
+	// previous owner's last commit may still be writing its markers. One
+	// of this instance's own producer that Kafka left open (its marker
+	// dropped) would never close: after hangingCheckAfter, and at that
+	// interval, the wait looks for those (endHangingData).
 	var ends kadm.ListedOffsets
+	var found string
+	waitStart, looked := time.Now(), time.Time{}
 	for {
 		hw, err := adm.ListEndOffsets(ctx, list...)
 		if err == nil {
@@ -129,10 +134,24 @@ func (i *instance) restoreTasks(ctx context.Context, ids []taskID) error {
 			ends = lso
 			break
 		}
+		if now := time.Now(); err == nil && i.cfg.ExactlyOnce && now.Sub(waitStart) >= hangingCheckAfter && now.Sub(looked) >= hangingCheckAfter {
+			looked = now
+			f, herr := i.endHangingData(ctx, list)
+			if herr != nil {
+				f = strings.TrimPrefix(f+"; ", "; ") + "looking for hanging transactions of this instance's producer: " + herr.Error()
+			}
+			if f != "" && f != found {
+				i.cfg.Logger.Info("changelog restore waits for an open transaction", "found", f)
+			}
+			found = f
+		}
 		select {
 		case <-ctx.Done():
 			if err != nil {
 				return fmt.Errorf("changelog end offsets: %w", err)
+			}
+			if found != "" {
+				return fmt.Errorf("changelog still has an open transaction (%s): %w", found, ctx.Err())
 			}
 			return fmt.Errorf("changelog still has an open transaction: %w", ctx.Err())
 		case <-time.After(50 * time.Millisecond):

@@ -438,7 +438,9 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 		try = kgo.TryAbort
 	}
 	if try == kgo.TryCommit && !r.pending.Load() && len(i.cl.UncommittedOffsets()) == 0 {
-		return endWithoutOffsets(ectx, i.cl)
+		committed, err = endWithoutOffsets(ectx, i.cl)
+		i.cfg.outcomes.record(nil, outcomeOf(committed, err), i.txnMark.Load())
+		return committed, err
 	}
 	var offsets map[string]map[int32]kgo.EpochOffset
 	if try == kgo.TryCommit {
@@ -453,15 +455,7 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	if err == nil && !committed && i.unconfirmedCommit.Load() {
 		err = &unknownCommitError{errors.New("the broker answered the commit UNKNOWN_SERVER_ERROR, and the client aborted the transaction anew")}
 	}
-	mark := i.txnMark.Load()
-	switch {
-	case err != nil:
-		i.cfg.outcomes.record(offsets, txnUnknown, mark)
-	case committed:
-		i.cfg.outcomes.record(offsets, txnCommitted, mark)
-	default:
-		i.cfg.outcomes.record(offsets, txnAborted, mark)
-	}
+	i.cfg.outcomes.record(offsets, outcomeOf(committed, err), i.txnMark.Load())
 	if !interrupted || err == nil {
 		return committed, err
 	}

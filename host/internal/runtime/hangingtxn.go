@@ -105,11 +105,22 @@ type producedMark struct {
 	epoch     int16
 }
 
+// outcomeOf is the outcome of a transaction End answered committed, err.
+func outcomeOf(committed bool, err error) txnOutcome {
+	switch {
+	case err != nil:
+		return txnUnknown
+	case committed:
+		return txnCommitted
+	}
+	return txnAborted
+}
+
 // record adds a transaction that committed offsets (as End sends them:
-// the client's uncommitted offsets), its outcome, and where one of its
-// records landed.
+// the client's uncommitted offsets) or produced records, its outcome, and
+// where one of its records landed.
 func (o *txnOutcomes) record(offsets map[string]map[int32]kgo.EpochOffset, outcome txnOutcome, mark *producedMark) {
-	if o == nil || len(offsets) == 0 {
+	if o == nil || len(offsets) == 0 && mark == nil {
 		return
 	}
 	e := endedTxn{offsets: map[taskID]int64{}, outcome: outcome, mark: mark}
@@ -164,6 +175,34 @@ func (o *txnOutcomes) decide(pending map[taskID]int64) (commit, ok bool, why str
 		return false, false, "this process's End of the transaction with these offsets failed, so whether it committed is not known", e.mark
 	}
 	return false, false, "no transaction of this process (since it started, the last 1024) committed these offsets", nil
+}
+
+// byEpoch finds the transaction of producer pid at epoch: under
+// transaction version 2 each transaction has an epoch of its own, and its
+// records carry it. ok false: none recorded, or more than one (version 1,
+// where a producer's transactions share an epoch until it restarts).
+func (o *txnOutcomes) byEpoch(pid int64, epoch int16) (e endedTxn, ok bool) {
+	if o == nil {
+		return e, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	seen := map[int16]bool{}
+	for _, x := range o.list {
+		if x.mark == nil || x.mark.pid != pid {
+			continue
+		}
+		if seen[x.mark.epoch] {
+			return e, false // transaction version 1: epochs say nothing
+		}
+		seen[x.mark.epoch] = true
+		if x.mark.epoch == epoch {
+			e = x
+			n++
+		}
+	}
+	return e, n == 1
 }
 
 // hangingCheckAfter is how long an assigned partition waits for its
@@ -251,6 +290,83 @@ func (i *instance) endHangingOffsets(ctx context.Context) (string, error) {
 		found = append(found, "ended: "+h.String())
 	}
 	return strings.Join(found, "; "), nil
+}
+
+// endHangingData looks for transactions of the instance's producer left
+// open on partitions of topics (its changelogs) by a marker Kafka dropped,
+// and ends each with the marker of the transaction its epoch names: what
+// End answered for it, or, if End failed, its marker where its first
+// record landed. Only older epochs than the coordinator's, which has ended
+// them all. A changelog partition held open so keeps its restore waiting
+// without end: the producer's next transaction there would close it, but
+// that comes only after the restore.
+func (i *instance) endHangingData(ctx context.Context, topics []string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, hangingCheckAfter)
+	defer cancel()
+	adm := kadm.NewClient(i.admin)
+	txnID := i.ident.transactionalID(i.cfg.ApplicationID)
+	described, err := adm.DescribeTransactions(ctx, txnID)
+	if err != nil {
+		return "", fmt.Errorf("describing transactional id %s: %w", txnID, err)
+	}
+	txn, err := described.On(txnID, nil)
+	if err == nil {
+		err = txn.Err
+	}
+	if err != nil {
+		return "", fmt.Errorf("describing transactional id %s: %w", txnID, err)
+	}
+	if strings.HasPrefix(txn.State, "Prepare") {
+		return "", nil // markers under way: the next look
+	}
+	set := kadm.TopicsSet{}
+	for _, t := range topics {
+		set.Add(t)
+	}
+	producers, err := adm.DescribeProducers(ctx, set)
+	if err != nil {
+		return "", fmt.Errorf("describing the producers of %v: %w", topics, err)
+	}
+	var found []string
+	var errs []error
+	producers.EachProducer(func(p kadm.DescribedProducer) {
+		if p.ProducerID != txn.ProducerID || p.CurrentTxnStartOffset < 0 || p.ProducerEpoch >= txn.ProducerEpoch {
+			return
+		}
+		what := fmt.Sprintf("producer %d epoch %d holds a transaction open on %s/%d since offset %d, which its coordinator has ended (%s at epoch %d)",
+			p.ProducerID, p.ProducerEpoch, p.Topic, p.Partition, p.CurrentTxnStartOffset, txn.State, txn.ProducerEpoch)
+		e, ok := i.cfg.outcomes.byEpoch(p.ProducerID, p.ProducerEpoch)
+		if !ok {
+			found = append(found, what+"; it is left alone: no one transaction of this process is known by that epoch")
+			return
+		}
+		commit, known := e.outcome == txnCommitted, e.outcome != txnUnknown
+		why := fmt.Sprintf("this process's End %s it", e.outcome)
+		if !known && (e.mark.topic != p.Topic || e.mark.partition != p.Partition) {
+			c, ok, err := i.lookupOutcome(ctx, e.mark)
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			commit, known = c, ok
+			why = fmt.Sprintf("this process's End of it failed, and its marker on %s/%d (after its record at offset %d) is a %s", e.mark.topic, e.mark.partition, e.mark.offset, markerName(c))
+		}
+		if !known {
+			found = append(found, what+"; it is left alone: this process's End of it failed, and no marker of it was found")
+			return
+		}
+		if err := writeMarker(ctx, adm, p, commit); err != nil {
+			errs = append(errs, fmt.Errorf("%s: ending it: %w", what, err))
+			return
+		}
+		msg := fmt.Sprintf("a hanging transaction held a changelog partition open: %s. Wrote its %s marker (as kafka-transactions.sh abort would, KIP-664), because %s", what, markerName(commit), why)
+		i.cfg.Logger.Warn(msg)
+		if i.cfg.Warning != nil {
+			i.cfg.Warning(msg)
+		}
+		found = append(found, "ended: "+what)
+	})
+	return strings.Join(found, "; "), errors.Join(errs...)
 }
 
 // txnEnded reports whether the coordinator has ended the transaction that

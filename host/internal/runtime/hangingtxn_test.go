@@ -433,3 +433,43 @@ func TestProducedMarkJudge(t *testing.T) {
 		}
 	}
 }
+
+// TestTxnOutcomesByEpoch: a producer epoch names one transaction only
+// under transaction version 2, where every transaction has its own; when
+// two recorded transactions of the producer share an epoch (version 1)
+// none is named.
+func TestTxnOutcomesByEpoch(t *testing.T) {
+	mark := func(pid int64, epoch int16) *producedMark {
+		return &producedMark{topic: "c", partition: 0, offset: 1, pid: pid, epoch: epoch}
+	}
+	o := &txnOutcomes{}
+	o.record(nil, txnCommitted, mark(3, 5))
+	o.record(offs("in", 0, 9), txnAborted, mark(3, 6))
+	o.record(nil, txnUnknown, mark(3, 7))
+	o.record(nil, txnCommitted, nil) // produced nothing: not recorded
+	o.record(nil, txnCommitted, mark(4, 6))
+	for _, tc := range []struct {
+		pid     int64
+		epoch   int16
+		ok      bool
+		outcome txnOutcome
+	}{
+		{3, 5, true, txnCommitted},
+		{3, 6, true, txnAborted},
+		{3, 7, true, txnUnknown},
+		{3, 8, false, 0},
+		{4, 6, true, txnCommitted},
+	} {
+		e, ok := o.byEpoch(tc.pid, tc.epoch)
+		if ok != tc.ok || ok && e.outcome != tc.outcome {
+			t.Errorf("producer %d epoch %d: %v %v, want %v %v", tc.pid, tc.epoch, e.outcome, ok, tc.outcome, tc.ok)
+		}
+	}
+	o.record(nil, txnCommitted, mark(3, 6)) // a second transaction at epoch 6
+	if _, ok := o.byEpoch(3, 5); ok {
+		t.Error("producer 3's epochs name transactions after two shared one")
+	}
+	if _, ok := o.byEpoch(4, 6); !ok {
+		t.Error("producer 4's epoch no longer names its transaction")
+	}
+}
