@@ -437,27 +437,31 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	if r.blocked.Load() {
 		try = kgo.TryAbort
 	}
+	var offsets map[string]map[int32]kgo.EpochOffset
 	if try == kgo.TryCommit && !r.pending.Load() && len(i.cl.UncommittedOffsets()) == 0 {
 		committed, err = endWithoutOffsets(ectx, i.cl)
-		i.cfg.outcomes.record(nil, outcomeOf(committed, err), i.txnMark.Load())
-		return committed, err
+	} else {
+		if try == kgo.TryCommit {
+			offsets = i.cl.UncommittedOffsets() // what End commits
+		}
+		i.unconfirmedCommit.Store(false)
+		committed, err = i.sess.End(ectx, try)
+		if err == nil && !committed && i.unconfirmedCommit.Load() {
+			err = &unknownCommitError{errors.New("the broker answered the commit UNKNOWN_SERVER_ERROR, and the client aborted the transaction anew")}
+		}
 	}
-	var offsets map[string]map[int32]kgo.EpochOffset
-	if try == kgo.TryCommit {
-		offsets = i.cl.UncommittedOffsets() // what End commits
-	}
-	i.unconfirmedCommit.Store(false)
-	committed, err = i.sess.End(ectx, try)
 	r.endMu.Lock()
 	interrupted := r.interrupted
 	r.endCancel = nil
 	r.endMu.Unlock()
-	if err == nil && !committed && i.unconfirmedCommit.Load() {
-		err = &unknownCommitError{errors.New("the broker answered the commit UNKNOWN_SERVER_ERROR, and the client aborted the transaction anew")}
-	}
 	i.cfg.outcomes.record(offsets, outcomeOf(committed, err), i.txnMark.Load())
 	if !interrupted || err == nil {
 		return committed, err
+	}
+	var unknown *unknownCommitError
+	if errors.As(err, &unknown) {
+		// Its commit was sent: not an abort to redo in place.
+		return false, err
 	}
 	if i.cfg.reach.troubleSince(i.cycleMark) {
 		// The outcome of an interrupted commit is not known: a new

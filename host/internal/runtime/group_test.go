@@ -306,3 +306,81 @@ func TestEndTransactionUnconfirmedCommit(t *testing.T) {
 		t.Errorf("the committed transaction's offsets: commit %v ok %v (%s); want commit", commit, ok, why)
 	}
 }
+
+// TestEndWithoutOffsetsInterrupted: the group changes the member's
+// assignment (onBlocked, under the consumer protocol) while a cycle that
+// consumed nothing flushes its records. The end is interrupted before any
+// commit was sent, so the cycle aborts, as an End with offsets does: no
+// error that would fail the job (TestTwoInstances/consumer/cancel-first
+// failed on one), and nothing of it is committed.
+func TestEndWithoutOffsetsInterrupted(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var hold atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if hold.Load() {
+			return nil, errors.New("held by the test"), true // closes the connection: the produce is retried
+		}
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	boot := c.ListenAddrs()[0]
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	i := &instance{cfg: Config{ApplicationID: "g", TransactionTimeout: 10 * time.Second, Logger: logger, outcomes: &txnOutcomes{}, GroupProtocol: GroupProtocolConsumer}}
+	i.cfg.reach = newReach(Config{BootstrapServers: boot, Logger: logger})
+	i.rebalance.init()
+	i.sess, err = kgo.NewGroupTransactSession(kgo.SeedBrokers(boot), kgo.TransactionalID("t"), kgo.ConsumerGroup("g"),
+		kgo.ConsumeTopics("in"), kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.DefaultProduceTopic("out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer i.sess.Close()
+	i.cl = i.sess.Client()
+
+	if err := i.sess.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	hold.Store(true)
+	i.cl.Produce(ctx, &kgo.Record{Value: []byte("interrupted")}, nil)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the end is flushing
+		i.onBlocked(ctx, i.cl)
+		hold.Store(false)
+	}()
+	committed, err := i.endTransaction(ctx, kgo.TryCommit)
+	if committed || err != nil {
+		t.Fatalf("an end without offsets interrupted in its flush: committed %v, error %v; want an abort without error", committed, err)
+	}
+
+	i.rebalance.blocked.Store(false)
+	if err := i.sess.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if err := i.cl.ProduceSync(ctx, &kgo.Record{Value: []byte("committed")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if committed, err := i.endTransaction(ctx, kgo.TryCommit); !committed || err != nil {
+		t.Fatalf("the next end: committed %v, error %v", committed, err)
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(boot), kgo.ConsumeTopics("out"), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	var got []string
+	for len(got) < 1 {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading the output: %v (have %q)", ctx.Err(), got)
+		}
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, string(r.Value)) })
+	}
+	if len(got) != 1 || got[0] != "committed" {
+		t.Errorf("read_committed output %q, want only the second transaction's record", got)
+	}
+}
