@@ -231,17 +231,9 @@ func (i *instance) endHangingOffsets(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, hangingCheckAfter)
 	defer cancel()
 	adm := kadm.NewClient(i.admin)
-	txnID := i.ident.transactionalID(i.cfg.ApplicationID)
-	described, err := adm.DescribeTransactions(ctx, txnID)
+	txn, err := i.ownTxn(ctx, adm)
 	if err != nil {
-		return "", fmt.Errorf("describing transactional id %s: %w", txnID, err)
-	}
-	txn, err := described.On(txnID, nil)
-	if err == nil {
-		err = txn.Err
-	}
-	if err != nil {
-		return "", fmt.Errorf("describing transactional id %s: %w", txnID, err)
+		return "", err
 	}
 	hanging, err := openOffsetCommits(ctx, adm, txn.ProducerID)
 	if err != nil || len(hanging) == 0 {
@@ -304,17 +296,9 @@ func (i *instance) endHangingData(ctx context.Context, topics []string) (string,
 	ctx, cancel := context.WithTimeout(ctx, hangingCheckAfter)
 	defer cancel()
 	adm := kadm.NewClient(i.admin)
-	txnID := i.ident.transactionalID(i.cfg.ApplicationID)
-	described, err := adm.DescribeTransactions(ctx, txnID)
+	txn, err := i.ownTxn(ctx, adm)
 	if err != nil {
-		return "", fmt.Errorf("describing transactional id %s: %w", txnID, err)
-	}
-	txn, err := described.On(txnID, nil)
-	if err == nil {
-		err = txn.Err
-	}
-	if err != nil {
-		return "", fmt.Errorf("describing transactional id %s: %w", txnID, err)
+		return "", err
 	}
 	if strings.HasPrefix(txn.State, "Prepare") {
 		return "", nil // markers under way: the next look
@@ -420,51 +404,32 @@ const offsetsTopic = "__consumer_offsets"
 // its first offset to the partition's high watermark, read_uncommitted)
 // and returns those of the instance's group, the last per partition.
 func (i *instance) pendingOffsets(ctx context.Context, p kadm.DescribedProducer) (map[taskID]int64, error) {
-	adm := kadm.NewClient(i.admin)
-	ends, err := adm.ListEndOffsets(ctx, offsetsTopic)
-	if err != nil {
-		return nil, fmt.Errorf("listing the end offsets of %s: %w", offsetsTopic, err)
-	}
-	end, ok := ends.Lookup(offsetsTopic, p.Partition)
-	if !ok || end.Err != nil {
-		return nil, fmt.Errorf("listing the end offset of %s/%d: %v", offsetsTopic, p.Partition, end.Err)
-	}
-	cl, err := kafkaconn.NewClient(i.cfg.BootstrapServers, i.cfg.Security, append(i.cfg.reach.opts(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{offsetsTopic: {p.Partition: kgo.NewOffset().At(p.CurrentTxnStartOffset)}}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
-		kgo.KeepControlRecords(), // so that the read reaches the end when markers are last
-	)...)
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
 	group := i.cfg.ApplicationID
 	pending := map[taskID]int64{}
-	for next := p.CurrentTxnStartOffset; next < end.Offset; {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("reading %s/%d from offset %d to %d: %w", offsetsTopic, p.Partition, p.CurrentTxnStartOffset, end.Offset, err)
+	var bad error
+	err := i.readPartition(ctx, offsetsTopic, p.Partition, p.CurrentTxnStartOffset, func(r *kgo.Record) bool {
+		if r.Attrs.IsControl() || r.ProducerID != p.ProducerID || r.ProducerEpoch != p.ProducerEpoch || len(r.Key) < 2 || r.Value == nil {
+			return false
 		}
-		for _, fe := range fs.Errors() {
-			return nil, fmt.Errorf("reading %s/%d: %w", offsetsTopic, p.Partition, fe.Err)
+		if v := int16(binary.BigEndian.Uint16(r.Key)); v != 0 && v != 1 {
+			return false // not an offset commit (a group's metadata)
 		}
-		for _, r := range fs.Records() {
-			next = r.Offset + 1
-			if r.Attrs.IsControl() || r.ProducerID != p.ProducerID || r.ProducerEpoch != p.ProducerEpoch || len(r.Key) < 2 || r.Value == nil {
-				continue
-			}
-			if v := int16(binary.BigEndian.Uint16(r.Key)); v != 0 && v != 1 {
-				continue // not an offset commit (a group's metadata)
-			}
-			key, val := kmsg.NewOffsetCommitKey(), kmsg.NewOffsetCommitValue()
-			if key.ReadFrom(r.Key) != nil || key.Group != group {
-				continue
-			}
-			if err := val.ReadFrom(r.Value); err != nil {
-				return nil, fmt.Errorf("%s/%d offset %d: the offset commit of %s/%d: %w", offsetsTopic, p.Partition, r.Offset, key.Topic, key.Partition, err)
-			}
-			pending[taskID{key.Topic, key.Partition}] = val.Offset
+		key, val := kmsg.NewOffsetCommitKey(), kmsg.NewOffsetCommitValue()
+		if key.ReadFrom(r.Key) != nil || key.Group != group {
+			return false
 		}
+		if err := val.ReadFrom(r.Value); err != nil {
+			bad = fmt.Errorf("%s/%d offset %d: the offset commit of %s/%d: %w", offsetsTopic, p.Partition, r.Offset, key.Topic, key.Partition, err)
+			return true
+		}
+		pending[taskID{key.Topic, key.Partition}] = val.Offset
+		return false
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return nil, err
 	}
 	return pending, nil
 }
@@ -481,40 +446,68 @@ func markerName(commit bool) string {
 // high watermark): the end of the transaction m's record belongs to. ok
 // false: there is none yet.
 func (i *instance) lookupOutcome(ctx context.Context, m *producedMark) (commit, ok bool, err error) {
-	adm := kadm.NewClient(i.admin)
-	ends, err := adm.ListEndOffsets(ctx, m.topic)
+	err = i.readPartition(ctx, m.topic, m.partition, m.offset+1, func(r *kgo.Record) (stop bool) {
+		commit, ok, stop = m.judge(r)
+		return stop
+	})
+	return commit, ok, err
+}
+
+// ownTxn describes the instance's transactional id at its coordinator.
+func (i *instance) ownTxn(ctx context.Context, adm *kadm.Client) (kadm.DescribedTransaction, error) {
+	txnID := i.ident.transactionalID(i.cfg.ApplicationID)
+	described, err := adm.DescribeTransactions(ctx, txnID)
 	if err != nil {
-		return false, false, fmt.Errorf("listing the end offsets of %s: %w", m.topic, err)
+		return kadm.DescribedTransaction{}, fmt.Errorf("describing transactional id %s: %w", txnID, err)
 	}
-	end, found := ends.Lookup(m.topic, m.partition)
+	txn, err := described.On(txnID, nil)
+	if err == nil {
+		err = txn.Err
+	}
+	if err != nil {
+		return txn, fmt.Errorf("describing transactional id %s: %w", txnID, err)
+	}
+	return txn, nil
+}
+
+// readPartition passes each record of topic/partition from offset from to
+// the partition's high watermark (as it is now) to each, read_uncommitted
+// and with the control records (so that the read reaches the end when
+// markers are last), until each says stop.
+func (i *instance) readPartition(ctx context.Context, topic string, partition int32, from int64, each func(*kgo.Record) (stop bool)) error {
+	ends, err := kadm.NewClient(i.admin).ListEndOffsets(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("listing the end offsets of %s: %w", topic, err)
+	}
+	end, found := ends.Lookup(topic, partition)
 	if !found || end.Err != nil {
-		return false, false, fmt.Errorf("listing the end offset of %s/%d: %v", m.topic, m.partition, end.Err)
+		return fmt.Errorf("listing the end offset of %s/%d: %v", topic, partition, end.Err)
 	}
 	cl, err := kafkaconn.NewClient(i.cfg.BootstrapServers, i.cfg.Security, append(i.cfg.reach.opts(),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{m.topic: {m.partition: kgo.NewOffset().At(m.offset + 1)}}),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(from)}}),
 		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
 		kgo.KeepControlRecords(),
 	)...)
 	if err != nil {
-		return false, false, err
+		return err
 	}
 	defer cl.Close()
-	for next := m.offset + 1; next < end.Offset; {
+	for next := from; next < end.Offset; {
 		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return false, false, fmt.Errorf("reading %s/%d from offset %d to %d: %w", m.topic, m.partition, m.offset+1, end.Offset, err)
+			return fmt.Errorf("reading %s/%d from offset %d to %d: %w", topic, partition, from, end.Offset, err)
 		}
 		for _, fe := range fs.Errors() {
-			return false, false, fmt.Errorf("reading %s/%d: %w", m.topic, m.partition, fe.Err)
+			return fmt.Errorf("reading %s/%d: %w", topic, partition, fe.Err)
 		}
 		for _, r := range fs.Records() {
 			next = r.Offset + 1
-			if commit, ok, stop := m.judge(r); stop {
-				return commit, ok, nil
+			if each(r) {
+				return nil
 			}
 		}
 	}
-	return false, false, nil
+	return nil
 }
 
 // judge reads r, a record after m on m's partition: stop when it tells
