@@ -74,6 +74,7 @@ const (
 	stepPrepare   = "closing the cycle's bundles and firing what is due"
 	stepFlush     = "flushing the cycle's records to the brokers"
 	stepEnd       = "ending the cycle's transaction"
+	stepHanging   = "looking for hanging transactions on the partitions this process wrote"
 	stepRebalance = "aborting the transaction after a rebalance and waiting for the new generation"
 )
 

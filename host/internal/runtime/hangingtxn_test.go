@@ -251,23 +251,7 @@ func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, gro
 	v.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 3)
 	cl := kafkatest.Client(t, boot, kgo.MaxVersions(v))
 	var data *kgo.Client
-	initPID := func() (int64, int16) {
-		req := kmsg.NewPtrInitProducerIDRequest()
-		req.TransactionalID = &txnID
-		req.TransactionTimeoutMillis = 10000
-		for {
-			resp, err := req.RequestWith(ctx, cl)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := kerr.ErrorForCode(resp.ErrorCode); err == nil {
-				return resp.ProducerID, resp.ProducerEpoch
-			} else if !kerr.IsRetriable(err) {
-				t.Fatalf("InitProducerID %s: %v", txnID, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
+	initPID := func() (int64, int16) { return initProducerID(ctx, t, cl, txnID) }
 	var pid int64
 	var epoch int16
 	if dataEnd == "" {

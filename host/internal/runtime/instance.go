@@ -81,6 +81,14 @@ type instance struct {
 	offsets   offsetWait  // assigned partitions whose committed offsets have not come yet
 	hangCheck time.Time   // when checkOffsetWait last looked for a hanging transaction
 	hangFound string      // what it found then
+	// writtenLookDue and writtenLookMark say when reconcileWritten must
+	// look before End: at the instance's first, after an End that did not
+	// commit, after a broker failure since the mark (hangingdata.go).
+	writtenLookDue  bool
+	writtenLookMark int64
+	// carriedInTxn is how many carried records the running transaction
+	// produced first (hangingdata.go).
+	carriedInTxn int
 	// unconfirmedCommit is set by the client's logger when End's commit
 	// got UNKNOWN_SERVER_ERROR and it aborted anew (kgoLogger).
 	unconfirmedCommit atomic.Bool
@@ -108,7 +116,9 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		subByTopic: map[string]*translate.SubTopology{},
 		tasks:      map[taskID]*task.Task{},
 		restarted:  prev != nil,
-		watch:      newCycleWatch(cfg),
+
+		writtenLookDue: true,
+		watch:          newCycleWatch(cfg),
 	}
 	i.rebalance.init()
 	coders := cfg.Plan.Pipeline.GetComponents().GetCoders()
@@ -298,6 +308,10 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	// racing the group join is suspected of a rare INVALID_TXN_STATE on
 	// kfake).
 	if cfg.ExactlyOnce && (i.ident.stable || i.restarted) {
+		if err := i.reconcileBeforeFence(ctx); err != nil {
+			i.closeForRestart()
+			return nil, err
+		}
 		if err := i.fence(ctx); err != nil {
 			i.closeForRestart()
 			return nil, err
@@ -657,6 +671,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			i.inTxn = true
 			i.txnMark.Store(nil)
+			i.carriedInTxn = i.produceCarried()
 		}
 		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
@@ -906,12 +921,32 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 	if err != nil {
 		return err
 	}
+	var ifAborted []carriedRecord
+	if i.lookDue() {
+		i.watch.enter(stepHanging)
+		var mustAbort bool
+		if mustAbort, ifAborted, err = i.reconcileWritten(ctx, !abort); err != nil {
+			return err
+		}
+		abort = abort || mustAbort
+	}
 	try := kgo.TryCommit
 	if abort {
 		try = kgo.TryAbort
 	}
 	i.watch.enter(stepEnd)
 	committed, err := i.endTransaction(ctx, try)
+	switch {
+	case committed:
+		i.cfg.written.committed(i.carriedInTxn)
+	case err == nil || membershipLost(err):
+		// Aborted: what a hanging committed transaction left in it
+		// goes again (hangingdata.go).
+		i.cfg.written.addCarry(ifAborted)
+		i.writtenLookDue = true
+	default:
+		i.writtenLookDue = true
+	}
 	if err != nil && !membershipLost(err) {
 		// inTxn stays set: the loop's exit aborts what may be left.
 		return fmt.Errorf("ending the transaction: %w", err)
@@ -1096,6 +1131,9 @@ func (i *instance) finalize(ctx context.Context) {
 }
 
 func (i *instance) produce(r *kgo.Record) {
+	if i.sess != nil {
+		i.cfg.written.wrote(r.Topic)
+	}
 	i.cl.Produce(context.Background(), r, i.producePromise)
 }
 

@@ -131,6 +131,9 @@ type Config struct {
 	// outcomes records how this process's transactions with group
 	// offsets ended, for its instances (hangingtxn.go).
 	outcomes *txnOutcomes
+	// written is what this process's producers wrote to, and what they
+	// must write again (hangingdata.go).
+	written *written
 }
 
 // DefaultMaxPollRecords is Config.MaxPollRecords when unset.
@@ -196,6 +199,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	r := newReach(cfg)
 	cfg.reach = r
 	cfg.outcomes = &txnOutcomes{}
+	cfg.written = &written{}
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)

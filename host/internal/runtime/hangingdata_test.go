@@ -1,0 +1,261 @@
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+)
+
+// TestReconcileWritten makes a transaction of the instance's producer
+// hang on a data partition, as a marker Kafka dropped leaves one: on a
+// broker without transaction verification, a transactional produce that
+// never told the coordinator of its partition, at an epoch the
+// coordinator has since ended. Then the instance's look before End:
+//   - ends one its transaction has not reached with its own marker;
+//   - lets one its transaction extends end with it when the outcomes
+//     agree, and keeps its records in case End aborts after all;
+//   - aborts its own transaction when the hanging one aborted;
+//   - carries a committed one's records into the next transaction when
+//     its own must abort;
+//   - fails, naming the partition, when the hanging one's outcome is not
+//     known.
+//
+// Each case checks the partition's read_committed content after.
+func TestReconcileWritten(t *testing.T) {
+	boot := kafkatest.OwnBroker(t, "transaction.partition.verification.enable=false")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := kafkatest.Client(t, boot)
+	adm := kadm.NewClient(admin)
+	older := []string{"older-1", "older-2"}
+	for _, tc := range []struct {
+		name      string
+		outcome   txnOutcome // the hanging transaction's, as this process recorded it
+		extend    bool       // the instance's transaction writes the partition too
+		commit    bool       // the end the cycle asks for
+		abort     bool       // the look makes it abort
+		ifAborted int        // records kept should End abort after all
+		carried   int        // records to produce again
+		err       string
+		want      []string // read_committed, after End (and a transaction with the carried records)
+	}{
+		{name: "not extended, committed", outcome: txnCommitted, commit: true, want: older},
+		{name: "not extended, aborted", outcome: txnAborted, commit: true, want: nil},
+		{name: "both commit", outcome: txnCommitted, extend: true, commit: true, ifAborted: 2, want: append(slices.Clone(older), "current")},
+		{name: "both abort", outcome: txnAborted, extend: true, commit: false, want: nil},
+		{name: "hanging aborted, current commits", outcome: txnAborted, extend: true, commit: true, abort: true, want: nil},
+		{name: "hanging committed, current aborts", outcome: txnCommitted, extend: true, commit: false, carried: 2, want: older},
+		{name: "unknown", outcome: txnUnknown, extend: true, commit: true, err: "not known"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := "rw-" + strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
+			topic := app + "-data"
+			if _, err := adm.CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+				t.Fatal(err)
+			}
+			var warned []string
+			i := &instance{
+				cfg: Config{
+					ApplicationID:      app,
+					BootstrapServers:   boot,
+					ExactlyOnce:        true,
+					TransactionTimeout: 10 * time.Second,
+					Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+					Warning:            func(msg string) { warned = append(warned, msg) },
+					outcomes:           &txnOutcomes{},
+					written:            &written{},
+				},
+				ident: identity{id: "0123456789abcdef"},
+				admin: admin,
+			}
+			i.cfg.reach = newReach(i.cfg)
+			txnID := i.ident.transactionalID(app)
+			mark := makeHangingData(ctx, t, boot, txnID, topic, older)
+			i.cfg.outcomes.record(nil, tc.outcome, mark)
+			i.cfg.written.wrote(topic)
+
+			i.cl = kafkatest.Client(t, boot, kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
+				kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.DefaultProduceTopic(topic))
+			if err := i.cl.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.extend {
+				if err := i.cl.ProduceSync(ctx, &kgo.Record{Value: []byte("current")}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			abort, ifAborted, err := i.reconcileWritten(ctx, tc.commit)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), topic+"/0") {
+					t.Fatalf("reconcileWritten: %v; want an error naming %s/0 and saying %q", err, topic, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("reconcileWritten: %v", err)
+			}
+			carried := i.cfg.written.carried()
+			if abort != tc.abort || len(ifAborted) != tc.ifAborted || len(carried) != tc.carried {
+				t.Fatalf("reconcileWritten: abort %v, %d records kept should End abort, %d carried; want %v, %d, %d (warnings %q)",
+					abort, len(ifAborted), len(carried), tc.abort, tc.ifAborted, tc.carried, warned)
+			}
+			if err := i.cl.EndTransaction(ctx, kgo.TransactionEndTry(tc.commit && !abort)); err != nil {
+				t.Fatal(err)
+			}
+			if len(carried) > 0 {
+				if err := i.cl.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range carried {
+					if err := i.cl.ProduceSync(ctx, c.record()).FirstErr(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := i.cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := readCommitted(ctx, t, adm, boot, topic); !slices.Equal(got, tc.want) {
+				t.Errorf("read_committed %s: %q, want %q (warnings %q)", topic, got, tc.want, warned)
+			}
+		})
+	}
+}
+
+// makeHangingData produces values to topic/0 in a transaction of txnID
+// that the coordinator never hears of (a raw Produce v11, which adds no
+// partition, on a broker without transaction verification), then
+// initializes txnID's producer again, which bumps its epoch: the
+// coordinator has ended everything of the first epoch, and the records
+// stay open. mark is where the first landed.
+func makeHangingData(ctx context.Context, t *testing.T, boot, txnID, topic string, values []string) *producedMark {
+	t.Helper()
+	v := kversion.Stable()
+	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 11)
+	cl := kafkatest.Client(t, boot, kgo.MaxVersions(v))
+	pid, epoch := initProducerID(ctx, t, cl, txnID)
+
+	var recs []byte
+	for n, val := range values {
+		r := kmsg.Record{OffsetDelta: int32(n), Value: []byte(val)}
+		r.Length = int32(len(r.AppendTo(nil)) - 1)
+		recs = r.AppendTo(recs)
+	}
+	now := time.Now().UnixMilli()
+	batch := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1, Magic: 2, Attributes: 0x10, // transactional
+		LastOffsetDelta: int32(len(values) - 1), FirstTimestamp: now, MaxTimestamp: now,
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: 0, NumRecords: int32(len(values)), Records: recs,
+	}
+	raw := batch.AppendTo(nil)
+	batch.Length = int32(len(raw) - 12)
+	raw = batch.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[17:21], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+
+	req := kmsg.NewPtrProduceRequest()
+	req.TransactionID, req.Acks, req.TimeoutMillis = &txnID, -1, 10000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = raw
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	var base int64
+	for {
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		err = kerr.ErrorForCode(p.ErrorCode)
+		if err == nil {
+			base = p.BaseOffset
+			break
+		}
+		if !kerr.IsRetriable(err) {
+			t.Fatalf("producing to %s/0 in a transaction the coordinator does not know: %v", topic, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	initProducerID(ctx, t, cl, txnID)
+	return &producedMark{topic: topic, partition: 0, offset: base, pid: pid, epoch: epoch}
+}
+
+func initProducerID(ctx context.Context, t *testing.T, cl *kgo.Client, txnID string) (int64, int16) {
+	t.Helper()
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.TransactionalID = &txnID
+	req.TransactionTimeoutMillis = 10000
+	for {
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kerr.ErrorForCode(resp.ErrorCode); err == nil {
+			return resp.ProducerID, resp.ProducerEpoch
+		} else if !kerr.IsRetriable(err) {
+			t.Fatalf("InitProducerID %s: %v", txnID, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// readCommitted waits until topic/0 has no open transaction (its last
+// stable offset is its end) and returns its values, read_committed.
+func readCommitted(ctx context.Context, t *testing.T, adm *kadm.Client, boot, topic string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	var end int64
+	for {
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stable, err := adm.ListCommittedOffsets(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _ := ends.Lookup(topic, 0)
+		s, _ := stable.Lookup(topic, 0)
+		if e.Err == nil && s.Err == nil && e.Offset == s.Offset {
+			end = e.Offset
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s/0 still has an open transaction: end %d, last stable %d", topic, e.Offset, s.Offset)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	rd := kafkatest.Client(t, boot, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	var got []string
+	for next := int64(0); next < end; {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %s/0 to %d: %v (have %q)", topic, end, ctx.Err(), got)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			next = r.Offset + 1
+			if !r.Attrs.IsControl() {
+				got = append(got, string(r.Value))
+			}
+		})
+	}
+	return got
+}
