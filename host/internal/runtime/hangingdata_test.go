@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"log/slog"
@@ -258,4 +260,64 @@ func readCommitted(ctx context.Context, t *testing.T, adm *kadm.Client, boot, to
 		})
 	}
 	return got
+}
+
+// TestNotAllowed: the cluster's refusals of the look's requests, however
+// wrapped and joined, are told apart from its other failures.
+func TestNotAllowed(t *testing.T) {
+	wrap := func(err error) error {
+		return fmt.Errorf("looking: %w", errors.Join(errors.New("describing the producers of out/1: timeout"), fmt.Errorf("out/0: %w", err)))
+	}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{wrap(kerr.TopicAuthorizationFailed), true},
+		{wrap(kerr.TransactionalIDAuthorizationFailed), true},
+		{wrap(kerr.ClusterAuthorizationFailed), true},
+		{wrap(kerr.NotLeaderForPartition), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := notAllowed(tc.err); got != tc.want {
+			t.Errorf("notAllowed(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestWrittenCarry: carried records stay until a transaction that
+// produced them commits, and those added meanwhile stay after it.
+func TestWrittenCarry(t *testing.T) {
+	w := &written{}
+	rec := func(v string) carriedRecord { return carriedRecord{topic: "out", value: []byte(v)} }
+	values := func() (l []string) {
+		for _, c := range w.carried() {
+			l = append(l, string(c.value))
+		}
+		return l
+	}
+	w.addCarry(nil)
+	w.committed(0)
+	if got := values(); got != nil {
+		t.Fatalf("carried %q, want none", got)
+	}
+	w.addCarry([]carriedRecord{rec("a"), rec("b")})
+	n := len(w.carried()) // a transaction produces them
+	w.addCarry([]carriedRecord{rec("c")})
+	w.committed(0) // a transaction without them committed
+	if got := values(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("carried %q after a commit that had none of them, want a b c", got)
+	}
+	w.committed(n)
+	if got := values(); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("carried %q after the commit of the first two, want c", got)
+	}
+	r := rec("c").record()
+	if r.Topic != "out" || string(r.Value) != "c" {
+		t.Errorf("record %+v", r)
+	}
+	var nilW *written
+	nilW.wrote("x")
+	if nilW.list() != nil || nilW.carried() != nil {
+		t.Error("a nil written lists or carries something")
+	}
 }
