@@ -380,31 +380,45 @@ func topicsSet(l []string) kadm.TopicsSet {
 	return s
 }
 
-// olderOutcome is the outcome of this process's transaction of producer
-// pid at epoch, open on topic/partition: what End answered, or its marker
-// where its first record landed (if not this partition). An unknown one is
-// an error.
+// olderOutcome is the outcome of the transaction of producer pid whose
+// records carry epoch, open on topic/partition: what this process's End
+// answered; if End failed, its marker where its first record landed (not
+// this partition); else the coordinator's log. An unknown one is an
+// error.
 func (i *instance) olderOutcome(ctx context.Context, pid int64, epoch int16, topic string, partition int32) (commit bool, why string, err error) {
-	e, ok := i.cfg.outcomes.byEpoch(pid, epoch)
-	if !ok {
-		return false, "", fmt.Errorf("no one transaction of this process is known by epoch %d, so whether it committed is not known; it may hold committed records, which an ABORT would lose, or aborted ones, which a COMMIT would double; end it by hand (kafka-transactions.sh) once its outcome is known", epoch)
-	}
-	switch e.outcome {
-	case txnCommitted:
-		return true, "this process's End committed it", nil
-	case txnAborted:
-		return false, "this process's End aborted it", nil
-	}
-	if e.mark.topic != topic || e.mark.partition != partition {
-		c, ok, err := i.lookupOutcome(ctx, e.mark)
-		if err != nil {
-			return false, "", err
+	if e, ok := i.cfg.outcomes.byEpoch(pid, epoch); ok {
+		switch e.outcome {
+		case txnCommitted:
+			return true, "this process's End committed it", nil
+		case txnAborted:
+			return false, "this process's End aborted it", nil
 		}
-		if ok {
-			return c, fmt.Sprintf("this process's End of it failed, and its marker on %s/%d (after its record at offset %d) is a %s", e.mark.topic, e.mark.partition, e.mark.offset, markerName(c)), nil
+		if e.mark.topic != topic || e.mark.partition != partition {
+			c, ok, err := i.lookupOutcome(ctx, e.mark)
+			if err != nil {
+				return false, "", err
+			}
+			if ok {
+				return c, fmt.Sprintf("this process's End of it failed, and its marker on %s/%d (after its record at offset %d) is a %s", e.mark.topic, e.mark.partition, e.mark.offset, markerName(c)), nil
+			}
 		}
 	}
-	return false, "", fmt.Errorf("this process's End of the transaction of epoch %d failed and no marker of it was found, so whether it committed is not known; end it by hand (kafka-transactions.sh) once its outcome is known", epoch)
+	c, ok, lerr := i.coordinatorOutcome(ctx, pid, epoch)
+	if ok {
+		return c, fmt.Sprintf("its coordinator's log (%s) says it %s", transactionStateTopic, pastTense(c)), nil
+	}
+	looked := "it is not in its coordinator's log"
+	if lerr != nil {
+		looked = fmt.Sprintf("its coordinator's log could not be read (%v)", lerr)
+	}
+	return false, "", fmt.Errorf("neither this process nor Kafka knows whether the transaction of epoch %d committed (%s); it may hold committed records, which an ABORT would lose, or aborted ones, which a COMMIT would double; end it by hand (kafka-transactions.sh) once its outcome is known", epoch, looked)
+}
+
+func pastTense(commit bool) string {
+	if commit {
+		return "committed"
+	}
+	return "aborted"
 }
 
 // firstRecords reads the record at each partition's offset

@@ -45,15 +45,20 @@ func TestReconcileWritten(t *testing.T) {
 	adm := kadm.NewClient(admin)
 	older := []string{"older-1", "older-2"}
 	for _, tc := range []struct {
-		name      string
-		outcome   txnOutcome // the hanging transaction's, as this process recorded it
-		extend    bool       // the instance's transaction writes the partition too
-		commit    bool       // the end the cycle asks for
-		abort     bool       // the look makes it abort
-		ifAborted int        // records kept should End abort after all
-		carried   int        // records to produce again
-		err       string
-		want      []string // read_committed, after End (and a transaction with the carried records)
+		name    string
+		outcome txnOutcome // the hanging transaction's, as this process recorded it
+		// unrecorded: this process has no record of it (another process
+		// ran it); coordinated: it ended so at its coordinator (its marker
+		// landed elsewhere only), "": the coordinator never knew it.
+		unrecorded  bool
+		coordinated string
+		extend      bool // the instance's transaction writes the partition too
+		commit      bool // the end the cycle asks for
+		abort       bool // the look makes it abort
+		ifAborted   int  // records kept should End abort after all
+		carried     int  // records to produce again
+		err         string
+		want        []string // read_committed, after End (and a transaction with the carried records)
 	}{
 		{name: "not extended, committed", outcome: txnCommitted, commit: true, want: older},
 		{name: "not extended, aborted", outcome: txnAborted, commit: true, want: nil},
@@ -61,7 +66,11 @@ func TestReconcileWritten(t *testing.T) {
 		{name: "both abort", outcome: txnAborted, extend: true, commit: false, want: nil},
 		{name: "hanging aborted, current commits", outcome: txnAborted, extend: true, commit: true, abort: true, want: nil},
 		{name: "hanging committed, current aborts", outcome: txnCommitted, extend: true, commit: false, carried: 2, want: older},
-		{name: "unknown", outcome: txnUnknown, extend: true, commit: true, err: "not known"},
+		{name: "unknown", outcome: txnUnknown, extend: true, commit: true, err: "nor Kafka knows"},
+		{name: "not recorded, the coordinator committed it", unrecorded: true, coordinated: "commit", extend: true, commit: true, ifAborted: 2, want: append(slices.Clone(older), "current")},
+		{name: "not recorded, the coordinator aborted it", unrecorded: true, coordinated: "abort", extend: true, commit: true, abort: true, want: nil},
+		{name: "not recorded, not extended, the coordinator committed it", unrecorded: true, coordinated: "commit", commit: true, want: older},
+		{name: "not recorded, unknown to the coordinator", unrecorded: true, extend: true, commit: true, err: "not in its coordinator's log"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := "rw-" + strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
@@ -86,8 +95,10 @@ func TestReconcileWritten(t *testing.T) {
 			}
 			i.cfg.reach = newReach(i.cfg)
 			txnID := i.ident.transactionalID(app)
-			mark := makeHangingData(ctx, t, boot, txnID, topic, older)
-			i.cfg.outcomes.record(nil, tc.outcome, mark)
+			mark := makeHangingData(ctx, t, boot, txnID, topic, older, tc.coordinated)
+			if !tc.unrecorded {
+				i.cfg.outcomes.record(nil, tc.outcome, mark)
+			}
 			i.cfg.written.wrote(topic)
 
 			i.cl = kafkatest.Client(t, boot, kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second),
@@ -144,12 +155,35 @@ func TestReconcileWritten(t *testing.T) {
 // initializes txnID's producer again, which bumps its epoch: the
 // coordinator has ended everything of the first epoch, and the records
 // stay open. mark is where the first landed.
-func makeHangingData(ctx context.Context, t *testing.T, boot, txnID, topic string, values []string) *producedMark {
+//
+// With end "commit" or "abort", the transaction is a real one of txnID
+// that the coordinator knows by a record on another topic, and that ends
+// so: the coordinator logs its outcome and writes its marker there only.
+func makeHangingData(ctx context.Context, t *testing.T, boot, txnID, topic string, values []string, end string) *producedMark {
 	t.Helper()
 	v := kversion.Stable()
 	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 11)
 	cl := kafkatest.Client(t, boot, kgo.MaxVersions(v))
-	pid, epoch := initProducerID(ctx, t, cl, txnID)
+	var pid int64
+	var epoch int16
+	var txn *kgo.Client
+	if end == "" {
+		pid, epoch = initProducerID(ctx, t, cl, txnID)
+	} else {
+		elsewhere := topic + "-elsewhere"
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, elsewhere); err != nil {
+			t.Fatal(err)
+		}
+		txn = kafkatest.Client(t, boot, kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second), kgo.DefaultProduceTopic(elsewhere))
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("elsewhere")}).First()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, epoch = r.ProducerID, r.ProducerEpoch
+	}
 
 	var recs []byte
 	for n, val := range values {
@@ -193,7 +227,14 @@ func makeHangingData(ctx context.Context, t *testing.T, boot, txnID, topic strin
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	initProducerID(ctx, t, cl, txnID)
+	if txn == nil {
+		initProducerID(ctx, t, cl, txnID)
+	} else {
+		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(end == "commit")); err != nil {
+			t.Fatal(err)
+		}
+		txn.Close()
+	}
 	return &producedMark{topic: topic, partition: 0, offset: base, pid: pid, epoch: epoch}
 }
 
@@ -319,5 +360,86 @@ func TestWrittenCarry(t *testing.T) {
 	nilW.wrote("x")
 	if nilW.list() != nil || nilW.carried() != nil {
 		t.Error("a nil written lists or carries something")
+	}
+}
+
+// TestTransactionStatePartition: the partition of __transaction_state is
+// Java's String.hashCode, made non-negative as Kafka's Utils.abs does
+// (MinInt32 to 0), modulo the partition count.
+func TestTransactionStatePartition(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		hash int32
+		part int32 // of 50
+	}{
+		{"", 0, 0},
+		{"hello", 99162322, 22},
+		{"Aa", 2112, 12},
+		{"polygenelubricants", -1 << 31, 0}, // Java's hashCode is MinInt32
+		{"ksrunner-ü", javaStringHash("ksrunner-")*31 + 0xfc, -1},
+		{"𝄞", 0xd834*31 + 0xdd1e, -1}, // a surrogate pair: two UTF-16 units
+	} {
+		if got := javaStringHash(tc.id); got != tc.hash {
+			t.Errorf("javaStringHash(%q) = %d, want %d", tc.id, got, tc.hash)
+		}
+		if tc.part >= 0 {
+			if got := transactionStatePartition(tc.id, 50); got != tc.part {
+				t.Errorf("transactionStatePartition(%q, 50) = %d, want %d", tc.id, got, tc.part)
+			}
+		}
+	}
+	if got := transactionStatePartition("ab", 50); got != (97*31+98)%50 {
+		t.Errorf("transactionStatePartition(ab) = %d", got)
+	}
+}
+
+// TestTxnLogDecision: the first end the coordinator logged after the
+// transaction's Ongoing at its epoch decides, under transaction version 2
+// only.
+func TestTxnLogDecision(t *testing.T) {
+	const (
+		empty    = kmsg.TransactionStateEmpty
+		ongoing  = kmsg.TransactionStateOngoing
+		pcommit  = kmsg.TransactionStatePrepareCommit
+		ccommit  = kmsg.TransactionStateCompleteCommit
+		pabort   = kmsg.TransactionStatePrepareAbort
+		cabort   = kmsg.TransactionStateCompleteAbort
+		fence    = kmsg.TransactionStatePrepareEpochFence
+		pid      = int64(7)
+		otherPID = int64(8)
+	)
+	type st struct {
+		pid   int64
+		epoch int16
+		state kmsg.TransactionState
+		tv    int16
+	}
+	for _, tc := range []struct {
+		name       string
+		log        []st
+		commit, ok bool
+	}{
+		{"committed", []st{{pid, 4, empty, 0}, {pid, 4, ongoing, 2}, {pid, 5, pcommit, 2}, {pid, 5, ccommit, 2}}, true, true},
+		{"aborted", []st{{pid, 4, ongoing, 2}, {pid, 5, pabort, 2}, {pid, 5, cabort, 2}}, false, true},
+		{"fenced", []st{{pid, 4, ongoing, 2}, {pid, 5, fence, 2}}, false, true},
+		{"complete only", []st{{pid, 4, ongoing, 2}, {pid, 5, ccommit, 2}}, true, true},
+		{"the next transaction's end does not count", []st{{pid, 3, ongoing, 2}, {pid, 4, pabort, 2}, {pid, 4, ongoing, 2}, {pid, 5, pcommit, 2}}, true, true},
+		{"an earlier transaction's end does not count", []st{{pid, 3, ongoing, 2}, {pid, 4, pcommit, 2}, {pid, 4, ccommit, 2}, {pid, 4, ongoing, 2}}, false, false},
+		{"another producer", []st{{otherPID, 4, ongoing, 2}, {otherPID, 5, pcommit, 2}}, false, false},
+		{"another producer's end", []st{{pid, 4, ongoing, 2}, {otherPID, 5, pabort, 2}, {pid, 5, pcommit, 2}}, true, true},
+		{"version 1", []st{{pid, 4, ongoing, 0}, {pid, 4, pcommit, 0}}, false, false},
+		{"version 1, epochs shared", []st{{pid, 4, ongoing, 2}, {pid, 4, ongoing, 2}, {pid, 4, pcommit, 2}}, false, false},
+		{"no end yet", []st{{pid, 4, ongoing, 2}}, false, false},
+		{"compacted away", []st{{pid, 9, ccommit, 2}}, false, false},
+	} {
+		d := txnLogDecision{pid: pid, epoch: 4}
+		for _, s := range tc.log {
+			if d.add(&kmsg.TxnMetadataValue{ProducerID: s.pid, ProducerEpoch: s.epoch, State: s.state, ClientTransactionVersion: s.tv}) {
+				break
+			}
+		}
+		if d.commit != tc.commit || d.ok != tc.ok {
+			t.Errorf("%s: commit %v ok %v, want %v %v", tc.name, d.commit, d.ok, tc.commit, tc.ok)
+		}
 	}
 }

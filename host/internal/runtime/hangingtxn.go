@@ -267,6 +267,18 @@ func (i *instance) endHangingOffsets(ctx context.Context) (string, error) {
 			}
 		}
 		if !ok {
+			c, known, lerr := i.coordinatorOutcome(ctx, p.ProducerID, p.ProducerEpoch)
+			switch {
+			case known:
+				commit, ok = c, true
+				why = fmt.Sprintf("%s; its coordinator's log (%s) says it %s", why, transactionStateTopic, pastTense(c))
+			case lerr != nil:
+				why = fmt.Sprintf("%s, and its coordinator's log could not be read (%v)", why, lerr)
+			default:
+				why += ", and it is not in its coordinator's log"
+			}
+		}
+		if !ok {
 			found = append(found, fmt.Sprintf("%s, after its coordinator ended it (%s at epoch %d); it is left alone: %s", h, txn.State, txn.ProducerEpoch, why))
 			continue
 		}
@@ -286,10 +298,10 @@ func (i *instance) endHangingOffsets(ctx context.Context) (string, error) {
 
 // endHangingData looks for transactions of the instance's producer left
 // open on partitions of topics (its changelogs) by a marker Kafka dropped,
-// and ends each with the marker of the transaction its epoch names: what
-// End answered for it, or, if End failed, its marker where its first
-// record landed. Only older epochs than the coordinator's, which has ended
-// them all. A changelog partition held open so keeps its restore waiting
+// and ends each with the marker of the transaction its epoch names
+// (olderOutcome: what End answered for it, its marker where its first
+// record landed, or the coordinator's log). Only older epochs than the
+// coordinator's, which has ended them all. A changelog partition held open so keeps its restore waiting
 // without end: the producer's next transaction there would close it, but
 // that comes only after the restore.
 func (i *instance) endHangingData(ctx context.Context, topics []string) (string, error) {
@@ -303,11 +315,7 @@ func (i *instance) endHangingData(ctx context.Context, topics []string) (string,
 	if strings.HasPrefix(txn.State, "Prepare") {
 		return "", nil // markers under way: the next look
 	}
-	set := kadm.TopicsSet{}
-	for _, t := range topics {
-		set.Add(t)
-	}
-	producers, err := adm.DescribeProducers(ctx, set)
+	producers, err := adm.DescribeProducers(ctx, topicsSet(topics))
 	if err != nil {
 		return "", fmt.Errorf("describing the producers of %v: %w", topics, err)
 	}
@@ -319,24 +327,9 @@ func (i *instance) endHangingData(ctx context.Context, topics []string) (string,
 		}
 		what := fmt.Sprintf("producer %d epoch %d holds a transaction open on %s/%d since offset %d, which its coordinator has ended (%s at epoch %d)",
 			p.ProducerID, p.ProducerEpoch, p.Topic, p.Partition, p.CurrentTxnStartOffset, txn.State, txn.ProducerEpoch)
-		e, ok := i.cfg.outcomes.byEpoch(p.ProducerID, p.ProducerEpoch)
-		if !ok {
-			found = append(found, what+"; it is left alone: no one transaction of this process is known by that epoch")
-			return
-		}
-		commit, known := e.outcome == txnCommitted, e.outcome != txnUnknown
-		why := fmt.Sprintf("this process's End %s it", e.outcome)
-		if !known && (e.mark.topic != p.Topic || e.mark.partition != p.Partition) {
-			c, ok, err := i.lookupOutcome(ctx, e.mark)
-			if err != nil {
-				errs = append(errs, err)
-				return
-			}
-			commit, known = c, ok
-			why = fmt.Sprintf("this process's End of it failed, and its marker on %s/%d (after its record at offset %d) is a %s", e.mark.topic, e.mark.partition, e.mark.offset, markerName(c))
-		}
-		if !known {
-			found = append(found, what+"; it is left alone: this process's End of it failed, and no marker of it was found")
+		commit, why, err := i.olderOutcome(ctx, p.ProducerID, p.ProducerEpoch, p.Topic, p.Partition)
+		if err != nil {
+			found = append(found, fmt.Sprintf("%s; it is left alone: %v", what, err))
 			return
 		}
 		if err := writeMarker(ctx, adm, p, commit); err != nil {

@@ -159,6 +159,8 @@ func TestEndHangingOffsets(t *testing.T) {
 		{name: "unknown, committed on its data partition", outcome: txnUnknown, dataEnd: "commit", record: true, healed: true, want: map[int32]int64{0: 42, 1: 7}},
 		{name: "unknown, aborted on its data partition", outcome: txnUnknown, dataEnd: "abort", record: true, healed: true, want: map[int32]int64{0: 10, 1: 3}},
 		{name: "not recorded", found: "no transaction of this process"},
+		{name: "not recorded, committed at its coordinator", dataEnd: "commit", healed: true, want: map[int32]int64{0: 42, 1: 7}},
+		{name: "not recorded, aborted at its coordinator", dataEnd: "abort", healed: true, want: map[int32]int64{0: 10, 1: 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			app := "hang-" + strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
