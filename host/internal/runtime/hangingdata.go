@@ -68,11 +68,23 @@ type written struct {
 	toldNotAllowed atomic.Bool
 }
 
-// notAllowed reports whether err is the cluster's refusal of the look's
-// requests (ACLs).
-func notAllowed(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.TransactionalIDAuthorizationFailed) ||
-		errors.Is(err, kerr.ClusterAuthorizationFailed) || errors.Is(err, kerr.GroupAuthorizationFailed)
+// How a failed look is taken (lookFailure).
+const (
+	lookFails   = iota // the job fails: it cannot go on without knowing
+	lookRefused        // the cluster's ACLs refuse it: warn once, go on
+	lookAgain          // retriable: the next End looks again
+)
+
+// lookFailure classifies the error of a look for hanging transactions.
+func lookFailure(err error) int {
+	switch {
+	case errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.TransactionalIDAuthorizationFailed),
+		errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.GroupAuthorizationFailed):
+		return lookRefused
+	case kerr.IsRetriable(err), errors.Is(err, context.DeadlineExceeded):
+		return lookAgain
+	}
+	return lookFails
 }
 
 // carriedRecord is a record of a committed transaction that a later abort
@@ -198,12 +210,18 @@ func (i *instance) reconcileWritten(ctx context.Context, commit bool) (abort boo
 	merged, found, err := i.findHanging(ctx, pid, epoch)
 	if err != nil {
 		err = fmt.Errorf("looking for hanging transactions of producer %d on the partitions this process wrote: %w", pid, err)
-		if notAllowed(err) {
+		switch lookFailure(err) {
+		case lookRefused:
 			// Not the job's failure: it ran without the look before.
 			if !i.cfg.written.toldNotAllowed.Swap(true) {
 				i.warn(err.Error() + "; a transaction Kafka left hanging on them (docs/design-notes.md) is not repaired without Describe on the topics and the transactional id, and ClusterAction to write a marker")
 			}
 			i.writtenLookDue, i.writtenLookMark = false, mark
+			return false, nil, nil
+		case lookAgain:
+			// A leader moving, a broker slow to answer: not the job's
+			// failure either; the next End looks again.
+			i.cfg.Logger.Info("the look for hanging transactions failed; the next End looks again", "error", err)
 			return false, nil, nil
 		}
 		return false, nil, err

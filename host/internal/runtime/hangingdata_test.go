@@ -303,24 +303,29 @@ func readCommitted(ctx context.Context, t *testing.T, adm *kadm.Client, boot, to
 	return got
 }
 
-// TestNotAllowed: the cluster's refusals of the look's requests, however
-// wrapped and joined, are told apart from its other failures.
-func TestNotAllowed(t *testing.T) {
+// TestLookFailure: the cluster's refusals of the look's requests and its
+// passing troubles, however wrapped and joined, are told apart from the
+// failures that must stop the job.
+func TestLookFailure(t *testing.T) {
 	wrap := func(err error) error {
-		return fmt.Errorf("looking: %w", errors.Join(errors.New("describing the producers of out/1: timeout"), fmt.Errorf("out/0: %w", err)))
+		return fmt.Errorf("looking: %w", errors.Join(errors.New("describing the producers of out/1: no answer"), fmt.Errorf("out/0: %w", err)))
 	}
 	for _, tc := range []struct {
 		err  error
-		want bool
+		want int
 	}{
-		{wrap(kerr.TopicAuthorizationFailed), true},
-		{wrap(kerr.TransactionalIDAuthorizationFailed), true},
-		{wrap(kerr.ClusterAuthorizationFailed), true},
-		{wrap(kerr.NotLeaderForPartition), false},
-		{context.DeadlineExceeded, false},
+		{wrap(kerr.TopicAuthorizationFailed), lookRefused},
+		{wrap(kerr.TransactionalIDAuthorizationFailed), lookRefused},
+		{wrap(kerr.ClusterAuthorizationFailed), lookRefused},
+		{wrap(kerr.NotLeaderForPartition), lookAgain},
+		{wrap(kerr.CoordinatorLoadInProgress), lookAgain},
+		{fmt.Errorf("reading out/0: %w", context.DeadlineExceeded), lookAgain},
+		{errors.New("on out/0, ...: neither this process nor Kafka knows whether the transaction of epoch 3 committed"), lookFails},
+		{wrap(kerr.InvalidProducerEpoch), lookFails},
+		{context.Canceled, lookFails},
 	} {
-		if got := notAllowed(tc.err); got != tc.want {
-			t.Errorf("notAllowed(%v) = %v, want %v", tc.err, got, tc.want)
+		if got := lookFailure(tc.err); got != tc.want {
+			t.Errorf("lookFailure(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }
