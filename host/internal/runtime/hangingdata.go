@@ -34,7 +34,8 @@ import (
 // So, before End, whenever a hang could have arisen since the last look
 // (the instance's start, a broker it could not reach, an End that aborted
 // or failed: lookDue), reconcileWritten looks at every partition of the
-// topics this process produced to. Invariants:
+// topics the plan writes (topics.Set.Written) and this process produced
+// to. Invariants:
 //
 //   - It acts only on the instance's own producer id, on a transaction
 //     that began at an older epoch than the one under way. Under
@@ -342,7 +343,7 @@ func (i *instance) findHanging(ctx context.Context, pid int64, epoch int16) (mer
 		if err != nil {
 			// Left alone: should a later transaction extend it, that
 			// transaction's look stops the job.
-			notes = append(notes, fmt.Sprintf("%s; it is left alone: %v", what, err))
+			notes = append(notes, fmt.Sprintf("%s; it is left alone: %v; %s", what, err, byHand))
 			return
 		}
 		if err := writeMarker(ctx, adm, p, commit); err != nil {
@@ -374,7 +375,8 @@ func (i *instance) findHanging(ctx context.Context, pid int64, epoch int16) (mer
 		m := mergedTxn{p: p, epoch: r.ProducerEpoch}
 		commit, why, err := i.olderOutcome(ctx, pid, r.ProducerEpoch, p.Topic, p.Partition)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", m, err))
+			errs = append(errs, fmt.Errorf("%s: %w. The job stops, and the abort of its open transaction ends the hanging one's records there too: should it have committed, they stay in the log, readable read_uncommitted from offset %d (producer %d, epoch %d)",
+				m, err, p.CurrentTxnStartOffset, pid, r.ProducerEpoch))
 			continue
 		}
 		m.older.outcome = txnAborted
@@ -429,8 +431,12 @@ func (i *instance) olderOutcome(ctx context.Context, pid int64, epoch int16, top
 	if lerr != nil {
 		looked = fmt.Sprintf("its coordinator's log could not be read (%v)", lerr)
 	}
-	return false, "", fmt.Errorf("neither this process nor Kafka knows whether the transaction of epoch %d committed (%s); it may hold committed records, which an ABORT would lose, or aborted ones, which a COMMIT would double; end it by hand (kafka-transactions.sh) once its outcome is known", epoch, looked)
+	return false, "", fmt.Errorf("neither this process nor Kafka knows whether the transaction of epoch %d committed (%s)", epoch, looked)
 }
+
+// byHand is what an operator can do with a hang whose outcome no one
+// knows.
+const byHand = "it may hold committed records, which an ABORT would lose, or aborted ones, which a COMMIT would double: end it by hand once its outcome is known (kafka-transactions.sh abort writes an ABORT)"
 
 func pastTense(commit bool) string {
 	if commit {

@@ -329,7 +329,7 @@ func (i *instance) endHangingData(ctx context.Context, topics []string) (string,
 			p.ProducerID, p.ProducerEpoch, p.Topic, p.Partition, p.CurrentTxnStartOffset, txn.State, txn.ProducerEpoch)
 		commit, why, err := i.olderOutcome(ctx, p.ProducerID, p.ProducerEpoch, p.Topic, p.Partition)
 		if err != nil {
-			found = append(found, fmt.Sprintf("%s; it is left alone: %v", what, err))
+			found = append(found, fmt.Sprintf("%s; it is left alone: %v; %s", what, err, byHand))
 			return
 		}
 		if err := writeMarker(ctx, adm, p, commit); err != nil {

@@ -307,6 +307,14 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 	// producer lazily, at its first transaction, as before (an early init
 	// racing the group join is suspected of a rare INVALID_TXN_STATE on
 	// kfake).
+	if cfg.ExactlyOnce {
+		// The looks for hanging transactions cover what the plan writes
+		// from the start, not only what this process wrote yet: a hang a
+		// predecessor left (hangingdata.go).
+		for _, t := range ts.Written() {
+			cfg.written.wrote(t)
+		}
+	}
 	if cfg.ExactlyOnce && (i.ident.stable || i.restarted) {
 		if err := i.reconcileBeforeFence(ctx); err != nil {
 			i.closeForRestart()

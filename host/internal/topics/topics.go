@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -247,6 +248,32 @@ func (t *Set) Full(name string) string {
 		return f
 	}
 	return shuffle.TopicName(t.appID, name)
+}
+
+// Written lists the Kafka names of the topics the application's tasks
+// produce to: its internal topics but the impulses (the job server writes
+// those), its changelogs and status topic, the user topics Kafka writes
+// name in the plan (a write may also take its topic from the row), and
+// the dead-letter topic.
+func (t *Set) Written() []string {
+	var l []string
+	for name, tp := range t.ByName {
+		if tp.Kind != translate.TopicKafka && tp.Kind != translate.TopicImpulse {
+			l = append(l, t.Full(name))
+		}
+	}
+	for _, name := range t.Changelogs {
+		l = append(l, t.Full(name))
+	}
+	l = append(l, t.Full(shuffle.StatusTopic))
+	for name := range t.Outputs {
+		l = append(l, name)
+	}
+	if t.DeadLetter != "" {
+		l = append(l, t.DeadLetter)
+	}
+	slices.Sort(l)
+	return slices.Compact(l)
 }
 
 // TaskCount is the number of tasks of the whole plan.
