@@ -2,10 +2,8 @@ package runtime
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"slices"
@@ -17,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
@@ -149,112 +146,15 @@ func TestReconcileWritten(t *testing.T) {
 	}
 }
 
-// makeHangingData produces values to topic/0 in a transaction of txnID
-// that the coordinator never hears of (a raw Produce v11, which adds no
-// partition, on a broker without transaction verification), then
-// initializes txnID's producer again, which bumps its epoch: the
-// coordinator has ended everything of the first epoch, and the records
-// stay open. mark is where the first landed.
-//
-// With end "commit" or "abort", the transaction is a real one of txnID
-// that the coordinator knows by a record on another topic, and that ends
-// so: the coordinator logs its outcome and writes its marker there only.
+// makeHangingData hangs values on topic/0 (kafkatest.HangTransaction).
 func makeHangingData(ctx context.Context, t *testing.T, boot, txnID, topic string, values []string, end string) *producedMark {
 	t.Helper()
-	v := kversion.Stable()
-	v.SetMaxKeyVersion(kmsg.Produce.Int16(), 11)
-	cl := kafkatest.Client(t, boot, kgo.MaxVersions(v))
-	var pid int64
-	var epoch int16
-	var txn *kgo.Client
-	if end == "" {
-		pid, epoch = initProducerID(ctx, t, cl, txnID)
-	} else {
-		elsewhere := topic + "-elsewhere"
-		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, elsewhere); err != nil {
-			t.Fatal(err)
-		}
-		txn = kafkatest.Client(t, boot, kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second), kgo.DefaultProduceTopic(elsewhere))
-		if err := txn.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		r, err := txn.ProduceSync(ctx, &kgo.Record{Value: []byte("elsewhere")}).First()
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, epoch = r.ProducerID, r.ProducerEpoch
+	var kvs [][2][]byte
+	for _, v := range values {
+		kvs = append(kvs, [2][]byte{nil, []byte(v)})
 	}
-
-	var recs []byte
-	for n, val := range values {
-		r := kmsg.Record{OffsetDelta: int32(n), Value: []byte(val)}
-		r.Length = int32(len(r.AppendTo(nil)) - 1)
-		recs = r.AppendTo(recs)
-	}
-	now := time.Now().UnixMilli()
-	batch := kmsg.RecordBatch{
-		PartitionLeaderEpoch: -1, Magic: 2, Attributes: 0x10, // transactional
-		LastOffsetDelta: int32(len(values) - 1), FirstTimestamp: now, MaxTimestamp: now,
-		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: 0, NumRecords: int32(len(values)), Records: recs,
-	}
-	raw := batch.AppendTo(nil)
-	batch.Length = int32(len(raw) - 12)
-	raw = batch.AppendTo(nil)
-	binary.BigEndian.PutUint32(raw[17:21], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
-
-	req := kmsg.NewPtrProduceRequest()
-	req.TransactionID, req.Acks, req.TimeoutMillis = &txnID, -1, 10000
-	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewProduceRequestTopicPartition()
-	rp.Records = raw
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	var base int64
-	for {
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := resp.Topics[0].Partitions[0]
-		err = kerr.ErrorForCode(p.ErrorCode)
-		if err == nil {
-			base = p.BaseOffset
-			break
-		}
-		if !kerr.IsRetriable(err) {
-			t.Fatalf("producing to %s/0 in a transaction the coordinator does not know: %v", topic, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if txn == nil {
-		initProducerID(ctx, t, cl, txnID)
-	} else {
-		if err := txn.EndTransaction(ctx, kgo.TransactionEndTry(end == "commit")); err != nil {
-			t.Fatal(err)
-		}
-		txn.Close()
-	}
-	return &producedMark{topic: topic, partition: 0, offset: base, pid: pid, epoch: epoch}
-}
-
-func initProducerID(ctx context.Context, t *testing.T, cl *kgo.Client, txnID string) (int64, int16) {
-	t.Helper()
-	req := kmsg.NewPtrInitProducerIDRequest()
-	req.TransactionalID = &txnID
-	req.TransactionTimeoutMillis = 10000
-	for {
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := kerr.ErrorForCode(resp.ErrorCode); err == nil {
-			return resp.ProducerID, resp.ProducerEpoch
-		} else if !kerr.IsRetriable(err) {
-			t.Fatalf("InitProducerID %s: %v", txnID, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	h := kafkatest.HangTransaction(ctx, t, boot, txnID, topic, 0, kvs, end)
+	return &producedMark{topic: topic, partition: 0, offset: h.Offset, pid: h.PID, epoch: h.Epoch}
 }
 
 // readCommitted waits until topic/0 has no open transaction (its last

@@ -253,7 +253,7 @@ func makeHangingOffsetCommit(ctx context.Context, t *testing.T, boot, txnID, gro
 	v.SetMaxKeyVersion(kmsg.TxnOffsetCommit.Int16(), 3)
 	cl := kafkatest.Client(t, boot, kgo.MaxVersions(v))
 	var data *kgo.Client
-	initPID := func() (int64, int16) { return initProducerID(ctx, t, cl, txnID) }
+	initPID := func() (int64, int16) { return kafkatest.InitProducerID(ctx, t, cl, txnID) }
 	var pid int64
 	var epoch int16
 	if dataEnd == "" {
