@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -34,20 +35,23 @@ func TestKafkaCancelAndResume(t *testing.T) {
 	want1, want2 := data.halves(t)
 
 	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
-	got1 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want1))
+	got1 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want1), nil)
 	kafkatest.CheckCounts(t, "after the first job", got1, want1)
 
 	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
-	got2 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want2))
+	got2 := runUntil(ctx, t, pipe, appID, bootstrap, out, len(want2), nil)
 	kafkatest.CheckCounts(t, "after the resubmitted job", got2, want2)
 }
 
-// runUntil runs pipe under appID until out holds want records, then
-// cancels it and returns out whole (read_committed, failing on a key
-// written twice), after checking the job ended CANCELLED.
-func runUntil(ctx context.Context, t *testing.T, pipe *pipepb.Pipeline, appID, bootstrap, out string, want int) map[string]int64 {
+// runUntil runs pipe under appID (with options extra) until out holds
+// want records, then cancels it and returns out whole (read_committed,
+// failing on a key written twice), after checking the job ended
+// CANCELLED.
+func runUntil(ctx context.Context, t *testing.T, pipe *pipepb.Pipeline, appID, bootstrap, out string, want int, extra map[string]string) map[string]int64 {
 	t.Helper()
-	id, err := submit(ctx, t, ksrunner, pipe, map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2", "source_idle_timeout_ms": "3600000"})
+	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2", "source_idle_timeout_ms": "3600000"}
+	maps.Copy(opts, extra)
+	id, err := submit(ctx, t, ksrunner, pipe, opts)
 	if err != nil {
 		t.Fatalf("submit: %v", err)
 	}

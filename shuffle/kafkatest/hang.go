@@ -3,6 +3,7 @@ package kafkatest
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ type Hang struct {
 // end "" makes a transaction the coordinator never knew (the producer is
 // initialized again after, which bumps its epoch). end "commit" or "abort"
 // makes it a real transaction of txnID, which the coordinator knows by a
-// record on topic+"-elsewhere" (created here) and ends so: it logs that
+// record on topic+"-elsewhere" (created here if missing) and ends so: it logs that
 // outcome and writes its marker there only.
 func HangTransaction(ctx context.Context, t testing.TB, bootstrap, txnID, topic string, partition int32, records [][2][]byte, end string) Hang {
 	t.Helper()
@@ -46,7 +47,7 @@ func HangTransaction(ctx context.Context, t testing.TB, bootstrap, txnID, topic 
 		h.PID, h.Epoch = InitProducerID(ctx, t, cl, txnID)
 	} else {
 		elsewhere := topic + "-elsewhere"
-		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, elsewhere); err != nil {
+		if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, elsewhere); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			t.Fatal(err)
 		}
 		txn = Client(t, bootstrap, kgo.TransactionalID(txnID), kgo.TransactionTimeout(10*time.Second), kgo.DefaultProduceTopic(elsewhere))
