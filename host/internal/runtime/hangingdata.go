@@ -199,24 +199,12 @@ func (i *instance) reconcileWritten(ctx context.Context, commit bool) (abort boo
 	}
 	ctx, cancel := context.WithTimeout(ctx, hangingCheckAfter)
 	defer cancel()
-	pid, epoch, err := i.cl.ProducerID(ctx)
+	merged, found, markersDue, err := i.lookWritten(ctx)
 	if err != nil {
-		return false, nil, fmt.Errorf("looking for hanging transactions: the producer id: %w", err)
-	}
-	if txn, err := i.ownTxn(ctx, kadm.NewClient(i.admin)); err != nil {
-		return false, nil, fmt.Errorf("looking for hanging transactions: %w", err)
-	} else if strings.HasPrefix(txn.State, "Prepare") {
-		return false, nil, nil // the last transaction's markers are under way: the next End looks
-	}
-	merged, found, err := i.findHanging(ctx, pid, epoch)
-	if err != nil {
-		err = fmt.Errorf("looking for hanging transactions of producer %d on the partitions this process wrote: %w", pid, err)
 		switch lookFailure(err) {
 		case lookRefused:
 			// Not the job's failure: it ran without the look before.
-			if !i.cfg.written.toldNotAllowed.Swap(true) {
-				i.warn(err.Error() + "; a transaction Kafka left hanging on them (docs/design-notes.md) is not repaired without Describe on the topics and the transactional id, and ClusterAction to write a marker")
-			}
+			i.toldRefused(err)
 			i.writtenLookDue, i.writtenLookMark = false, mark
 			return false, nil, nil
 		case lookAgain:
@@ -226,6 +214,9 @@ func (i *instance) reconcileWritten(ctx context.Context, commit bool) (abort boo
 			return false, nil, nil
 		}
 		return false, nil, err
+	}
+	if markersDue {
+		return false, nil, nil // the last transaction's markers are under way: the next End looks
 	}
 	if found != "" {
 		i.cfg.Logger.Info("hanging transactions on the partitions this process wrote", "found", found)
@@ -262,6 +253,35 @@ func (i *instance) reconcileWritten(ctx context.Context, commit bool) (abort boo
 	return abort, ifAborted, nil
 }
 
+// lookWritten is reconcileWritten's look: findHanging for the producer's
+// current epoch, unless the coordinator is still writing the last
+// transaction's markers (markersDue).
+func (i *instance) lookWritten(ctx context.Context) (merged []mergedTxn, found string, markersDue bool, err error) {
+	pid, epoch, err := i.cl.ProducerID(ctx)
+	if err != nil {
+		return nil, "", false, fmt.Errorf("looking for hanging transactions: the producer id: %w", err)
+	}
+	txn, err := i.ownTxn(ctx, kadm.NewClient(i.admin))
+	if err != nil {
+		return nil, "", false, fmt.Errorf("looking for hanging transactions: %w", err)
+	}
+	if strings.HasPrefix(txn.State, "Prepare") {
+		return nil, "", true, nil
+	}
+	merged, found, err = i.findHanging(ctx, pid, epoch)
+	if err != nil {
+		return nil, "", false, fmt.Errorf("looking for hanging transactions of producer %d on the partitions this process wrote: %w", pid, err)
+	}
+	return merged, found, false, nil
+}
+
+// toldRefused tells the job once that the cluster's ACLs refuse the looks.
+func (i *instance) toldRefused(err error) {
+	if !i.cfg.written.toldNotAllowed.Swap(true) {
+		i.warn(err.Error() + "; a transaction Kafka left hanging on them (docs/design-notes.md) is not repaired without Describe on the topics and the transactional id, and ClusterAction to write a marker")
+	}
+}
+
 // reconcileBeforeFence runs before a restarted instance's producer fences
 // its predecessor's open transaction, which the coordinator then aborts:
 // the committed transactions that one extends have their records there
@@ -272,13 +292,35 @@ func (i *instance) reconcileBeforeFence(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.restoreTimeout())
 	defer cancel()
-	txn, err := i.ownTxn(ctx, kadm.NewClient(i.admin))
-	if err != nil || txn.State != "Ongoing" {
+	var merged []mergedTxn
+	var found string
+	for {
+		txn, err := i.ownTxn(ctx, kadm.NewClient(i.admin))
+		if err == nil && txn.State != "Ongoing" {
+			return nil
+		}
+		if err == nil {
+			merged, found, err = i.findHanging(ctx, txn.ProducerID, txn.ProducerEpoch)
+		}
+		if err == nil {
+			break
+		}
+		err = fmt.Errorf("looking for hanging transactions on the partitions this process wrote, before fencing its open transaction: %w", err)
+		switch lookFailure(err) {
+		case lookRefused:
+			i.toldRefused(err)
+			return nil
+		case lookAgain:
+			if ctx.Err() == nil {
+				i.cfg.Logger.Info("the look for hanging transactions failed; looking again", "error", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+		}
 		return err
-	}
-	merged, found, err := i.findHanging(ctx, txn.ProducerID, txn.ProducerEpoch)
-	if err != nil {
-		return fmt.Errorf("looking for hanging transactions of producer %d on the partitions this process wrote, before fencing its open transaction: %w", txn.ProducerID, err)
 	}
 	if found != "" {
 		i.cfg.Logger.Info("hanging transactions on the partitions this process wrote", "found", found)
