@@ -296,8 +296,8 @@ func (i *instance) reconcileBeforeFence(ctx context.Context) error {
 	var found string
 	for {
 		txn, err := i.ownTxn(ctx, kadm.NewClient(i.admin))
-		if err == nil && txn.State != "Ongoing" {
-			return nil
+		if errors.Is(err, kerr.TransactionalIDNotFound) || err == nil && txn.State != "Ongoing" {
+			return nil // a first start: no transaction to fence
 		}
 		if err == nil {
 			merged, found, err = i.findHanging(ctx, txn.ProducerID, txn.ProducerEpoch)

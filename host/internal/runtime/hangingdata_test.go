@@ -348,3 +348,27 @@ func TestTxnLogDecision(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcileBeforeFenceFirstStart: an instance whose transactional id
+// the coordinator has never seen (a state_dir's first start) has nothing
+// to fence and nothing to look at: the look before the fence is no error.
+func TestReconcileBeforeFenceFirstStart(t *testing.T) {
+	boot := kafkatest.Broker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	app := kafkatest.UniqueName(t, "first")
+	topic := app + "-out"
+	kafkatest.CreateTopic(t, boot, topic, 2)
+	i := &instance{
+		cfg: Config{
+			ApplicationID: app, BootstrapServers: boot, ExactlyOnce: true, TransactionTimeout: 10 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), outcomes: &txnOutcomes{}, written: &written{},
+		},
+		ident: identity{id: "00aa11bb22cc33dd", stable: true, created: true},
+		admin: kafkatest.Client(t, boot),
+	}
+	i.cfg.written.wrote(topic)
+	if err := i.reconcileBeforeFence(ctx); err != nil {
+		t.Fatalf("reconcileBeforeFence on a first start: %v", err)
+	}
+}
