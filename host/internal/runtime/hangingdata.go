@@ -201,7 +201,13 @@ func (i *instance) reconcileWritten(ctx context.Context, commit bool) (abort boo
 	defer cancel()
 	merged, found, markersDue, err := i.lookWritten(ctx)
 	if err != nil {
-		switch lookFailure(err) {
+		kind := lookFailure(err)
+		if kind == lookFails && i.cfg.reach.troubleSince(mark) {
+			// The brokers were out of reach: End meets the outage next,
+			// and the look is due again once they are back.
+			kind = lookAgain
+		}
+		switch kind {
 		case lookRefused:
 			// Not the job's failure: it ran without the look before.
 			i.toldRefused(err)
