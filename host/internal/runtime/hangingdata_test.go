@@ -76,21 +76,7 @@ func TestReconcileWritten(t *testing.T) {
 				t.Fatal(err)
 			}
 			var warned []string
-			i := &instance{
-				cfg: Config{
-					ApplicationID:      app,
-					BootstrapServers:   boot,
-					ExactlyOnce:        true,
-					TransactionTimeout: 10 * time.Second,
-					Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
-					Warning:            func(msg string) { warned = append(warned, msg) },
-					outcomes:           &txnOutcomes{},
-					written:            &written{},
-				},
-				ident: identity{id: "0123456789abcdef"},
-				admin: admin,
-			}
-			i.cfg.reach = newReach(i.cfg)
+			i := hangTestInstance(boot, app, admin, &warned)
 			txnID := i.ident.transactionalID(app)
 			mark := makeHangingData(ctx, t, boot, txnID, topic, older, tc.coordinated)
 			if !tc.unrecorded {
@@ -359,16 +345,34 @@ func TestReconcileBeforeFenceFirstStart(t *testing.T) {
 	app := kafkatest.UniqueName(t, "first")
 	topic := app + "-out"
 	kafkatest.CreateTopic(t, boot, topic, 2)
-	i := &instance{
-		cfg: Config{
-			ApplicationID: app, BootstrapServers: boot, ExactlyOnce: true, TransactionTimeout: 10 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), outcomes: &txnOutcomes{}, written: &written{},
-		},
-		ident: identity{id: "00aa11bb22cc33dd", stable: true, created: true},
-		admin: kafkatest.Client(t, boot),
-	}
+	i := hangTestInstance(boot, app, kafkatest.Client(t, boot), nil)
+	i.ident = identity{id: "00aa11bb22cc33dd", stable: true, created: true}
 	i.cfg.written.wrote(topic)
 	if err := i.reconcileBeforeFence(ctx); err != nil {
 		t.Fatalf("reconcileBeforeFence on a first start: %v", err)
 	}
+}
+
+// hangTestInstance is an instance of application app, enough for the looks
+// for hanging transactions (an admin client, the records Run keeps, no
+// tasks); warned, if not nil, gets the job's warnings.
+func hangTestInstance(boot, app string, admin *kgo.Client, warned *[]string) *instance {
+	i := &instance{
+		cfg: Config{
+			ApplicationID:      app,
+			BootstrapServers:   boot,
+			ExactlyOnce:        true,
+			TransactionTimeout: 10 * time.Second,
+			Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
+			outcomes:           &txnOutcomes{},
+			written:            &written{},
+		},
+		ident: identity{id: "0123456789abcdef"},
+		admin: admin,
+	}
+	if warned != nil {
+		i.cfg.Warning = func(msg string) { *warned = append(*warned, msg) }
+	}
+	i.cfg.reach = newReach(i.cfg)
+	return i
 }

@@ -3,8 +3,6 @@ package runtime
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -165,20 +163,7 @@ func TestEndHangingOffsets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			app := "hang-" + strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)
 			var warned []string
-			i := &instance{
-				cfg: Config{
-					ApplicationID:      app,
-					BootstrapServers:   boot,
-					ExactlyOnce:        true,
-					TransactionTimeout: 10 * time.Second,
-					Logger:             slog.New(slog.NewTextHandler(io.Discard, nil)),
-					Warning:            func(msg string) { warned = append(warned, msg) },
-					outcomes:           &txnOutcomes{},
-				},
-				ident: identity{id: "0123456789abcdef"},
-				admin: admin,
-			}
-			i.cfg.reach = newReach(i.cfg)
+			i := hangTestInstance(boot, app, admin, &warned)
 			// The offsets the group had before (committed plainly).
 			if _, err := adm.CommitOffsets(ctx, app, kadm.Offsets{topic: {
 				0: {Topic: topic, Partition: 0, At: 10, LeaderEpoch: -1},
