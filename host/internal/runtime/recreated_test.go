@@ -5,8 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
+	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -34,8 +33,8 @@ func TestRestoreFromRecreatedChangelog(t *testing.T) {
 	}
 
 	// The topics are deleted and made again; a smaller changelog is written.
-	adm := kadm.NewClient(a.admin)
-	if err := a.topics.Delete(ctx, adm); err != nil {
+	adm := topics.AdminOf(a.admin)
+	if err := a.topics.Delete(ctx, adm.Client); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -46,7 +46,7 @@ func newChangelogApp(t testing.TB, bootstrap string, partitions int) *changelogA
 	admin := kafkatest.Client(t, bootstrap)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := ts.Create(ctx, kadm.NewClient(admin)); err != nil {
+	if err := ts.Create(ctx, topics.AdminOf(admin)); err != nil {
 		t.Fatal(err)
 	}
 	if kafkatest.IsReal() {

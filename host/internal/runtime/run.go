@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
@@ -233,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Plan.Bounded && !cfg.KeepInternalTopics {
 		defer func() {
 			if err == nil {
-				if derr := ts.Delete(context.WithoutCancel(ctx), admin); derr != nil {
+				if derr := ts.Delete(context.WithoutCancel(ctx), admin.Client); derr != nil {
 					cfg.Logger.Warn("deleting internal topics", "error", derr)
 				}
 			}
@@ -310,14 +309,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 // creates the internal topics and writes the impulses. Each step is
 // idempotent, so the whole is tried again, with backoff, while the
 // brokers cannot be reached (until ctx ends: broker_unavailable_timeout_ms).
-func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *kadm.Client) error {
+func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *topics.Admin) error {
 	for failed := 0; ; failed++ {
 		mark := cfg.reach.mark()
 		err := func() (err error) {
-			if err := ts.Discover(ctx, admin); err != nil {
+			if err := ts.Discover(ctx, admin.Client); err != nil {
 				return err
 			}
-			if cfg.readBounds, err = readBounds(ctx, *cfg, ts, admin, time.Now()); err != nil {
+			if cfg.readBounds, err = readBounds(ctx, *cfg, ts, admin.Client, time.Now()); err != nil {
 				return err
 			}
 			if err := ts.Create(ctx, admin); err != nil {

@@ -2,12 +2,12 @@ package topics
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -35,7 +35,7 @@ func TestCreateRace(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+				adm := AdminOf(kafkatest.Client(t, bootstrap))
 				ts := New(plan, app, 1, 8)
 				<-start
 				errs[i] = ts.Create(ctx, adm)
@@ -48,5 +48,96 @@ func TestCreateRace(t *testing.T) {
 				t.Errorf("round %d, instance %d: %v", round, i, err)
 			}
 		}
+	}
+}
+
+// Create makes every internal topic in one request with its own partition
+// count and cleanup policy (impulses one partition, repartition topics
+// internal_parallelism, changelogs their input's, the status topic one; the
+// changelogs and the status topic compacted), leaves the user's topics
+// alone, keeps them all on a restart, and refuses a plan whose partition
+// counts differ from the existing topics', naming the topic.
+func TestCreate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	adm := AdminOf(kafkatest.Client(t, bootstrap))
+	user := kafkatest.UniqueName(t, "user")
+	kafkatest.CreateTopic(t, bootstrap, user, 2)
+	plan := &translate.Plan{
+		Topics: []*translate.Topic{
+			{Name: "impulse-0", Kind: translate.TopicImpulse},
+			{Name: "gbk-repartition", Kind: translate.TopicRepartition},
+			{Name: user, Kind: translate.TopicKafka},
+		},
+		SubTopologies: []*translate.SubTopology{
+			{ID: 0, Input: "impulse-0", Root: translate.Root{Kind: translate.RootImpulse}},
+			{ID: 1, Input: "gbk-repartition", Root: translate.Root{Kind: translate.RootGroupByKey}},
+			{ID: 2, Input: user, Root: translate.Root{Kind: translate.RootKafkaSource, TransformID: "read"}},
+		},
+	}
+	app := kafkatest.UniqueName(t, "create")
+	full := func(name string) string { return shuffle.TopicName(app, name) }
+	want := map[string]struct {
+		partitions int
+		compact    bool
+	}{
+		full("impulse-0"):         {1, false},
+		full("gbk-repartition"):   {3, false},
+		full(ChangelogTopic(0)):   {1, true},
+		full(ChangelogTopic(1)):   {3, true},
+		full(ChangelogTopic(2)):   {2, true}, // the user topic's count, as Discover found it
+		full(shuffle.StatusTopic): {1, true},
+	}
+	for run := range 2 { // the second keeps what the first made
+		ts := New(plan, app, 1, 3)
+		if err := ts.Discover(ctx, adm.Client); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.Create(ctx, adm); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		details, err := adm.ListTopics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for name := range want {
+			names = append(names, name)
+		}
+		configs, err := adm.DescribeTopicConfigs(ctx, names...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range want {
+			if got := len(details[name].Partitions); got != w.partitions {
+				t.Errorf("run %d: %s has %d partitions, want %d", run, name, got, w.partitions)
+			}
+			rc, err := configs.On(name, nil)
+			if err != nil {
+				t.Fatalf("run %d: configs of %s: %v", run, name, err)
+			}
+			policy := ""
+			for _, c := range rc.Configs {
+				if c.Key == "cleanup.policy" && c.Value != nil {
+					policy = *c.Value
+				}
+			}
+			if compact := policy == "compact"; compact != w.compact {
+				t.Errorf("run %d: %s has cleanup.policy %q, want compacted: %v", run, name, policy, w.compact)
+			}
+		}
+		if got := len(details[user].Partitions); got != 2 {
+			t.Errorf("run %d: the user's topic %s has %d partitions, want its own 2", run, user, got)
+		}
+	}
+
+	ts := New(plan, app, 1, 5) // internal_parallelism changed
+	if err := ts.Discover(ctx, adm.Client); err != nil {
+		t.Fatal(err)
+	}
+	err := ts.Create(ctx, adm)
+	if err == nil || !strings.Contains(err.Error(), "topic "+full("gbk-repartition")+" exists with 3 partitions, the plan needs 5") {
+		t.Fatalf("Create with internal_parallelism changed from 3 to 5: %v, want the repartition topic named with both counts", err)
 	}
 }

@@ -33,7 +33,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	bootstrap := kafkatest.Broker(t)
-	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+	adm := AdminOf(kafkatest.Client(t, bootstrap))
 	in, out := kafkatest.UniqueName(t, "in"), kafkatest.UniqueName(t, "out")
 	kafkatest.CreateTopic(t, bootstrap, in, 2)
 	limit := "5000"
@@ -46,7 +46,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	for run := range 2 { // the second finds it
 		ts := New(kafkaPlan(in, out), app, 1, 2)
 		ts.SetDeadLetter(own, true)
-		if err := ts.Discover(ctx, adm); err != nil {
+		if err := ts.Discover(ctx, adm.Client); err != nil {
 			t.Fatal(err)
 		}
 		if got := ts.MaxMessageBytes[out]; got != 5000 {
@@ -63,7 +63,7 @@ func TestDeadLetterTopic(t *testing.T) {
 	named := kafkatest.UniqueName(t, "dlq")
 	ts := New(kafkaPlan(in, out), app, 1, 2)
 	ts.SetDeadLetter(named, false)
-	if err := ts.Discover(ctx, adm); err == nil || !strings.Contains(err.Error(), `option dead_letter_topic: Kafka topic "`+named+`" does not exist`) {
+	if err := ts.Discover(ctx, adm.Client); err == nil || !strings.Contains(err.Error(), `option dead_letter_topic: Kafka topic "`+named+`" does not exist`) {
 		t.Errorf("Discover with a missing dead_letter_topic: %v", err)
 	}
 	kafkatest.CreateTopic(t, bootstrap, named, 4)
