@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // EnvBootstrap names the environment variable holding a real broker's bootstrap address.
@@ -133,25 +134,30 @@ func CreateTopic(t testing.TB, bootstrap, topic string, partitions int32) {
 	if err != nil {
 		t.Fatalf("kafkatest: create topic %s: %v", topic, err)
 	}
+	// A Metadata request of its own each time: kadm's Metadata answers
+	// from franz-go's cache, which keeps a topic seen without leaders for
+	// 5 s (MetadataMinAge).
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
 	for {
-		md, err := adm.Metadata(ctx, topic)
-		if err == nil {
-			if td, ok := md.Topics[topic]; ok && td.Err == nil && len(td.Partitions) == int(partitions) {
-				ready := true
-				for _, p := range td.Partitions {
-					if p.Err != nil || p.Leader < 0 {
-						ready = false
-					}
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == 0 && len(resp.Topics[0].Partitions) == int(partitions) {
+			ready := true
+			for _, p := range resp.Topics[0].Partitions {
+				if p.ErrorCode != 0 || p.Leader < 0 {
+					ready = false
 				}
-				if ready {
-					return
-				}
+			}
+			if ready {
+				return
 			}
 		}
 		select {
 		case <-ctx.Done():
 			t.Fatalf("kafkatest: topic %s not ready: %v (last metadata error: %v)", topic, ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

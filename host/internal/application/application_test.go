@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -211,5 +212,25 @@ func TestMissingTopic(t *testing.T) {
 	defer tp.Close()
 	if m, s, err := tp.Load(ctx); m != nil || s != nil || err != nil {
 		t.Fatalf("Load of a missing topic: %v %v %v", m, s, err)
+	}
+}
+
+// A pipeline topic that exists with more than one partition (made by
+// something else) fails Open, naming the topic and its partition count,
+// rather than being read at partition 0 only.
+func TestPipelineTopicPartitions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "parts")
+	name := shuffle.TopicName(app, shuffle.PipelineTopic)
+	kafkatest.CreateTopic(t, bootstrap, name, 3)
+	tp, err := Open(ctx, bootstrap, nil, app, -1, true)
+	if err == nil {
+		tp.Close()
+		t.Fatal("Open of a 3-partition pipeline topic succeeded")
+	}
+	if want := "pipeline topic " + name + " has 3 partitions, want 1"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Open: %v, want %q", err, want)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
+	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/shuffle"
 )
 
@@ -74,6 +75,7 @@ type Topic struct {
 	brokers  string
 	security *kafkaconn.Security
 	adm      *kadm.Client
+	raw      *kgo.Client // under adm
 
 	// The manifest as of end offset cachedEnd (Manifest); a Topic is used
 	// by one goroutine at a time.
@@ -92,7 +94,7 @@ func Open(ctx context.Context, brokers string, sec *kafkaconn.Security, appID st
 	if err != nil {
 		return nil, fmt.Errorf("kafka client for %s: %w", brokers, err)
 	}
-	t := &Topic{appID: appID, name: shuffle.TopicName(appID, shuffle.PipelineTopic), brokers: brokers, security: sec, adm: kadm.NewClient(cl)}
+	t := &Topic{appID: appID, name: shuffle.TopicName(appID, shuffle.PipelineTopic), brokers: brokers, security: sec, adm: kadm.NewClient(cl), raw: cl}
 	if create {
 		if err := t.create(ctx, replication); err != nil {
 			t.Close()
@@ -119,25 +121,14 @@ func (t *Topic) create(ctx context.Context, replication int) error {
 	}
 	// Created here or by another instance a moment ago: until the
 	// partition has a leader, producing to it fails.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		details, err := t.adm.ListTopics(ctx, t.name)
-		d := details[t.name]
-		if err == nil && d.Err == nil && len(d.Partitions) == 1 && d.Partitions[0].Leader >= 0 && d.Partitions[0].Err == nil {
-			return nil
-		}
-		if err == nil {
-			err = d.Err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("pipeline topic %s: no leader 30s after creation: %v", t.name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pipeline topic %s: %w", t.name, context.Cause(ctx))
-		case <-time.After(50 * time.Millisecond):
-		}
+	partitions, err := topics.WaitForLeaders(ctx, t.raw, t.name)
+	if err != nil {
+		return fmt.Errorf("pipeline topic %s: %w", t.name, err)
 	}
+	if n := partitions[t.name]; n != 1 {
+		return fmt.Errorf("pipeline topic %s has %d partitions, want 1 (made by something other than ksrunner? use a new application_id)", t.name, n)
+	}
+	return nil
 }
 
 // readAll returns the latest value of every key on the topic (a nil value:

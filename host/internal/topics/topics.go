@@ -379,7 +379,7 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 	// may be another instance's, being created right now (two job servers
 	// starting one application at once), whose metadata shows no
 	// partitions until then.
-	partitionCounts, err := waitReady(ctx, adm, names...)
+	partitionCounts, err := WaitForLeaders(ctx, adm.raw, names...)
 	if err != nil {
 		return err
 	}
@@ -413,7 +413,7 @@ func (t *Set) createDeadLetterTopic(ctx context.Context, adm *Admin) error {
 	// A real cluster answers UNKNOWN_TOPIC_OR_PARTITION for a while after
 	// CreateTopics, and the producer gives up on a record after a few such
 	// answers: wait until every partition has a leader.
-	partitions, err := waitReady(ctx, adm, t.DeadLetter)
+	partitions, err := WaitForLeaders(ctx, adm.raw, t.DeadLetter)
 	if err != nil {
 		return fmt.Errorf("the dead-letter topic: %w", err)
 	}
@@ -421,14 +421,14 @@ func (t *Set) createDeadLetterTopic(ctx context.Context, adm *Admin) error {
 	return t.discoverMaxMessageBytes(ctx, adm.Client, t.DeadLetter)
 }
 
-// waitReady waits until every one of topics, created, has partitions that
-// all have a leader, for at most topicReadyTimeout, and returns their
+// WaitForLeaders waits until every one of topics, created, has partitions
+// that all have a leader, for at most topicReadyTimeout, and returns their
 // partition counts. It asks again soon at first (leaders come within
 // milliseconds of a topic's creation), then every 100 ms. Each ask is a
 // Metadata request of its own: kadm's ListTopics answers from franz-go's
 // metadata cache, which keeps a topic seen without leaders for
 // MetadataMinAge (5 s).
-func waitReady(ctx context.Context, adm *Admin, topics ...string) (map[string]int32, error) {
+func WaitForLeaders(ctx context.Context, cl *kgo.Client, topics ...string) (map[string]int32, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, name := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
@@ -437,7 +437,7 @@ func waitReady(ctx context.Context, adm *Admin, topics ...string) (map[string]in
 	}
 	deadline := time.Now().Add(topicReadyTimeout)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		partitions, notReady, err := readiness(ctx, adm, req, topics)
+		partitions, notReady, err := readiness(ctx, cl, req, topics)
 		if notReady == "" && err == nil {
 			return partitions, nil
 		}
@@ -458,8 +458,8 @@ func waitReady(ctx context.Context, adm *Admin, topics ...string) (map[string]in
 // readiness asks for req (the metadata of topics) and reports the topics'
 // partition counts, or the first topic of them whose partitions are not
 // all led yet, with its error if it has one, or the request's error.
-func readiness(ctx context.Context, adm *Admin, req *kmsg.MetadataRequest, topics []string) (map[string]int32, string, error) {
-	resp, err := req.RequestWith(ctx, adm.raw)
+func readiness(ctx context.Context, cl *kgo.Client, req *kmsg.MetadataRequest, topics []string) (map[string]int32, string, error) {
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return nil, "", err
 	}
