@@ -25,6 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ksrunner/ksrunner/host"
 	_ "github.com/ksrunner/ksrunner/host/kafkaio" // expands kafkaio.Read/Write in-process
@@ -306,7 +307,7 @@ func (b *kafkaBench) topic(name string) string { return "bench-kafka-" + b.nonce
 // and waits until every partition has a leader.
 func (b *kafkaBench) createTopics(ctx context.Context, topics ...string) error {
 	lat := "LogAppendTime"
-	return createBenchTopics(ctx, b.adm, b.cfg.Partitions, map[string]*string{"message.timestamp.type": &lat}, topics...)
+	return createBenchTopics(ctx, b.cl, b.cfg.Partitions, map[string]*string{"message.timestamp.type": &lat}, topics...)
 }
 
 // benchBroker resolves a bench's --bootstrap_servers: "embedded" starts an
@@ -326,22 +327,31 @@ func benchBroker(bootstrap string) (addr, where string, closeBroker func(), err 
 // createBenchTopics creates topics of partitions partitions with configs
 // (an existing one is kept) and waits until every partition has a leader:
 // a real cluster spreads a new topic's metadata after CreateTopics returns.
-func createBenchTopics(ctx context.Context, adm *kadm.Client, partitions int32, configs map[string]*string, topics ...string) error {
-	resp, err := adm.CreateTopics(ctx, partitions, -1, configs, topics...)
+// It asks with Metadata requests of its own: kadm's Metadata answers from
+// franz-go's cache, which keeps a topic seen without leaders for 5 s.
+func createBenchTopics(ctx context.Context, cl *kgo.Client, partitions int32, configs map[string]*string, topics ...string) error {
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, -1, configs, topics...)
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("creating topics %v: %w", topics, err)
 	}
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
 	for {
-		md, err := adm.Metadata(ctx, topics...)
-		ready := err == nil
-		for _, t := range topics {
-			td, ok := md.Topics[t]
-			ready = ready && ok && td.Err == nil && len(td.Partitions) == int(partitions)
-			for _, p := range td.Partitions {
-				ready = ready && p.Err == nil && p.Leader >= 0
+		md, err := req.RequestWith(ctx, cl)
+		ready := err == nil && len(md.Topics) == len(topics)
+		if ready {
+			for _, td := range md.Topics {
+				ready = ready && td.ErrorCode == 0 && len(td.Partitions) == int(partitions)
+				for _, p := range td.Partitions {
+					ready = ready && p.ErrorCode == 0 && p.Leader >= 0
+				}
 			}
 		}
 		if ready {
@@ -350,7 +360,7 @@ func createBenchTopics(ctx context.Context, adm *kadm.Client, partitions int32, 
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("topics %v not ready: %w", topics, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

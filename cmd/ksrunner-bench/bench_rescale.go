@@ -396,7 +396,7 @@ func benchRescale(ctx context.Context, cfg rescaleConfig, bootstrap string, stdo
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	if err := createBenchTopics(ctx, adm, cfg.Partitions, nil, b.in, b.out); err != nil {
+	if err := createBenchTopics(ctx, cl, cfg.Partitions, nil, b.in, b.out); err != nil {
 		return nil, fmt.Errorf("bench rescale: %w", err)
 	}
 	defer b.cleanUp(adm)
