@@ -319,7 +319,6 @@ func NewAdmin(brokers string, sec *kafkaconn.Security, opts ...kgo.Opt) (*Admin,
 func (t *Set) Create(ctx context.Context, adm *Admin) error {
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.TimeoutMillis = int32(createTimeout.Milliseconds())
-	partitions := map[string]int32{} // by Kafka name
 	add := func(name string, n int32, compact bool) {
 		rt := kmsg.NewCreateTopicsRequestTopic()
 		rt.Topic = t.Full(name)
@@ -332,7 +331,6 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 			rt.Configs = append(rt.Configs, c)
 		}
 		req.Topics = append(req.Topics, rt)
-		partitions[rt.Topic] = n
 	}
 	for name, p := range t.Partitions {
 		if t.ByName[name].Kind == translate.TopicKafka {
@@ -359,7 +357,8 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 		}
 		answered[rt.Topic] = err
 	}
-	var names, existing []string
+	var names []string
+	var existing []kmsg.CreateTopicsRequestTopic
 	for _, rt := range req.Topics {
 		full := rt.Topic
 		err, ok := answered[full]
@@ -367,7 +366,7 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 		case !ok:
 			return fmt.Errorf("creating topic %s: the broker's answer does not name it", full)
 		case errors.Is(err, kerr.TopicAlreadyExists):
-			existing = append(existing, full)
+			existing = append(existing, rt)
 		case err != nil:
 			return fmt.Errorf("creating topic %s: %w", full, err)
 		}
@@ -383,9 +382,9 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 	if err != nil {
 		return err
 	}
-	for _, full := range existing {
-		if got := partitionCounts[full]; got != partitions[full] {
-			return fmt.Errorf("topic %s exists with %d partitions, the plan needs %d (internal_parallelism changed? use a new application_id)", full, got, partitions[full])
+	for _, rt := range existing {
+		if got := partitionCounts[rt.Topic]; got != rt.NumPartitions {
+			return fmt.Errorf("topic %s exists with %d partitions, the plan needs %d (internal_parallelism changed? use a new application_id)", rt.Topic, got, rt.NumPartitions)
 		}
 	}
 	return t.createDeadLetterTopic(ctx, adm)
@@ -463,27 +462,24 @@ func readiness(ctx context.Context, cl *kgo.Client, req *kmsg.MetadataRequest, t
 	if err != nil {
 		return nil, "", err
 	}
-	partitions := make(map[string]int32, len(topics))
-	led := map[string]bool{}
-	errs := map[string]error{}
+	byName := make(map[string]kmsg.MetadataResponseTopic, len(resp.Topics))
 	for _, rt := range resp.Topics {
-		if rt.Topic == nil {
-			continue
-		}
-		name := *rt.Topic
-		errs[name] = kerr.ErrorForCode(rt.ErrorCode)
-		partitions[name] = int32(len(rt.Partitions))
-		led[name] = len(rt.Partitions) > 0
-		for _, p := range rt.Partitions {
-			if p.ErrorCode != 0 || p.Leader < 0 {
-				led[name] = false
-			}
+		if rt.Topic != nil {
+			byName[*rt.Topic] = rt
 		}
 	}
+	partitions := make(map[string]int32, len(topics))
 	for _, name := range topics {
-		if errs[name] != nil || !led[name] {
-			return nil, name, errs[name]
+		rt := byName[name]
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil || len(rt.Partitions) == 0 {
+			return nil, name, err
 		}
+		for _, p := range rt.Partitions {
+			if p.ErrorCode != 0 || p.Leader < 0 {
+				return nil, name, kerr.ErrorForCode(p.ErrorCode)
+			}
+		}
+		partitions[name] = int32(len(rt.Partitions))
 	}
 	return partitions, "", nil
 }
@@ -537,7 +533,7 @@ func (t *Set) WriteImpulses(ctx context.Context, brokers string, sec *kafkaconn.
 	backoff := kgo.RetryBackoffFn(func(fails int) time.Duration {
 		return min(5*time.Millisecond<<min(fails, 6), 250*time.Millisecond)
 	})
-	cl, err := kafkaconn.NewClient(brokers, sec, append([]kgo.Opt{kgo.RecordPartitioner(shuffle.Partitioner())}, append(opts, backoff)...)...)
+	cl, err := kafkaconn.NewClient(brokers, sec, append([]kgo.Opt{kgo.RecordPartitioner(shuffle.Partitioner()), backoff}, opts...)...)
 	if err != nil {
 		return err
 	}
