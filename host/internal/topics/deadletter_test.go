@@ -40,6 +40,11 @@ func TestDeadLetterTopic(t *testing.T) {
 	if resp, err := adm.CreateTopic(ctx, 3, 1, map[string]*string{"max.message.bytes": &limit}, out); err != nil || resp.Err != nil {
 		t.Fatal(err, resp.Err)
 	}
+	// A real broker's metadata may not show a topic for a moment after
+	// CreateTopics answers (Discover failed on "does not exist" in CI).
+	if _, err := WaitForLeaders(ctx, adm.raw, out); err != nil {
+		t.Fatal(err)
+	}
 	app := kafkatest.UniqueName(t, "app")
 
 	own := shuffle.TopicName(app, DeadLetterName)
