@@ -34,6 +34,11 @@ const DefaultConnectTimeout = 90 * time.Second
 // acknowledge StopWorker when Config.StopTimeout is zero.
 const DefaultStopTimeout = 10 * time.Second
 
+// DefaultStopGrace bounds how long a worker's stop waits for the SDK to
+// close its control connection when Config.StopGrace is zero. SDKs close
+// it within milliseconds of seeing the control stream end.
+const DefaultStopGrace = 2 * time.Second
+
 // ErrClosed is returned (wrapped) by operations on a closed Harness and by
 // bundles that were in flight when it closed.
 var ErrClosed = errors.New("harness closed")
@@ -70,6 +75,11 @@ type Config struct {
 	// StopWorker and for a process environment to exit after SIGTERM before
 	// it is killed. Zero means DefaultStopTimeout.
 	StopTimeout time.Duration
+
+	// StopGrace bounds how long stopping a worker waits, after the harness
+	// ended the worker's control stream, for the SDK to close its control
+	// connection before StopWorker or SIGTERM. Zero means DefaultStopGrace.
+	StopGrace time.Duration
 
 	// ArtifactDir is the job's staging directory: the artifact retrieval
 	// service serves a file artifact only if it is under it (and some
@@ -126,6 +136,9 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 	if cfg.StopTimeout <= 0 {
 		cfg.StopTimeout = DefaultStopTimeout
 	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
 	if cfg.StateHandler == nil {
 		cfg.StateHandler = UnsupportedState{}
 	}
@@ -157,6 +170,9 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		// default policy (at most every 5 minutes) answers that with
 		// GOAWAY too_many_pings and the worker is lost.
 		grpc.KeepaliveEnforcementPolicy(sdkKeepalive),
+		// Tells a worker's stop when the SDK has let go of its control
+		// connection (see worker.stop).
+		grpc.StatsHandler(connWatch{}),
 	)
 	services := &services{h: h}
 	fnpb.RegisterBeamFnControlServer(h.server, services)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -35,6 +36,9 @@ type worker struct {
 	stopErr  error
 
 	connected chan struct{} // closed when the control stream attaches
+	// controlConnEnded closes when the client connection of the control
+	// stream ends (connWatch); set with controlAttached.
+	controlConnEnded <-chan struct{}
 	dataReady chan struct{} // closed when the first data stream attaches
 	lost      chan struct{} // closed by fail; lostErr says why
 
@@ -133,11 +137,26 @@ func (w *worker) fail(cause error) {
 }
 
 // stop stops the worker's environment once; later calls wait for the first
-// and return its result.
+// and return its result. It is called after fail, which ends the control
+// stream; it first gives the SDK up to StopGrace to close its control
+// connection (see connWatch for why).
 func (w *worker) stop() error {
 	w.stopOnce.Do(func() {
 		if w.stopEnv == nil {
 			return
+		}
+		w.mu.Lock()
+		connEnded := w.controlConnEnded
+		w.mu.Unlock()
+		if connEnded != nil {
+			grace := time.NewTimer(w.h.cfg.StopGrace)
+			select {
+			case <-connEnded:
+			case <-grace.C:
+				w.logger.Debug("the SDK worker kept its control connection open after its control stream ended; stopping it anyway",
+					slog.Duration("stop_grace", w.h.cfg.StopGrace))
+			}
+			grace.Stop()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.h.cfg.StopTimeout)
 		defer cancel()
@@ -161,6 +180,7 @@ func (w *worker) serveControl(stream fnpb.BeamFnControl_ControlServer) error {
 		return status.Errorf(codes.AlreadyExists, "worker %s already has a control stream", w.id)
 	}
 	w.controlAttached = true
+	w.controlConnEnded = connEnded(stream.Context())
 	w.mu.Unlock()
 	close(w.connected)
 	w.logger.Debug("control stream connected")
