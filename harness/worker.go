@@ -39,8 +39,8 @@ type worker struct {
 	// controlConnEnded closes when the client connection of the control
 	// stream ends (connWatch); set with controlAttached.
 	controlConnEnded <-chan struct{}
-	dataReady chan struct{} // closed when the first data stream attaches
-	lost      chan struct{} // closed by fail; lostErr says why
+	dataReady        chan struct{} // closed when the first data stream attaches
+	lost             chan struct{} // closed by fail; lostErr says why
 
 	instructions chan *fnpb.InstructionRequest // to the control stream
 	dataOut      chan *fnpb.Elements           // to the data stream
