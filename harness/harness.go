@@ -76,9 +76,10 @@ type Config struct {
 	// it is killed. Zero means DefaultStopTimeout.
 	StopTimeout time.Duration
 
-	// StopGrace bounds how long stopping a worker waits, after the harness
-	// ended the worker's control stream, for the SDK to close its control
-	// connection before StopWorker or SIGTERM. Zero means DefaultStopGrace.
+	// StopGrace bounds how long stopping a worker that still runs a bundle
+	// waits, after the harness ended the worker's control stream, for the
+	// SDK to close its control connection before StopWorker or SIGTERM. An
+	// idle worker is stopped at once. Zero means DefaultStopGrace.
 	StopGrace time.Duration
 
 	// ArtifactDir is the job's staging directory: the artifact retrieval

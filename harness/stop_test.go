@@ -93,13 +93,54 @@ func startStopPool(t *testing.T, cfg harness.Config) (*harness.Harness, *stopPoo
 	return h, pool, a.control, closeConn
 }
 
+// runUnansweredBundle registers a one-transform stage on the worker of
+// control and starts a bundle on it, which the worker receives and leaves
+// unanswered.
+func runUnansweredBundle(t *testing.T, h *harness.Harness, control fnpb.BeamFnControl_ControlClient) *harness.Bundle {
+	t.Helper()
+	port, _ := proto.Marshal(&fnpb.RemoteGrpcPort{CoderId: "c"})
+	desc := &fnpb.ProcessBundleDescriptor{Id: "stop", Transforms: map[string]*pipepb.PTransform{
+		"in": {Spec: &pipepb.FunctionSpec{Urn: harness.URNDataSource, Payload: port}, Outputs: map[string]string{"o": "p1"}},
+	}}
+	staged := make(chan *harness.Stage, 1)
+	go func() {
+		stage, err := h.Stage(context.Background(), "pool", desc, "in", nil)
+		if err != nil {
+			t.Error(err)
+		}
+		staged <- stage
+	}()
+	reg, err := control.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := control.Send(&fnpb.InstructionResponse{InstructionId: reg.GetInstructionId(), Response: &fnpb.InstructionResponse_Register{Register: &fnpb.RegisterResponse{}}}); err != nil {
+		t.Fatal(err)
+	}
+	stage := <-staged
+	if stage == nil {
+		t.FailNow()
+	}
+	b, err := stage.StartBundle(context.Background(), func(string, []byte) error { return nil })
+	if err != nil {
+		t.Fatalf("StartBundle: %v", err)
+	}
+	req, err := control.Recv()
+	if err != nil || req.GetProcessBundle() == nil {
+		t.Fatalf("the worker got %v, %v; want a ProcessBundleRequest", req, err)
+	}
+	return b
+}
+
 // TestStopWaitsForControlConnection: Close ends a worker's control stream
-// and stops the worker (StopWorker) only once the SDK has closed its
-// control connection, as the Go SDK does when its control loop is done.
-// Stopping it earlier races a bundle that ends on the worker's cancelled
-// context against that loop's shutdown (a data race in the Go SDK).
+// and, while a bundle runs on the worker, stops the worker (StopWorker)
+// only once the SDK has closed its control connection, as the Go SDK does
+// when its control loop is done. Stopping it earlier races the bundle, if
+// it ends on the worker's cancelled context, against that loop's shutdown
+// (a data race in the Go SDK).
 func TestStopWaitsForControlConnection(t *testing.T) {
 	h, pool, control, closeConn := startStopPool(t, harness.Config{JobID: "stop", Logger: quietLogger(), StopGrace: time.Minute})
+	runUnansweredBundle(t, h, control)
 	closed := make(chan error, 1)
 	go func() { closed <- h.Close() }()
 
@@ -128,10 +169,12 @@ func TestStopWaitsForControlConnection(t *testing.T) {
 	}
 }
 
-// TestStopGraceBoundsTheWait: a worker that keeps its control connection
-// open after its control stream ended is stopped after StopGrace anyway.
+// TestStopGraceBoundsTheWait: a worker running a bundle that keeps its
+// control connection open after its control stream ended is stopped after
+// StopGrace anyway.
 func TestStopGraceBoundsTheWait(t *testing.T) {
 	h, pool, control, _ := startStopPool(t, harness.Config{JobID: "stop", Logger: quietLogger(), StopGrace: 200 * time.Millisecond})
+	runUnansweredBundle(t, h, control)
 	closed := make(chan error, 1)
 	go func() { closed <- h.Close() }()
 	if _, err := control.Recv(); !errors.Is(err, io.EOF) {
@@ -144,6 +187,34 @@ func TestStopGraceBoundsTheWait(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no StopWorker within 10s of Close although the SDK kept its control connection open (StopGrace 200ms)")
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestStopIdleWorkerAtOnce: a worker with no bundle running (the one it
+// ran answered) is stopped as soon as its control stream ends, without
+// waiting for its connection: Python's worker pool keeps idle workers'
+// connections open, and every job's end would otherwise wait StopGrace.
+func TestStopIdleWorkerAtOnce(t *testing.T) {
+	h, pool, control, _ := startStopPool(t, harness.Config{JobID: "stop", Logger: quietLogger(), StopGrace: time.Minute})
+	b := runUnansweredBundle(t, h, control)
+	if err := control.Send(&fnpb.InstructionResponse{InstructionId: b.ID(), Response: &fnpb.InstructionResponse_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleResponse{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Finish(); err != nil {
+		t.Fatalf("Finish after the worker answered: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close() }()
+	if _, err := control.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("control stream after Close: Recv got %v, want EOF", err)
+	}
+	select {
+	case <-pool.stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no StopWorker within 10s of Close for an idle worker (StopGrace is a minute)")
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("Close: %v", err)

@@ -55,6 +55,10 @@ type worker struct {
 	descriptors     map[string]*fnpb.ProcessBundleDescriptor
 	aborted         map[string]bool // bundles whose queued input must not be sent any more
 	aborts          *fnpb.Elements  // is_last markers the data sender owes aborted bundles
+	// unanswered holds the ProcessBundle requests sent on the control
+	// stream that the SDK has not answered: bundles still running on the
+	// SDK's side, whether or not the runner still waits for them.
+	unanswered map[string]struct{}
 }
 
 func (h *Harness) newWorker(envID string, env *pipepb.Environment) *worker {
@@ -75,6 +79,7 @@ func (h *Harness) newWorker(envID string, env *pipepb.Environment) *worker {
 		bundles:      make(map[string]*Bundle),
 		descriptors:  make(map[string]*fnpb.ProcessBundleDescriptor),
 		aborted:      make(map[string]bool),
+		unanswered:   make(map[string]struct{}),
 	}
 }
 
@@ -138,8 +143,10 @@ func (w *worker) fail(cause error) {
 
 // stop stops the worker's environment once; later calls wait for the first
 // and return its result. It is called after fail, which ends the control
-// stream; it first gives the SDK up to StopGrace to close its control
-// connection (see connWatch for why).
+// stream. If a bundle is still running on the SDK's side, it first gives
+// the SDK up to StopGrace to close its control connection (see connWatch
+// for why); an idle worker is stopped at once, since a Python worker pool
+// keeps its idle workers' connections open.
 func (w *worker) stop() error {
 	w.stopOnce.Do(func() {
 		if w.stopEnv == nil {
@@ -147,8 +154,9 @@ func (w *worker) stop() error {
 		}
 		w.mu.Lock()
 		connEnded := w.controlConnEnded
+		running := len(w.unanswered)
 		w.mu.Unlock()
-		if connEnded != nil {
+		if connEnded != nil && running > 0 {
 			grace := time.NewTimer(w.h.cfg.StopGrace)
 			select {
 			case <-connEnded:
@@ -199,6 +207,12 @@ func (w *worker) serveControl(stream fnpb.BeamFnControl_ControlServer) error {
 	for {
 		select {
 		case req := <-w.instructions:
+			if req.GetProcessBundle() != nil {
+				// Before the send: the answer may come before Send returns.
+				w.mu.Lock()
+				w.unanswered[req.GetInstructionId()] = struct{}{}
+				w.mu.Unlock()
+			}
 			if err := stream.Send(req); err != nil {
 				w.fail(fmt.Errorf("sending instruction %s on the control stream: %w", req.GetInstructionId(), err))
 				return err
@@ -221,6 +235,7 @@ func (w *worker) serveControl(stream fnpb.BeamFnControl_ControlServer) error {
 func (w *worker) dispatchResponse(resp *fnpb.InstructionResponse) {
 	id := resp.GetInstructionId()
 	w.mu.Lock()
+	delete(w.unanswered, id)
 	if ch, ok := w.pending[id]; ok {
 		delete(w.pending, id)
 		w.mu.Unlock()
