@@ -234,3 +234,36 @@ func TestPipelineTopicPartitions(t *testing.T) {
 		t.Fatalf("Open: %v, want %q", err, want)
 	}
 }
+
+// A read of the pipeline topic that cannot reach its end (here a
+// transaction left open on it holds read_committed readers) fails when its
+// context ends, saying where it stopped and where the partition's last
+// stable offset is.
+func TestStalledReadSaysWhy(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "stall")
+	tp := openTopic(ctx, t, bootstrap, app)
+	txn := kafkatest.Client(t, bootstrap, kgo.TransactionalID(app+"-txn"), kgo.DefaultProduceTopic(tp.Name()))
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, &kgo.Record{Key: []byte("open"), Value: []byte("x")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelShort()
+	_, _, err := tp.Load(short)
+	if err == nil {
+		t.Fatal("Load read past an open transaction")
+	}
+	for _, want := range []string{"reading up to offset 1 (at 0; its last stable offset 0;", tp.Name()} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Load: %v\nwant it to say %q", err, want)
+		}
+	}
+	if err := txn.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+}

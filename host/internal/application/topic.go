@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -140,10 +141,14 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 	if err != nil || endOffset <= 0 {
 		return nil, err
 	}
+	// The client retries what Kafka calls retriable out of sight; its last
+	// warning says why a read that times out made no progress.
+	var warned lastWarning
 	cl, err := kafkaconn.NewClient(t.brokers, t.security,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.name: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxBytes(16<<20),
+		kgo.WithLogger(&warned),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline topic %s: %w", t.name, err)
@@ -154,7 +159,8 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 	for next < endOffset {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("pipeline topic %s: reading up to offset %d (at %d): %w", t.name, endOffset, next, context.Cause(ctx))
+			return nil, fmt.Errorf("pipeline topic %s: reading up to offset %d (at %d; %s; the client's last warning: %s): %w",
+				t.name, endOffset, next, t.stableOffset(), warned.String(), context.Cause(ctx))
 		}
 		if err := fetches.Err0(); err != nil {
 			return nil, fmt.Errorf("pipeline topic %s: %w", t.name, err)
@@ -388,4 +394,49 @@ func GroupLive(ctx context.Context, adm *kadm.Client, group string) (bool, error
 func processName() string {
 	h, _ := os.Hostname()
 	return fmt.Sprintf("%s pid %d", h, os.Getpid())
+}
+
+// stableOffset says where the partition's last stable offset is, which a
+// read_committed read cannot pass: a transaction left open on the topic
+// holds it.
+func (t *Topic) stableOffset() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ends, err := t.adm.ListCommittedOffsets(ctx, t.name)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Sprintf("its last stable offset unknown: %v", err)
+	}
+	end, _ := ends.Lookup(t.name, 0)
+	return fmt.Sprintf("its last stable offset %d", end.Offset)
+}
+
+// lastWarning is a kgo.Logger that keeps the client's last warning or
+// error, for the message of an operation that timed out.
+type lastWarning struct {
+	mu  sync.Mutex
+	msg string
+}
+
+func (l *lastWarning) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (l *lastWarning) Log(_ kgo.LogLevel, msg string, keyvals ...any) {
+	s := msg
+	for i := 0; i+1 < len(keyvals); i += 2 {
+		s += fmt.Sprintf(" %v=%v", keyvals[i], keyvals[i+1])
+	}
+	l.mu.Lock()
+	l.msg = s
+	l.mu.Unlock()
+}
+
+func (l *lastWarning) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.msg == "" {
+		return "none"
+	}
+	return l.msg
 }
