@@ -94,7 +94,7 @@ func TestProcessingGuaranteeOption(t *testing.T) {
 // and where it came from.
 func TestBadRecordAndPollOptions(t *testing.T) {
 	d := DefaultOptions()
-	if d.DeserializationErrorPolicy != "fail" || d.ReadMaxElementsPerPoll != 100000 || d.readMaxPollTime() != d.commitInterval() {
+	if d.DeserializationErrorPolicy != "fail" || d.ReadMaxElementsPerPoll != 250000 || d.readMaxPollTime() != d.commitInterval() {
 		t.Errorf("defaults: policy %q, %d per poll, poll time %v; want fail, 100000, %v", d.DeserializationErrorPolicy, d.ReadMaxElementsPerPoll, d.readMaxPollTime(), d.commitInterval())
 	}
 	d.ApplicationID = "app"

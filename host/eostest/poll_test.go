@@ -8,42 +8,54 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 )
 
-// read_max_elements_per_poll bounds the records of a commit cycle (Kafka
-// records: a packed record of an internal topic counts once, so the test
-// runs unpacked to count elements): no cycle
-// of a GroupByKey + sum over 5,000 elements consumes more than 300, some
-// consume exactly 300 (the GroupByKey's input arrives in full polls), and
-// the sums are exact.
+// read_max_elements_per_poll bounds the elements of a commit cycle: no
+// cycle of a GroupByKey + sum over 5,000 elements consumes more than 300
+// unpacked, and packed (a record holds some 50 elements at 1 KiB packs;
+// a pack counts its elements) none more than 375 (a cycle may pass the
+// bound by a quarter before it is cut, the rest rewound to the next); some
+// cycles come near the bound (the GroupByKey's input arrives in full
+// polls), and the sums are exact: the records a cut leaves are read again,
+// none lost or doubled.
 func TestReadMaxElementsPerPoll(t *testing.T) {
-	const n, most = 5000, 300
-	var mu sync.Mutex
-	var cycles []int
-	restore := hooks.Set(host.TestHooks{BeforeCommit: func(records int) error {
-		mu.Lock()
-		defer mu.Unlock()
-		cycles = append(cycles, records)
-		return nil
-	}})
-	t.Cleanup(restore)
-	out := filepath.Join(t.TempDir(), "sums.txt")
-	runDone(t, env.Marshal(t, sumPipeline(n, out)), map[string]string{"read_max_elements_per_poll": "300", "record_pack_bytes": "0"})
-	mu.Lock()
-	defer mu.Unlock()
-	full, total := 0, 0
-	for _, c := range cycles {
-		if c > most {
-			t.Errorf("a commit cycle consumed %d records, more than read_max_elements_per_poll %d", c, most)
-		}
-		if c == most {
-			full++
-		}
-		total += c
-	}
-	if full == 0 || total < n {
-		t.Errorf("cycles %v: %d of %d records each, %d in all; want some full polls and at least the %d elements", cycles, full, most, total, n)
-	}
-	got, dups := readSums(t, out)
-	if wrong, ex := compare(got, wantSums(n)); wrong > 0 || dups > 0 {
-		t.Errorf("%d wrong sums (%s), %d keys written twice", wrong, ex, dups)
+	const n, bound = 5000, 300
+	for _, c := range []struct {
+		pack      string
+		most, low int // no cycle above most; some at low or above
+	}{
+		{pack: "0", most: bound, low: bound},
+		{pack: "1024", most: bound + bound/4, low: bound / 2},
+	} {
+		t.Run("record_pack_bytes="+c.pack, func(t *testing.T) {
+			var mu sync.Mutex
+			var cycles []int
+			restore := hooks.Set(host.TestHooks{BeforeCommit: func(elements int) error {
+				mu.Lock()
+				defer mu.Unlock()
+				cycles = append(cycles, elements)
+				return nil
+			}})
+			t.Cleanup(restore)
+			out := filepath.Join(t.TempDir(), "sums.txt")
+			runDone(t, env.Marshal(t, sumPipeline(n, out)), map[string]string{"read_max_elements_per_poll": "300", "record_pack_bytes": c.pack})
+			mu.Lock()
+			defer mu.Unlock()
+			near, total := 0, 0
+			for _, e := range cycles {
+				if e > c.most {
+					t.Errorf("a commit cycle consumed %d elements, more than %d (read_max_elements_per_poll %d)", e, c.most, bound)
+				}
+				if e >= c.low {
+					near++
+				}
+				total += e
+			}
+			if near == 0 || total < n {
+				t.Errorf("cycles %v: %d of at least %d elements, %d in all; want some near the bound and at least the %d elements", cycles, near, c.low, total, n)
+			}
+			got, dups := readSums(t, out)
+			if wrong, ex := compare(got, wantSums(n)); wrong > 0 || dups > 0 {
+				t.Errorf("%d wrong sums (%s), %d keys written twice", wrong, ex, dups)
+			}
+		})
 	}
 }

@@ -77,6 +77,7 @@ type instance struct {
 	// began (reach.troubleSince; only the loop touches it).
 	cycleMark int64
 	observed  observed    // what observe measured last (observe.go)
+	pollSize  pollSize    // records a poll takes for the cycle's elements (only the loop touches it)
 	watch     *cycleWatch // names the loop's step; run's goroutine warns when one lasts
 	offsets   offsetWait  // assigned partitions whose committed offsets have not come yet
 	hangCheck time.Time   // when checkOffsetWait last looked for a hanging transaction
@@ -114,6 +115,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		topics:     ts,
 		codecs:     map[string]*shuffle.ElementCodec{},
 		subByTopic: map[string]*translate.SubTopology{},
+		pollSize:   newPollSize(cfg.RecordPackBytes),
 		tasks:      map[taskID]*task.Task{},
 		restarted:  prev != nil,
 
@@ -622,8 +624,9 @@ func (i *instance) run(ctx context.Context) (err error) {
 	}()
 	defer func() { cancel(); <-sideDone; <-purgeDone; <-endsDone; <-watchDone }()
 	defer i.standby.start(ctx, i.cl)()
-	// A poll takes at most MaxPollRecords records, waiting at most
-	// MaxPollTime for them; then the cycle commits what it has.
+	// A poll takes about MaxPollRecords elements (pollSize: a packed
+	// record counts its elements), waiting at most MaxPollTime for them;
+	// then the cycle commits what it has.
 	pollTime := i.cfg.MaxPollTime
 	if pollTime <= 0 {
 		pollTime = i.cfg.CommitInterval
@@ -639,7 +642,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			maxRecords = h.MaxPollRecords()
 		}
 		i.watch.enter(stepPoll)
-		fetches := i.cl.PollRecords(pollCtx, maxRecords)
+		fetches := i.cl.PollRecords(pollCtx, i.pollSize.records(maxRecords))
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -681,6 +684,11 @@ func (i *instance) run(ctx context.Context) (err error) {
 			i.txnMark.Store(nil)
 			i.carriedInTxn = i.produceCarried()
 		}
+		if kept, rewind := fitCycle(fetches, maxRecords, i.pollSize.turn, i.internalTopic); rewind != nil {
+			i.pollSize.turn++
+			i.cl.SetOffsets(rewind)
+			fetches = kept
+		}
 		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
 		if err != nil {
@@ -692,7 +700,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			// offsets at the bad records, so a rerun resumes at them.
 			i.rewindTo(bad)
 		}
-		if err := i.commit(ctx, fetches.NumRecords()); err != nil {
+		if err := i.commit(ctx, elementsIn(fetches, i.internalTopic)); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -757,16 +765,33 @@ func (i *instance) pollWait(pollTime time.Duration) time.Duration {
 // the input's records likewise. Under load, when fetches answer at once
 // (data is waiting), the second poll costs a round trip; idle, at most
 // postCommitPollWait.
-func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxRecords int, pollTime time.Duration) kgo.Fetches {
-	n := fetches.NumRecords()
-	if n == 0 || n >= maxRecords {
-		return fetches // the poll waited for this fetch, or the cycle is full
+//
+// maxElements bounds the elements of both polls together; the density of
+// what they brought sizes the next cycle's poll (pollSize).
+func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxElements int, pollTime time.Duration) kgo.Fetches {
+	records := fetches.NumRecords()
+	if records == 0 {
+		return fetches // the poll waited for this fetch
+	}
+	elements := elementsIn(fetches, i.internalTopic)
+	i.pollSize.observe(elements, records)
+	if elements >= maxElements {
+		return fetches // the cycle is full
 	}
 	wait := min(pollTime, postCommitPollWait)
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	more := i.cl.PollRecords(pctx, maxRecords-n)
+	more := i.cl.PollRecords(pctx, i.pollSize.records(maxElements-elements))
+	if n := more.NumRecords(); n > 0 {
+		i.pollSize.observe(elements+elementsIn(more, i.internalTopic), records+n)
+	}
 	return append(fetches, more...)
+}
+
+// internalTopic says whether topic is one of the job's internal topics
+// (not a Kafka source's).
+func (i *instance) internalTopic(topic string) bool {
+	return !isSource(i.subByTopic[topic])
 }
 
 // postCommitPollWait bounds how long pollAfterCommit waits.
@@ -856,15 +881,15 @@ func (i *instance) process(ctx context.Context, fetches kgo.Fetches) (bad []*tas
 	return bad, err
 }
 
-// commit ends a commit cycle that consumed records records (exactly_once:
-// the open transaction). The caller holds no lock.
-func (i *instance) commit(ctx context.Context, records int) error {
+// commit ends a commit cycle that consumed elements elements
+// (exactly_once: the open transaction). The caller holds no lock.
+func (i *instance) commit(ctx context.Context, elements int) error {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	if i.sess != nil {
-		return i.commitTransaction(ctx, records)
+		return i.commitTransaction(ctx, elements)
 	}
-	return i.commitAtLeastOnce(ctx, records)
+	return i.commitAtLeastOnce(ctx, elements)
 }
 
 // prepareTasks closes every task's bundles, fires due windows and timers,
@@ -892,14 +917,14 @@ func (i *instance) prepareTasks(ctx context.Context) error {
 }
 
 // beforeCommit runs the test hook, if any, on a cycle that consumed
-// records (on every cycle with Hooks.EveryCycle); it reports whether the
+// elements (on every cycle with Hooks.EveryCycle); it reports whether the
 // cycle must abort.
-func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, err error) {
+func (i *instance) beforeCommit(ctx context.Context, elements int) (abort bool, err error) {
 	h := i.cfg.Hooks
-	if h == nil || h.BeforeCommit == nil || records == 0 && (h.EveryCycle == nil || !h.EveryCycle()) {
+	if h == nil || h.BeforeCommit == nil || elements == 0 && (h.EveryCycle == nil || !h.EveryCycle()) {
 		return false, nil
 	}
-	err = h.BeforeCommit(records)
+	err = h.BeforeCommit(elements)
 	if errors.Is(err, ErrAbortCycle) {
 		return true, nil
 	}
@@ -919,13 +944,13 @@ func (i *instance) beforeCommit(ctx context.Context, records int) (abort bool, e
 //   - A task's status goes out in the transaction after the one whose
 //     commit and bundle finalizations it reports: the job server ends a
 //     bounded job on it.
-func (i *instance) commitTransaction(ctx context.Context, records int) error {
+func (i *instance) commitTransaction(ctx context.Context, elements int) error {
 	for _, t := range i.tasks {
 		t.SendStatus()
 	}
 	// Flushed before End (which flushes too) so that a failed produce is
 	// seen here and fails the instance: End would commit without the record.
-	abort, err := i.produceCycle(ctx, records)
+	abort, err := i.produceCycle(ctx, elements)
 	if err != nil {
 		return err
 	}
@@ -986,7 +1011,7 @@ func (i *instance) commitTransaction(ctx context.Context, records int) error {
 // (prepareTasks), flushes everything the cycle produced and checks that
 // every record reached the broker, then runs the test hook; abort reports
 // that the hook asked to abort the cycle.
-func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, err error) {
+func (i *instance) produceCycle(ctx context.Context, elements int) (abort bool, err error) {
 	i.watch.enter(stepPrepare)
 	if err := i.prepareTasks(ctx); err != nil {
 		return false, err
@@ -1008,7 +1033,7 @@ func (i *instance) produceCycle(ctx context.Context, records int) (abort bool, e
 	if err := i.failure(); err != nil {
 		return false, err
 	}
-	return i.beforeCommit(ctx, records)
+	return i.beforeCommit(ctx, elements)
 }
 
 // flushContext is the context of a cycle's flush: ctx, and under
@@ -1068,8 +1093,8 @@ func (i *instance) flushContext(ctx context.Context) (context.Context, context.C
 //     AllowRebalance). A crash after the offsets committed leaves the store
 //     behind its changelog, which was flushed first: the task's restore at
 //     its next assignment replays the difference (restoreTask).
-func (i *instance) commitAtLeastOnce(ctx context.Context, records int) error {
-	abort, err := i.produceCycle(ctx, records)
+func (i *instance) commitAtLeastOnce(ctx context.Context, elements int) error {
+	abort, err := i.produceCycle(ctx, elements)
 	if err != nil {
 		return err
 	}

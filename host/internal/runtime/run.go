@@ -105,8 +105,9 @@ type Config struct {
 	BadRecords            task.ErrorPolicy
 	DeadLetterTopic       string
 	CreateDeadLetterTopic bool
-	// MaxPollRecords is the most records one poll (commit cycle) takes;
-	// zero: DefaultMaxPollRecords. MaxPollTime is how long a poll waits
+	// MaxPollRecords is the most elements one commit cycle takes (a
+	// packed record counts its elements; pollSize, fitCycle); zero:
+	// DefaultMaxPollRecords. MaxPollTime is how long a poll waits
 	// for records before the cycle commits; zero: CommitInterval.
 	MaxPollRecords int
 	MaxPollTime    time.Duration
@@ -136,17 +137,18 @@ type Config struct {
 }
 
 // DefaultMaxPollRecords is Config.MaxPollRecords when unset.
-const DefaultMaxPollRecords = 100000
+const DefaultMaxPollRecords = 250000
 
 // Hooks inject faults into the commit loop and observe restoration (the
 // host re-exports them as host.TestHooks).
 type Hooks struct {
-	// BeforeCommit runs in every commit cycle that consumed records, after
+	// BeforeCommit runs in every commit cycle that consumed records, with
+	// the elements they held (a packed record counts its elements), after
 	// the cycle's records (outputs, watermarks, changelog) were produced and
 	// flushed to the broker, before the transaction (at_least_once: the
 	// state and offsets) commits. ErrAbortCycle aborts the cycle as a failed
 	// transaction would; any other error fails the instance.
-	BeforeCommit func(records int) error
+	BeforeCommit func(elements int) error
 	// Assigning runs when the group gives the instance a task, before
 	// anything of its takeover (a standby copy's handover, the restore):
 	// with Restored it times the restore part of a failover.
@@ -163,7 +165,7 @@ type Hooks struct {
 	// restore: at start, or when the task moves in.
 	Assigned func(subTopology int, partition int32)
 	// MaxPollRecords, if it returns a positive number, replaces the most
-	// records one commit cycle consumes (100,000), to spread small inputs
+	// elements one commit cycle consumes (250,000), to spread small inputs
 	// over many cycles.
 	MaxPollRecords func() int
 	// Now, if set, replaces time.Now as the tasks' wall clock

@@ -1,0 +1,170 @@
+package runtime
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle"
+)
+
+// pollSize turns a cycle's bound in elements (read_max_elements_per_poll)
+// into the number of records a poll may take.
+//
+// Why: a DATA_PACKED record holds up to record_pack_bytes of elements, two
+// to four thousand small ones, and Kafka's client counts records. Counted
+// as one, a pack let a cycle take a whole fetch response of them (64 MiB,
+// millions of elements), and a GroupByKey keeps the groups a cycle's input
+// completes in memory until the cycle fires them: a windowed input that
+// closes its windows as it goes peaked at 460-580 MiB. Counting each
+// pack's elements after the poll bounds what a cycle holds by the option,
+// not by the fetch size.
+//
+// Invariants:
+//   - A poll takes at least one record, so a cycle always makes progress.
+//   - records(limit) assumes the next records are as dense as the last
+//     poll's (at least one element each): in steady state a cycle takes
+//     about limit elements; a jump in density overshoots it by that jump,
+//     for one poll.
+//   - Before any poll has brought records the density assumed is the
+//     densest a pack of record_pack_bytes plausibly gets (minPackedElement
+//     bytes each), so an instance that starts with a backlog of packs
+//     starts with a small cycle, not a fetch response of them.
+type pollSize struct {
+	density float64 // elements per record: the last poll's, or the initial guess
+	turn    int     // the partition fitCycle starts at, counted up at every cut
+}
+
+// minPackedElement is the smallest a packed windowed element plausibly
+// is: a short key and value, a timestamp, the window and the pane.
+const minPackedElement = 16
+
+func newPollSize(recordPackBytes int) pollSize {
+	return pollSize{density: max(1, float64(recordPackBytes)/minPackedElement)}
+}
+
+// records is how many records a poll may take to bring about elements
+// more elements (at least one).
+func (s *pollSize) records(elements int) int {
+	return max(1, int(float64(elements)/s.density))
+}
+
+// observe learns the density of a poll's records; a poll of none teaches
+// nothing.
+func (s *pollSize) observe(elements, records int) {
+	if records > 0 {
+		s.density = max(1, float64(elements)/float64(records))
+	}
+}
+
+// elementsIn counts the elements of the polled records: a record of an
+// internal topic that is a DATA_PACKED record counts its values, any other
+// record one. internal says whether a topic is internal (a Kafka source's
+// records are the user's, whatever their first byte).
+func elementsIn(fetches kgo.Fetches, internal func(topic string) bool) int {
+	n := 0
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		if !internal(p.Topic) {
+			n += len(p.Records)
+			return
+		}
+		for _, r := range p.Records {
+			n += packedCount(r.Value)
+		}
+	})
+	return n
+}
+
+// packedCount is how many elements an internal record holds: a pack's
+// count, else one (a record that is not a well-formed pack is left to the
+// task, which refuses it by its offset).
+func packedCount(value []byte) int {
+	if len(value) == 0 || value[0] != shuffle.KindDataPacked {
+		return 1
+	}
+	n, _, err := shuffle.DecodePacked(value)
+	if err != nil {
+		return 1
+	}
+	return n
+}
+
+// overshoot: fitCycle leaves a cycle that passes its bound by at most
+// 1/overshoot of it whole. A cut costs a fetch of what it leaves, again;
+// a poll sized by the last poll's density passes the bound by a few packs.
+const overshoot = 4
+
+// fitCycle keeps a cycle's polled records within maxElements (a pack
+// counts its elements; at least one record is kept): a prefix of each
+// partition's records, the partitions taken from a different one each
+// cycle (start) so that none waits behind the others for good. The client
+// is rewound to the first record it leaves of each partition, so the next
+// cycles take them (fetched again: the client drops what it buffered of
+// those partitions). A partition left whole is taken out of the fetches,
+// not left empty: an empty fetch tells a Kafka source it reached the
+// partition's high watermark.
+//
+// It cuts only a cycle that passes maxElements by more than a quarter,
+// down to maxElements. The poll is sized by the last poll's density
+// (pollSize), so that happens only when the density jumps: an instance's
+// first cycles, which read their sources' records before the packs those
+// made.
+func fitCycle(fetches kgo.Fetches, maxElements, start int, internal func(topic string) bool) (kept kgo.Fetches, rewind map[string]map[int32]kgo.EpochOffset) {
+	type partition struct {
+		topic string
+		parts []kgo.FetchPartition // in poll order: a partition may come in two fetches
+	}
+	var order []*partition
+	byID := map[taskID]*partition{}
+	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+		id := taskID{p.Topic, p.Partition}
+		if byID[id] == nil {
+			byID[id] = &partition{topic: p.Topic}
+			order = append(order, byID[id])
+		}
+		byID[id].parts = append(byID[id].parts, p.FetchPartition)
+	})
+	if len(order) == 0 || elementsIn(fetches, internal) <= maxElements+maxElements/overshoot {
+		return fetches, nil
+	}
+	start %= len(order)
+	order = append(order[start:], order[:start]...)
+
+	var keep kgo.Fetch // a topic entry per kept part of a partition
+	n := 0
+	full := false
+	for _, p := range order {
+		for _, fp := range p.parts {
+			cut := len(fp.Records)
+			for k, r := range fp.Records {
+				c := 1
+				if internal(p.topic) {
+					c = packedCount(r.Value)
+				}
+				if full || n > 0 && n+c > maxElements {
+					full, cut = true, k
+					break
+				}
+				n += c
+			}
+			if cut < len(fp.Records) {
+				if rewind == nil {
+					rewind = map[string]map[int32]kgo.EpochOffset{}
+				}
+				if rewind[p.topic] == nil {
+					rewind[p.topic] = map[int32]kgo.EpochOffset{}
+				}
+				if _, ok := rewind[p.topic][fp.Partition]; !ok {
+					r := fp.Records[cut]
+					rewind[p.topic][fp.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
+				}
+			}
+			if cut > 0 || len(fp.Records) == 0 && !full {
+				fp.Records = fp.Records[:cut]
+				keep.Topics = append(keep.Topics, kgo.FetchTopic{Topic: p.topic, Partitions: []kgo.FetchPartition{fp}})
+			}
+		}
+	}
+	if rewind == nil {
+		return fetches, nil
+	}
+	return kgo.Fetches{keep}, rewind
+}
