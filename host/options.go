@@ -111,8 +111,8 @@ type Options struct {
 	DeadLetterTopic string `koanf:"dead_letter_topic"`
 	// ReadMaxElementsPerPoll is the most elements one commit cycle takes
 	// from the consumer (a packed record of an internal topic counts its
-	// elements; a cycle may pass it by a quarter before it is cut); also
-	// the most stored groups a GroupByKey fires in one cycle.
+	// elements; a cycle may pass it by a quarter before it is cut); below
+	// 100,000 also the most stored groups a GroupByKey fires in one cycle.
 	ReadMaxElementsPerPoll int `koanf:"read_max_elements_per_poll"`
 	// ReadMaxPollTimeMs is how long a poll waits for records before the
 	// cycle goes on to commit what it has; 0 means commit_interval_ms.
@@ -622,7 +622,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 const (
 	DeserializationErrorPolicyHelp = "what a Kafka read does with a record it cannot deserialize, and a Kafka write with an element it cannot produce: fail (the job fails naming it; its offset stays uncommitted), dead_letter (the raw record goes to dead_letter_topic with KIP-1034 __streams.errors.* headers) or skip (dropped and counted in skipped_records)"
 	DeadLetterTopicHelp            = "dead-letter topic of deserialization_error_policy=dead_letter (default: __beam_<application_id>_dead-letter, created by ksrunner; a topic named here must exist)"
-	ReadMaxElementsPerPollHelp     = "most elements one commit cycle takes (a packed record of an internal topic counts its elements; a cycle may pass it by a quarter), and most stored groups a GroupByKey fires in one cycle"
+	ReadMaxElementsPerPollHelp     = "most elements one commit cycle takes (a packed record of an internal topic counts its elements; a cycle may pass it by a quarter); below 100000 also the most stored groups a GroupByKey fires in one cycle"
 	ReadMaxPollTimeMsHelp          = "how long a poll waits for records before the cycle commits (0: commit_interval_ms)"
 	RecordPackBytesHelp            = "pack the elements a task writes to an internal shuffle topic into records of up to this many bytes, one per destination partition (0: one element per record; changelogs and the user's topics always keep one per record)"
 	SourceMaxDelayMsHelp           = "how far a Kafka read's watermark stays behind the largest record timestamp of its partition: records out of order by up to this much are on time (0: none, as Java KafkaIO's withCreateTime(Duration.ZERO) that a cross-language read gets)"

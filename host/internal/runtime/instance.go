@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -187,8 +188,12 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		Logger:        cfg.Logger,
 		MaxBundleSize: cfg.MaxBundleSize,
 		MaxBundleTime: cfg.MaxBundleTime,
-		// A cycle fires at most as many groups as it reads records.
-		MaxFiredGroups: cfg.MaxPollRecords,
+		// A cycle fires at most as many stored groups as it reads
+		// elements, and no more than the default: a stored group costs
+		// more to fire than an element to read (a read from the store,
+		// its deletes and their changelog records), and windowed-10m's
+		// last cycles peaked 40 MiB higher at 250,000 groups a cycle.
+		MaxFiredGroups: min(cmp.Or(cfg.MaxPollRecords, DefaultMaxPollRecords), task.DefaultMaxFiredGroups),
 		Produce:        i.produce,
 		ProduceWith: func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 			i.cl.Produce(ctx, r, promise)

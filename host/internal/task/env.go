@@ -17,8 +17,8 @@ import (
 	"github.com/ksrunner/ksrunner/translate"
 )
 
-// DefaultMaxFiredGroups is Env.MaxFiredGroups's default: as many groups as
-// the default cycle reads records.
+// DefaultMaxFiredGroups is Env.MaxFiredGroups's default, and the most the
+// runtime sets (fewer when a cycle reads fewer elements).
 const DefaultMaxFiredGroups = 100_000
 
 // Env is what the tasks of one instance share: the plan and its codecs, the
