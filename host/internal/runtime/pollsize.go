@@ -22,8 +22,8 @@ import (
 //   - A poll takes at least one record, so a cycle always makes progress.
 //   - records(limit) assumes the next records are as dense as the last
 //     poll's (at least one element each): in steady state a cycle takes
-//     about limit elements; a jump in density overshoots it by that jump,
-//     for one poll.
+//     about limit elements. A jump in density overshoots it for one poll,
+//     and fitCycle cuts that cycle back to limit.
 //   - Before any poll has brought records the density assumed is the
 //     densest a pack of record_pack_bytes plausibly gets (minPackedElement
 //     bytes each), so an instance that starts with a backlog of packs
