@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,25 @@ func (m *messages) add(s string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.list = append(m.list, s)
+}
+
+// lockedLog keeps what a test's instance logs, for its failure message.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.buf.Bytes()
+	return string(b[max(0, len(b)-n):])
 }
 
 // matching returns the messages that contain sub.
@@ -146,12 +166,18 @@ func runSwitched(t *testing.T, timeout time.Duration, told *messages, assigned f
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	b = kafkatest.NewSwitchedBroker(t, kfake.DefaultNumPartitions(1), kfake.SeedTopics(1, "polled"))
 	a := newChangelogApp(t, b.Addr, 2)
+	logs := &lockedLog{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the instance's log, last 20 KB:\n%s", logs.tail(20<<10))
+		}
+	})
 	cfg := Config{
 		Plan: a.plan, BootstrapServers: b.Addr, ApplicationID: a.app, ReplicationFactor: 1, Parallelism: 2,
 		StateDir: t.TempDir(), ExactlyOnce: true, CommitInterval: 50 * time.Millisecond,
 		TransactionTimeout:       10 * time.Second,
 		BrokerUnavailableTimeout: timeout,
-		Logger:                   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:                   slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Warning:                  told.add,
 		Progress:                 told.add,
 		Hooks:                    &Hooks{Assigned: func(int, int32) { assigned() }},
@@ -219,7 +245,16 @@ func TestRunRidesOutAnOutage(t *testing.T) {
 	time.Sleep(2 * time.Second) // an outage of about 4s
 	b.Off.Store(false)
 	back := time.Now()
-	waitFor(t, "the tasks assigned again", 30*time.Second, func() bool { return assigned.Load() >= 4 })
+	var ended error
+	waitFor(t, "the tasks assigned again", 30*time.Second, func() bool {
+		select {
+		case ended = <-done:
+			done <- ended
+			t.Fatalf("Run ended after a 4s outage: %v", ended)
+		default:
+		}
+		return assigned.Load() >= 4
+	})
 	t.Logf("tasks assigned again %v after the broker answers again", time.Since(back).Round(time.Millisecond))
 	// Told by the instance's loop when a request succeeds again, which
 	// under load may come after the new instance's assignment.
@@ -346,4 +381,36 @@ func TestFlushContext(t *testing.T) {
 		t.Errorf("at_least_once: the flush's context ended: %v", context.Cause(ctx))
 	}
 	cancel()
+}
+
+// TestOutageSpansTheCycleBefore: a cycle's failure counts as the brokers'
+// outage (the instance starts again) when a broker failed during it or the
+// cycle before, since what the client failed to do during an outage (a
+// fetch error it injected) may surface in the next poll, after the brokers
+// are back; two cycles on, it is the job's own failure.
+func TestOutageSpansTheCycleBefore(t *testing.T) {
+	r := newReach(Config{BootstrapServers: "a:1", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	i := &instance{cfg: Config{reach: r}, cycleMark: r.mark()}
+	failure := errors.New("fetching t/0: broker closed the connection")
+	isOutage := func() bool {
+		var o *outageError
+		return errors.As(i.outage(failure), &o)
+	}
+	i.markCycle()
+	if isOutage() {
+		t.Fatal("a failure with no broker failure counted as an outage")
+	}
+	r.observe("a:1", errors.New("unable to dial: connection refused"))
+	if !isOutage() {
+		t.Error("a failure in the cycle a broker failed in is not an outage")
+	}
+	r.observe("a:1", nil)
+	i.markCycle()
+	if !isOutage() {
+		t.Error("a failure in the cycle after the one a broker failed in is not an outage")
+	}
+	i.markCycle()
+	if isOutage() {
+		t.Error("a failure two cycles after a broker failed counts as an outage")
+	}
 }

@@ -75,14 +75,15 @@ type instance struct {
 	// loop touches it; runInstances reads it after run returns).
 	committedCycles int
 	// cycleMark is the brokers' failure count when the running cycle
-	// began (reach.troubleSince; only the loop touches it).
-	cycleMark int64
-	observed  observed    // what observe measured last (observe.go)
-	pollSize  pollSize    // records a poll takes for the cycle's elements (only the loop touches it)
-	watch     *cycleWatch // names the loop's step; run's goroutine warns when one lasts
-	offsets   offsetWait  // assigned partitions whose committed offsets have not come yet
-	hangCheck time.Time   // when checkOffsetWait last looked for a hanging transaction
-	hangFound string      // what it found then
+	// began (reach.troubleSince; only the loop touches it); prevMark when
+	// the cycle before it began.
+	cycleMark, prevMark int64
+	observed            observed    // what observe measured last (observe.go)
+	pollSize            pollSize    // records a poll takes for the cycle's elements (only the loop touches it)
+	watch               *cycleWatch // names the loop's step; run's goroutine warns when one lasts
+	offsets             offsetWait  // assigned partitions whose committed offsets have not come yet
+	hangCheck           time.Time   // when checkOffsetWait last looked for a hanging transaction
+	hangFound           string      // what it found then
 	// writtenLookDue and writtenLookMark say when reconcileWritten must
 	// look before End: at the instance's first, after an End that did not
 	// commit, after a broker failure since the mark (hangingdata.go).
@@ -117,8 +118,10 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		codecs:     map[string]*shuffle.ElementCodec{},
 		subByTopic: map[string]*translate.SubTopology{},
 		pollSize:   newPollSize(cfg.RecordPackBytes),
-		tasks:      map[taskID]*task.Task{},
-		restarted:  prev != nil,
+		// The first cycle's outage window starts here (outage).
+		cycleMark: cfg.reach.mark(),
+		tasks:     map[taskID]*task.Task{},
+		restarted: prev != nil,
 
 		writtenLookDue: true,
 		watch:          newCycleWatch(cfg),
@@ -637,7 +640,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		pollTime = i.cfg.CommitInterval
 	}
 	for {
-		i.cycleMark = i.cfg.reach.mark()
+		i.markCycle()
 		pollCtx, cancel := context.WithTimeout(ctx, i.pollWait(pollTime))
 		maxRecords := i.cfg.MaxPollRecords
 		if maxRecords <= 0 {
@@ -802,11 +805,20 @@ func (i *instance) internalTopic(topic string) bool {
 // postCommitPollWait bounds how long pollAfterCommit waits.
 const postCommitPollWait = 20 * time.Millisecond
 
+// markCycle marks the brokers' failure count as a cycle begins (outage).
+func (i *instance) markCycle() {
+	i.prevMark, i.cycleMark = i.cycleMark, i.cfg.reach.mark()
+}
+
 // outage makes err, a failure of the running cycle, an outageError if the
-// brokers could not be reached during the cycle (brokers.go).
+// brokers could not be reached during the cycle or the one before
+// (brokers.go). The one before counts because what the client failed to do
+// during an outage may surface only in the next poll: a fetch error it
+// injected for a partition whose offsets it could not list, read after the
+// cycle the outage caught aborted and the brokers were back.
 func (i *instance) outage(err error) error {
 	var outage *outageError
-	if err == nil || errors.As(err, &outage) || !i.cfg.reach.troubleSince(i.cycleMark) {
+	if err == nil || errors.As(err, &outage) || !i.cfg.reach.troubleSince(min(i.prevMark, i.cycleMark)) {
 		return err
 	}
 	return &outageError{err}
