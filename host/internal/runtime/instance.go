@@ -642,20 +642,20 @@ func (i *instance) run(ctx context.Context) (err error) {
 	for {
 		i.markCycle()
 		pollCtx, cancel := context.WithTimeout(ctx, i.pollWait(pollTime))
-		maxRecords := i.cfg.MaxPollRecords
-		if maxRecords <= 0 {
-			maxRecords = DefaultMaxPollRecords
+		maxElements := i.cfg.MaxPollRecords
+		if maxElements <= 0 {
+			maxElements = DefaultMaxPollRecords
 		}
 		if h := i.cfg.Hooks; h != nil && h.MaxPollRecords != nil && h.MaxPollRecords() > 0 {
-			maxRecords = h.MaxPollRecords()
+			maxElements = h.MaxPollRecords()
 		}
 		i.watch.enter(stepPoll)
-		fetches := i.cl.PollRecords(pollCtx, i.pollSize.records(maxRecords))
+		fetches := i.cl.PollRecords(pollCtx, i.pollSize.records(maxElements))
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
-		fetches = i.pollAfterCommit(ctx, fetches, maxRecords, pollTime)
+		fetches = i.pollAfterCommit(ctx, fetches, maxElements, pollTime)
 		var fetchErr error
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || fetchErr != nil {
@@ -692,7 +692,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			i.txnMark.Store(nil)
 			i.carriedInTxn = i.produceCarried()
 		}
-		if kept, rewind := fitCycle(fetches, maxRecords, i.pollSize.turn, i.internalTopic); rewind != nil {
+		if kept, rewind := fitCycle(fetches, maxElements, i.pollSize.turn, i.internalTopic); rewind != nil {
 			i.pollSize.turn++
 			i.cl.SetOffsets(rewind)
 			fetches = kept
