@@ -132,6 +132,18 @@ func runUnansweredBundle(t *testing.T, h *harness.Harness, control fnpb.BeamFnCo
 	return b
 }
 
+// closeUntilEOF starts h.Close and waits until it has ended the worker's
+// control stream; the channel gets Close's result.
+func closeUntilEOF(t *testing.T, h *harness.Harness, control fnpb.BeamFnControl_ControlClient) <-chan error {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close() }()
+	if _, err := control.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("control stream after Close: Recv got %v, want EOF", err)
+	}
+	return closed
+}
+
 // TestStopWaitsForControlConnection: Close ends a worker's control stream
 // and, while a bundle runs on the worker, stops the worker (StopWorker)
 // only once the SDK has closed its control connection, as the Go SDK does
@@ -141,12 +153,7 @@ func runUnansweredBundle(t *testing.T, h *harness.Harness, control fnpb.BeamFnCo
 func TestStopWaitsForControlConnection(t *testing.T) {
 	h, pool, control, closeConn := startStopPool(t, harness.Config{JobID: "stop", Logger: quietLogger(), StopGrace: time.Minute})
 	runUnansweredBundle(t, h, control)
-	closed := make(chan error, 1)
-	go func() { closed <- h.Close() }()
-
-	if _, err := control.Recv(); !errors.Is(err, io.EOF) {
-		t.Fatalf("control stream after Close: Recv got %v, want EOF", err)
-	}
+	closed := closeUntilEOF(t, h, control)
 	// The harness has ended the stream; it must not stop the worker while
 	// the SDK still holds the connection. Half a second is far longer than
 	// a harness that does not wait takes to call StopWorker.
@@ -175,11 +182,7 @@ func TestStopWaitsForControlConnection(t *testing.T) {
 func TestStopGraceBoundsTheWait(t *testing.T) {
 	h, pool, control, _ := startStopPool(t, harness.Config{JobID: "stop", Logger: quietLogger(), StopGrace: 200 * time.Millisecond})
 	runUnansweredBundle(t, h, control)
-	closed := make(chan error, 1)
-	go func() { closed <- h.Close() }()
-	if _, err := control.Recv(); !errors.Is(err, io.EOF) {
-		t.Fatalf("control stream after Close: Recv got %v, want EOF", err)
-	}
+	closed := closeUntilEOF(t, h, control)
 	select {
 	case connWasClosed := <-pool.stopped:
 		if connWasClosed {
@@ -206,11 +209,7 @@ func TestStopIdleWorkerAtOnce(t *testing.T) {
 	if _, err := b.Finish(); err != nil {
 		t.Fatalf("Finish after the worker answered: %v", err)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- h.Close() }()
-	if _, err := control.Recv(); !errors.Is(err, io.EOF) {
-		t.Fatalf("control stream after Close: Recv got %v, want EOF", err)
-	}
+	closed := closeUntilEOF(t, h, control)
 	select {
 	case <-pool.stopped:
 	case <-time.After(10 * time.Second):

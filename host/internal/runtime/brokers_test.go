@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -30,25 +30,6 @@ func (m *messages) add(s string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.list = append(m.list, s)
-}
-
-// lockedLog keeps what a test's instance logs, for its failure message.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b := l.buf.Bytes()
-	return string(b[max(0, len(b)-n):])
 }
 
 // matching returns the messages that contain sub.
@@ -166,10 +147,11 @@ func runSwitched(t *testing.T, timeout time.Duration, told *messages, assigned f
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	b = kafkatest.NewSwitchedBroker(t, kfake.DefaultNumPartitions(1), kfake.SeedTopics(1, "polled"))
 	a := newChangelogApp(t, b.Addr, 2)
-	logs := &lockedLog{}
+	logs := &testkit.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the instance's log, last 20 KB:\n%s", logs.tail(20<<10))
+			all := logs.String()
+			t.Logf("the instance's log, last 20 KB:\n%s", all[max(0, len(all)-20<<10):])
 		}
 	})
 	cfg := Config{

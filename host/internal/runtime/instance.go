@@ -655,7 +655,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return nil
 		}
-		fetches = i.pollAfterCommit(ctx, fetches, maxElements, pollTime)
+		fetches, elements := i.pollAfterCommit(ctx, fetches, maxElements, pollTime)
 		var fetchErr error
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || fetchErr != nil {
@@ -692,10 +692,10 @@ func (i *instance) run(ctx context.Context) (err error) {
 			i.txnMark.Store(nil)
 			i.carriedInTxn = i.produceCarried()
 		}
-		if kept, rewind := fitCycle(fetches, maxElements, i.pollSize.turn, i.internalTopic); rewind != nil {
+		if kept, keptElements, rewind := fitCycle(fetches, elements, maxElements, i.pollSize.turn, i.internalTopic); rewind != nil {
 			i.pollSize.turn++
 			i.cl.SetOffsets(rewind)
-			fetches = kept
+			fetches, elements = kept, keptElements
 		}
 		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
@@ -708,7 +708,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			// offsets at the bad records, so a rerun resumes at them.
 			i.rewindTo(bad)
 		}
-		if err := i.commit(ctx, elementsIn(fetches, i.internalTopic)); err != nil {
+		if err := i.commit(ctx, elements); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -775,25 +775,27 @@ func (i *instance) pollWait(pollTime time.Duration) time.Duration {
 // postCommitPollWait.
 //
 // maxElements bounds the elements of both polls together; the density of
-// what they brought sizes the next cycle's poll (pollSize).
-func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxElements int, pollTime time.Duration) kgo.Fetches {
+// what they brought sizes the next cycle's poll (pollSize). It returns the
+// records of both polls and their elements.
+func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxElements int, pollTime time.Duration) (kgo.Fetches, int) {
 	records := fetches.NumRecords()
 	if records == 0 {
-		return fetches // the poll waited for this fetch
+		return fetches, 0 // the poll waited for this fetch
 	}
 	elements := elementsIn(fetches, i.internalTopic)
 	i.pollSize.observe(elements, records)
 	if elements >= maxElements {
-		return fetches // the cycle is full
+		return fetches, elements // the cycle is full
 	}
 	wait := min(pollTime, postCommitPollWait)
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	more := i.cl.PollRecords(pctx, i.pollSize.records(maxElements-elements))
 	if n := more.NumRecords(); n > 0 {
-		i.pollSize.observe(elements+elementsIn(more, i.internalTopic), records+n)
+		elements += elementsIn(more, i.internalTopic)
+		i.pollSize.observe(elements, records+n)
 	}
-	return append(fetches, more...)
+	return append(fetches, more...), elements
 }
 
 // internalTopic says whether topic is one of the job's internal topics

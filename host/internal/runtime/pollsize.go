@@ -107,7 +107,13 @@ const overshoot = 4
 // (pollSize), so that happens only when the density jumps: an instance's
 // first cycles, which read their sources' records before the packs those
 // made.
-func fitCycle(fetches kgo.Fetches, maxElements, start int, internal func(topic string) bool) (kept kgo.Fetches, rewind map[string]map[int32]kgo.EpochOffset) {
+//
+// elements is what the fetches hold (elementsIn); keptElements what the
+// records kept hold.
+func fitCycle(fetches kgo.Fetches, elements, maxElements, start int, internal func(topic string) bool) (kept kgo.Fetches, keptElements int, rewind map[string]map[int32]kgo.EpochOffset) {
+	if elements <= maxElements+maxElements/overshoot {
+		return fetches, elements, nil
+	}
 	type partition struct {
 		topic string
 		parts []kgo.FetchPartition // in poll order: a partition may come in two fetches
@@ -122,9 +128,6 @@ func fitCycle(fetches kgo.Fetches, maxElements, start int, internal func(topic s
 		}
 		byID[id].parts = append(byID[id].parts, p.FetchPartition)
 	})
-	if len(order) == 0 || elementsIn(fetches, internal) <= maxElements+maxElements/overshoot {
-		return fetches, nil
-	}
 	start %= len(order)
 	order = append(order[start:], order[:start]...)
 
@@ -164,7 +167,7 @@ func fitCycle(fetches kgo.Fetches, maxElements, start int, internal func(topic s
 		}
 	}
 	if rewind == nil {
-		return fetches, nil
+		return fetches, elements, nil
 	}
-	return kgo.Fetches{keep}, rewind
+	return kgo.Fetches{keep}, n, rewind
 }

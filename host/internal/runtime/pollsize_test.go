@@ -133,7 +133,10 @@ func TestFitCycle(t *testing.T) {
 				in = append(in, second)
 			}
 			before := keptRecords(in)
-			kept, rewind := fitCycle(in, c.max, c.start, internal)
+			kept, keptElements, rewind := fitCycle(in, elementsIn(in, internal), c.max, c.start, internal)
+			if got := elementsIn(kept, internal); keptElements != got {
+				t.Errorf("fitCycle says it kept %d elements; the kept records hold %d", keptElements, got)
+			}
 			if c.wantKept == nil {
 				if rewind != nil || !slices.Equal(keptRecords(kept), before) {
 					t.Fatalf("fitCycle changed fetches within the bound: kept %v, rewind %v", keptRecords(kept), rewinds(rewind))
