@@ -695,6 +695,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if kept, keptElements, rewind := fitCycle(fetches, elements, maxElements, i.pollSize.turn, i.internalTopic); rewind != nil {
 			i.pollSize.turn++
 			i.cl.SetOffsets(rewind)
+			i.cfg.Logger.Debug("cycle cut to its bound; the rest is fetched again", "polled_elements", elements, "kept_elements", keptElements, "read_max_elements_per_poll", maxElements)
 			fetches, elements = kept, keptElements
 		}
 		i.watch.enter(stepHandle)
