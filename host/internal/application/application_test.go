@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -265,5 +266,60 @@ func TestStalledReadSaysWhy(t *testing.T) {
 	}
 	if err := txn.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReadAfterRecreation: a bounded job's end deletes the pipeline topic
+// and the application's next job creates it again; an end offset listed
+// from the old topic is out of reach of a read of the new one. The read
+// must take the new topic's end, not wait for the old one's until it
+// times out (CI saw a read stall at offset 0 for 60 s).
+func TestReadAfterRecreation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "recreated")
+	old := openTopic(ctx, t, bootstrap, app)
+	var recs []*kgo.Record
+	for i := range 5 {
+		recs = append(recs, &kgo.Record{Topic: old.Name(), Key: []byte(fmt.Sprint("old", i)), Value: []byte("x")})
+	}
+	if err := old.produce(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	staleEnd, err := old.endOffset(ctx)
+	if err != nil || staleEnd != 5 {
+		t.Fatalf("old topic's end offset %d, %v; want 5", staleEnd, err)
+	}
+	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+	if _, err := adm.DeleteTopics(ctx, old.Name()); err != nil {
+		t.Fatal(err)
+	}
+	var tp *Topic
+	for { // until the broker has removed the old topic's partition
+		tp = openTopic(ctx, t, bootstrap, app)
+		end, err := tp.endOffset(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the recreated topic still ends at %d", end)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := tp.produce(ctx, &kgo.Record{Topic: tp.Name(), Key: []byte("new"), Value: []byte("y")}); err != nil {
+		t.Fatal(err)
+	}
+	read, cancelRead := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelRead()
+	all, err := tp.readTo(read, staleEnd)
+	if err != nil {
+		t.Fatalf("reading the recreated topic with the old one's end offset %d: %v", staleEnd, err)
+	}
+	if len(all) != 1 || string(all["new"]) != "y" {
+		t.Errorf("read %v, want only new=y", all)
 	}
 }

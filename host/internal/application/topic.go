@@ -141,6 +141,22 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 	if err != nil || endOffset <= 0 {
 		return nil, err
 	}
+	return t.readTo(ctx, endOffset)
+}
+
+// readTo reads the topic from its start up to endOffset, and returns the
+// latest value of every key.
+//
+// endOffset is where the topic ended when it was listed. By the time the
+// consumer reads, it may be out of reach: a bounded job's end deletes the
+// pipeline topic, and its application's next job creates it again under
+// the same name; listed while the broker still answered for the old topic,
+// the end offset belongs to a topic the consumer no longer sees. Kafka's
+// client delivers no empty fetches, so a read that waits for records
+// below such an end offset would wait until it times out. Whenever a poll
+// brings nothing for idleRecheck, the end offset is listed again and
+// becomes the target: a topic that ends where the read is, is read.
+func (t *Topic) readTo(ctx context.Context, endOffset int64) (map[string][]byte, error) {
 	// The client retries what Kafka calls retriable out of sight; its last
 	// warning says why a read that times out made no progress.
 	var warned lastWarning
@@ -148,6 +164,9 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{t.name: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxBytes(16<<20),
+		// A transaction's marker may end the topic: kept, it moves
+		// the read past itself.
+		kgo.KeepControlRecords(),
 		kgo.WithLogger(&warned),
 	)
 	if err != nil {
@@ -157,27 +176,38 @@ func (t *Topic) readAll(ctx context.Context) (map[string][]byte, error) {
 	latest := map[string][]byte{}
 	next := int64(0)
 	for next < endOffset {
-		fetches := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, idleRecheck)
+		fetches := cl.PollFetches(pctx)
+		idle := pctx.Err() != nil && fetches.NumRecords() == 0
+		cancel()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("pipeline topic %s: reading up to offset %d (at %d; %s; the client's last warning: %s): %w",
 				t.name, endOffset, next, t.stableOffset(), warned.String(), context.Cause(ctx))
 		}
+		if idle {
+			end, err := t.endOffset(ctx)
+			if err != nil {
+				return nil, err
+			}
+			endOffset = end
+			continue
+		}
 		if err := fetches.Err0(); err != nil {
 			return nil, fmt.Errorf("pipeline topic %s: %w", t.name, err)
 		}
-		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			for _, r := range p.Records {
+		fetches.EachRecord(func(r *kgo.Record) {
+			if !r.Attrs.IsControl() {
 				latest[string(r.Key)] = r.Value
-				next = r.Offset + 1
 			}
-			// Compaction may have removed the records before the end.
-			if len(p.Records) == 0 && p.HighWatermark >= endOffset && p.LastStableOffset >= endOffset {
-				next = endOffset
-			}
+			next = r.Offset + 1
 		})
 	}
 	return latest, nil
 }
+
+// idleRecheck is how long readTo waits for records before it lists the
+// topic's end offset again.
+const idleRecheck = time.Second
 
 // Manifest returns the topic's manifest, or nil when there is none (no
 // application, or its topics were deleted). The topic is read again only

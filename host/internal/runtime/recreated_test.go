@@ -34,7 +34,7 @@ func TestRestoreFromRecreatedChangelog(t *testing.T) {
 
 	// The topics are deleted and made again; a smaller changelog is written.
 	adm := topics.AdminOf(a.admin)
-	if err := a.topics.Delete(ctx, adm.Client); err != nil {
+	if err := a.topics.Delete(ctx, adm); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -55,7 +55,7 @@ func newChangelogApp(t testing.TB, bootstrap string, partitions int) *changelogA
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if err := ts.Delete(ctx, kadm.NewClient(admin)); err != nil {
+			if err := ts.Delete(ctx, topics.AdminOf(admin)); err != nil {
 				t.Logf("deleting the topics of application %s: %v", app, err)
 			}
 		})

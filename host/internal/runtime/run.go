@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Plan.Bounded && !cfg.KeepInternalTopics {
 		defer func() {
 			if err == nil {
-				if derr := ts.Delete(context.WithoutCancel(ctx), admin.Client); derr != nil {
+				if derr := ts.Delete(context.WithoutCancel(ctx), admin); derr != nil {
 					cfg.Logger.Warn("deleting internal topics", "error", derr)
 				}
 			}

@@ -422,12 +422,36 @@ func (t *Set) createDeadLetterTopic(ctx context.Context, adm *Admin) error {
 
 // WaitForLeaders waits until every one of topics, created, has partitions
 // that all have a leader, for at most topicReadyTimeout, and returns their
-// partition counts. It asks again soon at first (leaders come within
-// milliseconds of a topic's creation), then every 100 ms. Each ask is a
-// Metadata request of its own: kadm's ListTopics answers from franz-go's
-// metadata cache, which keeps a topic seen without leaders for
-// MetadataMinAge (5 s).
+// partition counts.
 func WaitForLeaders(ctx context.Context, cl *kgo.Client, topics ...string) (map[string]int32, error) {
+	var partitions map[string]int32
+	notReady, err := untilMetadata(ctx, cl, topics, func(resp *kmsg.MetadataResponse) (notReady string, err error) {
+		partitions, notReady, err = readiness(resp, topics)
+		return notReady, err
+	})
+	switch {
+	case errors.Is(err, errMetadataTimeout) && notReady == "":
+		return nil, fmt.Errorf("topics %s: no metadata %v after they were created: %w", strings.Join(topics, ", "), topicReadyTimeout, err)
+	case errors.Is(err, errMetadataTimeout):
+		return nil, fmt.Errorf("topic %s: its partitions have no leader %v after it was created (%v)", notReady, topicReadyTimeout, err)
+	case err != nil:
+		return nil, err
+	}
+	return partitions, nil
+}
+
+// errMetadataTimeout: untilMetadata's wait took topicReadyTimeout.
+var errMetadataTimeout = errors.New("timed out")
+
+// untilMetadata asks for the metadata of topics until check finds the
+// answer it waits for (no topic at fault and no error), for at most
+// topicReadyTimeout; at the deadline it returns check's last topic at fault
+// and its error (or the request's) wrapped in errMetadataTimeout. It asks
+// again soon at first (leaders come, and deleted topics go, within
+// milliseconds), then every 100 ms. Each ask is a Metadata request of its
+// own: kadm's ListTopics answers from franz-go's metadata cache, which
+// keeps a topic seen without leaders for MetadataMinAge (5 s).
+func untilMetadata(ctx context.Context, cl *kgo.Client, topics []string, check func(*kmsg.MetadataResponse) (fault string, err error)) (string, error) {
 	req := kmsg.NewPtrMetadataRequest()
 	for _, name := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
@@ -436,32 +460,32 @@ func WaitForLeaders(ctx context.Context, cl *kgo.Client, topics ...string) (map[
 	}
 	deadline := time.Now().Add(topicReadyTimeout)
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		partitions, notReady, err := readiness(ctx, cl, req, topics)
-		if notReady == "" && err == nil {
-			return partitions, nil
+		fault := ""
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			fault, err = check(resp)
+		}
+		if fault == "" && err == nil {
+			return "", nil
 		}
 		if time.Now().After(deadline) {
-			if notReady == "" {
-				return nil, fmt.Errorf("topics %s: no metadata %v after they were created: %w", strings.Join(topics, ", "), topicReadyTimeout, err)
+			if err == nil {
+				return fault, errMetadataTimeout
 			}
-			return nil, fmt.Errorf("topic %s: its partitions have no leader %v after it was created (%v)", notReady, topicReadyTimeout, err)
+			return fault, fmt.Errorf("%w: %w", errMetadataTimeout, err)
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return fault, ctx.Err()
 		case <-time.After(wait):
 		}
 	}
 }
 
-// readiness asks for req (the metadata of topics) and reports the topics'
-// partition counts, or the first topic of them whose partitions are not
-// all led yet, with its error if it has one, or the request's error.
-func readiness(ctx context.Context, cl *kgo.Client, req *kmsg.MetadataRequest, topics []string) (map[string]int32, string, error) {
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return nil, "", err
-	}
+// readiness reports the partition counts of topics in resp, or the first
+// topic of them whose partitions are not all led yet, with its error if it
+// has one.
+func readiness(resp *kmsg.MetadataResponse, topics []string) (map[string]int32, string, error) {
 	byName := make(map[string]kmsg.MetadataResponseTopic, len(resp.Topics))
 	for _, rt := range resp.Topics {
 		if rt.Topic != nil {
@@ -499,8 +523,19 @@ func (t *Set) changelogPartitions(sub int) int32 {
 }
 
 // Delete deletes every internal topic, the pipeline topic among them; one
-// already deleted (by another instance of the application) is no error.
-func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
+// already deleted (by another instance of the application) is no error. It
+// returns once the brokers' metadata no longer has them (waiting at most
+// topicReadyTimeout).
+//
+// Why wait: a bounded job's end reports DONE after Delete, and the next job
+// of the application creates topics of the same names. The controller
+// answers DeleteTopics once the deletion is committed; a broker applies it
+// a moment later. Meanwhile it answers for the old topics: the next job's
+// wait for its new topics' leaders may pass on the old ones, a client's
+// first metadata may hold the old topic ID (franz-go never adopts a new ID
+// for a name it holds: the topic then fails with UNKNOWN_TOPIC_ID), and an
+// end offset listed there is out of reach of a read of the new topic.
+func (t *Set) Delete(ctx context.Context, adm *Admin) error {
 	names := []string{t.Full(shuffle.StatusTopic), t.Full(shuffle.PipelineTopic)}
 	for name := range t.Partitions {
 		if t.ByName[name].Kind != translate.TopicKafka {
@@ -519,7 +554,27 @@ func (t *Set) Delete(ctx context.Context, adm *kadm.Client) error {
 			return fmt.Errorf("deleting topic %s: %w", r.Topic, r.Err)
 		}
 	}
-	return nil
+	return WaitForDeletion(ctx, adm.raw, names...)
+}
+
+// WaitForDeletion waits until the metadata of every one of topics answers
+// UNKNOWN_TOPIC_OR_PARTITION, for at most topicReadyTimeout.
+func WaitForDeletion(ctx context.Context, cl *kgo.Client, topics ...string) error {
+	left, err := untilMetadata(ctx, cl, topics, func(resp *kmsg.MetadataResponse) (string, error) {
+		for _, rt := range resp.Topics {
+			if rt.Topic != nil && !errors.Is(kerr.ErrorForCode(rt.ErrorCode), kerr.UnknownTopicOrPartition) {
+				return *rt.Topic, nil
+			}
+		}
+		return "", nil
+	})
+	switch {
+	case errors.Is(err, errMetadataTimeout) && left != "":
+		return fmt.Errorf("topic %s: still in the brokers' metadata %v after its deletion", left, topicReadyTimeout)
+	case errors.Is(err, errMetadataTimeout):
+		return fmt.Errorf("topics %s: no metadata %v after their deletion: %w", strings.Join(topics, ", "), topicReadyTimeout, err)
+	}
+	return err
 }
 
 // WriteImpulses writes the impulse record of every impulse topic that is
