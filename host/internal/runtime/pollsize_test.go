@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
 )
 
 // packOf is a DATA_PACKED record value of n one-byte values.
@@ -194,5 +196,36 @@ func TestPollSize(t *testing.T) {
 	off := newPollSize(0)
 	if got := off.records(100); got != 100 {
 		t.Errorf("packing off: %d records for 100 elements, want 100", got)
+	}
+}
+
+// TestPostCommitWait: a cycle's first poll waits for the fetch after it
+// only when the cycle before produced to a topic the instance consumes,
+// which that cycle's commit made readable; changelogs, the status topic and
+// the user's output leave nothing to wait for.
+func TestPostCommitWait(t *testing.T) {
+	i := &instance{subByTopic: map[string]*translate.SubTopology{
+		"__beam_app_gbk-repartition": {ID: 1},
+		"in":                         {ID: 0}, // a Kafka source
+	}}
+	for _, tc := range []struct {
+		wrote []string
+		want  time.Duration
+	}{
+		{nil, 0},
+		{[]string{"__beam_app_subtopology-1-changelog", "__beam_app_status", "out"}, 0},
+		{[]string{"__beam_app_subtopology-1-changelog", "__beam_app_gbk-repartition"}, postCommitPollWait},
+		{nil, 0},                             // the cycle after: the note does not stay
+		{[]string{"in"}, postCommitPollWait}, // a pipeline writing a topic it reads
+	} {
+		for _, topic := range tc.wrote {
+			i.noteWritten(topic)
+		}
+		if got := postCommitWait(time.Second, i.wroteConsumed.Swap(false)); got != tc.want {
+			t.Errorf("after a cycle that wrote %v: wait %v, want %v", tc.wrote, got, tc.want)
+		}
+	}
+	if got := postCommitWait(5*time.Millisecond, true); got != 5*time.Millisecond {
+		t.Errorf("a poll time of 5ms: wait %v, want 5ms", got)
 	}
 }
