@@ -588,7 +588,9 @@ func (t *Set) WriteImpulses(ctx context.Context, brokers string, sec *kafkaconn.
 	backoff := kgo.RetryBackoffFn(func(fails int) time.Duration {
 		return min(5*time.Millisecond<<min(fails, 6), 250*time.Millisecond)
 	})
-	cl, err := kafkaconn.NewClient(brokers, sec, append([]kgo.Opt{kgo.RecordPartitioner(shuffle.Partitioner()), backoff}, opts...)...)
+	// One record, waited for: franz-go's default linger (10 ms) would
+	// only delay it, a sixth of a small job's run on the embedded broker.
+	cl, err := kafkaconn.NewClient(brokers, sec, append([]kgo.Opt{kgo.RecordPartitioner(shuffle.Partitioner()), backoff, kgo.ProducerLinger(0)}, opts...)...)
 	if err != nil {
 		return err
 	}
