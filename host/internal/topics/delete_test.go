@@ -22,19 +22,9 @@ import (
 // it yet does: with the old topic and its leader. A job's DONE comes after
 // Delete, and the application's next job creates topics of the same names.
 func TestDeleteWaitsForMetadata(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, adm := fakeAdmin(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	adm := AdminOf(cl)
-	defer adm.Close()
 	plan := &translate.Plan{
 		Bounded: true,
 		Topics:  []*translate.Topic{{Name: "gbk-repartition", Kind: translate.TopicRepartition}},
@@ -90,4 +80,46 @@ func TestDeleteWaitsForMetadata(t *testing.T) {
 	if n := after.Load(); n <= staleAnswers {
 		t.Fatalf("Delete returned after %d metadata requests, while the first %d still showed %s", n, staleAnswers, pipeline)
 	}
+}
+
+// TestDeleteOnAutoCreatingBroker: on a broker that creates topics a
+// Metadata request asks for (auto.create.topics.enable, Kafka's default),
+// Delete's wait for the deletion must not ask for them that way: it would
+// create them again, and wait for their deletion until it times out.
+func TestDeleteOnAutoCreatingBroker(t *testing.T) {
+	_, adm := fakeAdmin(t, kfake.AllowAutoTopicCreation())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ts := New(&translate.Plan{Bounded: true}, "autocreate", 1, 1)
+	if err := ts.Create(ctx, adm); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.Delete(ctx, adm); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	listed, err := adm.ListTopics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := listed.Names(); len(names) != 0 {
+		t.Errorf("topics after Delete: %v, want none", names)
+	}
+}
+
+// fakeAdmin is a one-broker kfake cluster with opts and an admin client of
+// it, both closed when the test ends.
+func fakeAdmin(t *testing.T, opts ...kfake.Opt) (*kfake.Cluster, *Admin) {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := AdminOf(cl)
+	t.Cleanup(adm.Close)
+	return c, adm
 }

@@ -453,6 +453,9 @@ var errMetadataTimeout = errors.New("timed out")
 // keeps a topic seen without leaders for MetadataMinAge (5 s).
 func untilMetadata(ctx context.Context, cl *kgo.Client, topics []string, check func(*kmsg.MetadataResponse) (fault string, err error)) (string, error) {
 	req := kmsg.NewPtrMetadataRequest()
+	// Never: on a broker with auto.create.topics.enable (Kafka's default)
+	// asking for a deleted topic would create it again.
+	req.AllowAutoTopicCreation = false
 	for _, name := range topics {
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr(name)
