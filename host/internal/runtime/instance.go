@@ -827,9 +827,10 @@ func postCommitWait(pollTime time.Duration, wroteConsumed bool) time.Duration {
 	return min(pollTime, postCommitPollWait)
 }
 
-// noteWritten records that the running cycle produced to topic.
+// noteWritten records that the running cycle produced to topic. It is on
+// every record's path: once the cycle has noted a write, it looks no more.
 func (i *instance) noteWritten(topic string) {
-	if i.subByTopic[topic] != nil {
+	if !i.wroteConsumed.Load() && i.subByTopic[topic] != nil {
 		i.wroteConsumed.Store(true)
 	}
 }
