@@ -84,6 +84,10 @@ type KafkaRead struct {
 	// transform read (KafkaPayloadSchema of ValueFormat), the record's
 	// value alone, rather than KV<key, value>.
 	PayloadRow bool `json:"payload_row,omitempty"`
+	// JSONSchema, with PayloadRow (and ValueFormat ByteArray), makes the
+	// read one of format JSON (kafkajson.go): its values are JSON objects
+	// and its output rows are of JSONRowSchema(JSONSchema).
+	JSONSchema string `json:"json_schema,omitempty"`
 }
 
 // KafkaWrite is where a Kafka write writes and how.
@@ -102,6 +106,10 @@ type KafkaWrite struct {
 	// value (a Kafka schema transform write of format RAW); the key is
 	// null.
 	PayloadRow bool `json:"payload_row,omitempty"`
+	// JSON, with PayloadRow, makes the write one of format JSON
+	// (kafkajson.go): it takes rows of any schema CheckKafkaJSONWriteSchema
+	// accepts and writes each as a JSON object.
+	JSON bool `json:"json,omitempty"`
 }
 
 var kafkaFormats = []string{KafkaByteArray, KafkaString, KafkaLong, KafkaInteger}

@@ -111,7 +111,7 @@ func (t *translator) checkKafkaRead(name, pc string, r *KafkaRead) error {
 // (CheckKafkaWriteSchema), or KV<key, value> of its formats.
 func (t *translator) checkKafkaWrite(name, pc string, w *KafkaWrite) error {
 	if w.PayloadRow {
-		return t.checkKafkaPayloadWrite(name, pc)
+		return t.checkKafkaPayloadWrite(name, pc, w)
 	}
 	if !w.WithHeaders {
 		return t.checkKafkaKV(name, "input", pc, w.KeyFormat, w.ValueFormat)

@@ -60,13 +60,28 @@ func (r *KafkaRead) validatePayload() error {
 		return fmt.Errorf("kafka read: a payload row read has no metadata")
 	case r.ValueFormat != KafkaByteArray && r.ValueFormat != KafkaString:
 		return fmt.Errorf("kafka read: a payload row read reads ByteArray (RAW) or String (STRING) values, not %s", r.ValueFormat)
+	case r.JSONSchema != "" && r.ValueFormat != KafkaByteArray:
+		return fmt.Errorf("kafka read: a JSON read reads ByteArray values, not %s", r.ValueFormat)
 	}
-	return nil
+	_, err := r.PayloadSchema()
+	return err
+}
+
+// PayloadSchema is the row schema of a payload row read's output: the
+// JSON schema's row (JSONRowSchema) for a JSON read, else
+// KafkaPayloadSchema of the value format.
+func (r *KafkaRead) PayloadSchema() (*pipepb.Schema, error) {
+	if r.JSONSchema != "" {
+		return JSONRowSchema(r.JSONSchema)
+	}
+	return KafkaPayloadSchema(r.ValueFormat), nil
 }
 
 // validatePayload checks the payload-row parts of a write's spec.
 func (w *KafkaWrite) validatePayload() error {
 	switch {
+	case !w.PayloadRow && w.JSON:
+		return fmt.Errorf("kafka write: a JSON write is a payload row write")
 	case !w.PayloadRow:
 		return nil
 	case w.WithHeaders:
@@ -84,19 +99,30 @@ func (t *translator) checkKafkaPayloadRead(name, pc string, r *KafkaRead) error 
 	if err != nil {
 		return err
 	}
-	if err := SameRowLayout(s, KafkaPayloadSchema(r.ValueFormat)); err != nil {
+	want, err := r.PayloadSchema()
+	if err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	if err := SameRowLayout(s, want); err != nil {
+		if r.JSONSchema != "" {
+			return fmt.Errorf("transform %q: output %q: the row is not the row of the JSON read's schema: %w", name, pc, err)
+		}
 		return fmt.Errorf("transform %q: output %q: the row is not the payload row of a Kafka schema transform read: %w", name, pc, err)
 	}
 	return nil
 }
 
 // checkKafkaPayloadWrite checks a payload write's input coder.
-func (t *translator) checkKafkaPayloadWrite(name, pc string) error {
+func (t *translator) checkKafkaPayloadWrite(name, pc string, w *KafkaWrite) error {
 	s, err := t.kafkaRow(name, "input", pc)
 	if err != nil {
 		return err
 	}
-	if err := CheckKafkaPayloadWriteSchema(s); err != nil {
+	check := CheckKafkaPayloadWriteSchema
+	if w.JSON {
+		check = CheckKafkaJSONWriteSchema
+	}
+	if err := check(s); err != nil {
 		return fmt.Errorf("transform %q: input %q: %w", name, pc, err)
 	}
 	return nil

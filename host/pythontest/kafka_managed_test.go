@@ -120,3 +120,59 @@ func TestKafkaManagedPythonBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaManagedPythonJSON: a Python pipeline of managed.Read(KAFKA) of
+// format JSON (a JSON schema with required and optional properties, an
+// array, a nested object through a $ref) → a Map to another row →
+// managed.Write(KAFKA, JSON) runs on ksrunner under
+// deserialization_error_policy=skip: the output topic (read_committed)
+// holds exactly the JSON objects of the input's good records, once each;
+// the records that are not the schema's JSON (not JSON, a string count, a
+// missing required property) are skipped, not written and not fatal.
+func TestKafkaManagedPythonJSON(t *testing.T) {
+	ctx, env := newKafkaEnv(t)
+	bootstrap := env.bootstrap
+	in, out := kafkatest.UniqueName(t, "pyjin"), kafkatest.UniqueName(t, "pyjout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 2)
+	inputs := []struct{ in, out string }{
+		{`{"name":"apple","count":3,"price":1.5,"tags":["red","fruit"],"address":{"city":"Oslo","zip":null}}`,
+			`{"name":"APPLE","total":6,"price":1.5,"tags":["red","fruit"],"city":"Oslo"}`},
+		{`{"count":-4,"name":"b\u00e9e \"q\""}`, // optional ones missing, keys out of order
+			`{"name":"BÉE \"Q\"","total":-8,"price":null,"tags":null,"city":null}`},
+		{`{"name":"c","count":9007199254740993,"price":2,"tags":[],"address":null,"extra":{"x":1}}`, // beyond a double's integers; unknown property ignored
+			`{"name":"C","total":18014398509481986,"price":2.0,"tags":[],"city":null}`},
+		{`{"name":"d","count":0,"address":{"city":"Rome"}}`,
+			`{"name":"D","total":0,"price":null,"tags":null,"city":"Rome"}`},
+		{`not json`, ""},
+		{`{"name":"e","count":"1"}`, ""},
+		{`{"name":"f"}`, ""},
+		{`{"name":"g","count":1.5}`, ""},
+		{`{"name":"h","count":1,"address":{"zip":"1"}}`, ""},
+	}
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	want := map[string]bool{}
+	for i, c := range inputs {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: int32(i % 2), Value: []byte(c.in)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if c.out != "" {
+			want[c.out] = true
+		}
+	}
+	job := env.startKafkaScript(ctx, t, "kafka_managed_json.py", in, out, kafkatest.UniqueName(t, "pymjson"), nil,
+		"--deserialization_error_policy=skip")
+	readDistinct(ctx, t, bootstrap, out, len(want), job)
+	job.end(ctx, t, false, jobpb.JobState_CANCELLED)
+	all := readDistinct(ctx, t, bootstrap, out, -1, job)
+	for v := range all {
+		if !want[v] {
+			t.Errorf("unexpected value %s in %s", v, out)
+		}
+	}
+	for v := range want {
+		if all[v] == nil {
+			t.Errorf("value %s missing from %s", v, out)
+		}
+	}
+}

@@ -227,7 +227,12 @@ func TestManagedErrors(t *testing.T) {
 		want []string
 	}{
 		{"avro", read("format: AVRO\nschema: '{}'"), []string{"format", `"AVRO"`}},
-		{"json", read("format: JSON"), []string{"format", `"JSON"`}},
+		{"json without schema", read("format: JSON"), []string{"schema", "missing", "JSON schema"}},
+		{"json schema not JSON", read("format: JSON\nschema: '{\"type\": '"), []string{"schema", "JSON schema"}},
+		{"json schema tuple", read("format: JSON\nschema: '{\"properties\": {\"a\": {\"type\": \"array\", \"items\": [{\"type\": \"string\"}]}}}'"),
+			[]string{"schema", `property "a"`, "tuple-like"}},
+		{"json schema registry", read("format: JSON\nschema: '{}'\nconfluent_schema_registry_url: http://r:8081"), []string{"confluent_schema_registry_url", "http://r:8081"}},
+		{"write avro", write("format: AVRO"), []string{"format", `"AVRO"`}},
 		{"no format", read(""), []string{"format", `""`}},
 		{"registry", read("format: RAW\nconfluent_schema_registry_url: http://r:8081"), []string{"confluent_schema_registry_url", "http://r:8081"}},
 		{"descriptor", read("format: RAW\nfile_descriptor_path: /d.pb"), []string{"file_descriptor_path", "/d.pb"}},

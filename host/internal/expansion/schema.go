@@ -18,11 +18,11 @@ import (
 // KafkaWriteSchemaTransformProvider, which Beam YAML's ReadFromKafka and
 // WriteToKafka name directly and managed.Read/Write(managed.KAFKA) name
 // through the managed transform (a configuration row of the underlying
-// identifier and its configuration as YAML). ksrunner expands their RAW
-// (and, for reads, STRING) formats into its Kafka primitives with payload
-// rows (translate.KafkaPayloadSchema); every other format, a schema
-// registry, a protobuf descriptor and error handling are expansion errors
-// naming the field and its value.
+// identifier and its configuration as YAML). ksrunner expands their RAW,
+// JSON (and, for reads, STRING) formats into its Kafka primitives with
+// payload rows (translate.KafkaPayloadSchema, translate.JSONRowSchema);
+// every other format, a schema registry, a protobuf descriptor and error
+// handling are expansion errors naming the field and its value.
 const (
 	IdentifierManaged    = "beam:transform:managed:v1"
 	IdentifierKafkaRead  = "beam:schematransform:org.apache.beam:kafka_read:v1"
@@ -33,6 +33,7 @@ const (
 const (
 	formatRaw    = "RAW"
 	formatString = "STRING"
+	formatJSON   = "JSON"
 )
 
 func atomicType(t pipepb.AtomicType, nullable bool) *pipepb.FieldType {
@@ -76,7 +77,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 				stringField("config", true)),
 			InputPcollectionNames:  []string{"input"},
 			OutputPcollectionNames: []string{"output"},
-			Description:            "Managed transforms: ksrunner expands " + IdentifierKafkaRead + " and " + IdentifierKafkaWrite + " (formats RAW, and STRING for reads).",
+			Description:            "Managed transforms: ksrunner expands " + IdentifierKafkaRead + " and " + IdentifierKafkaWrite + " (formats RAW and JSON, and STRING for reads).",
 		},
 		IdentifierKafkaRead: {
 			ConfigSchema: configSchema("ksrunner-kafka-read-config-v1",
@@ -93,7 +94,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 				errorHandlingField(),
 				&pipepb.Field{Name: "max_read_time_seconds", Type: atomicType(pipepb.AtomicType_INT32, true)}),
 			OutputPcollectionNames: []string{"output", "errors"},
-			Description:            "Reads a Kafka topic as rows of its records' values (format RAW: a BYTES field payload; STRING: a STRING field payload).",
+			Description:            "Reads a Kafka topic as rows of its records' values (format RAW: a BYTES field payload; STRING: a STRING field payload; JSON: rows of the JSON schema given as schema).",
 		},
 		IdentifierKafkaWrite: {
 			ConfigSchema: configSchema("ksrunner-kafka-write-config-v1",
@@ -108,7 +109,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 			// Java lists no outputs (its errors output is named by
 			// error_handling, which ksrunner refuses).
 			InputPcollectionNames: []string{"input"},
-			Description:           "Writes rows of one BYTES field (format RAW) as the values of Kafka records with null keys.",
+			Description:           "Writes rows of one BYTES field (format RAW), or rows as JSON objects (format JSON), as the values of Kafka records with null keys.",
 		},
 	}
 }
@@ -221,7 +222,7 @@ func (r *reader) unsupported(names ...string) {
 		case nil:
 		case string:
 			if v != "" {
-				r.fail(n, "%q: ksrunner runs the formats RAW and STRING only, which take no %s", v, r.name(n))
+				r.fail(n, "%q: ksrunner runs the formats RAW, STRING and JSON only, which take no %s", v, r.name(n))
 			}
 		default:
 			r.fail(n, "%v: ksrunner does not run a Kafka schema transform's error handling yet: a record it cannot handle fails the job", v)
@@ -247,9 +248,17 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 		spec.ValueFormat = translate.KafkaByteArray
 	case formatString:
 		spec.ValueFormat = translate.KafkaString
+	case formatJSON:
+		spec.ValueFormat = translate.KafkaByteArray
+		spec.JSONSchema = r.string("schema")
+		if spec.JSONSchema == "" {
+			r.fail("schema", "missing: a read of format JSON needs the JSON schema of its records' values")
+		} else if _, err := translate.JSONRowSchema(spec.JSONSchema); err != nil {
+			r.fail("schema", "%v", err)
+		}
 	default:
 		// Java reads AVRO when no format is given.
-		r.fail("format", "%q: ksrunner reads the formats %s and %s only (not AVRO, the default, JSON or PROTO)", f, formatRaw, formatString)
+		r.fail("format", "%q: ksrunner reads the formats %s, %s and %s only (not AVRO, the default, or PROTO)", f, formatRaw, formatString, formatJSON)
 	}
 	r.unsupported("schema", "confluent_schema_registry_url", "confluent_schema_registry_subject", "file_descriptor_path", "message_name", "error_handling")
 	reset := r.string("auto_offset_reset_config")
@@ -286,7 +295,9 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 }
 
 // schemaWrite maps a kafka_write schema transform's configuration to a
-// payload row write (format RAW).
+// payload row write: format RAW, or JSON (which writes the input's rows
+// whatever their schema, as Java does; its schema field is PROTO's, and
+// ignored).
 func schemaWrite(r *reader) (*translate.KafkaWrite, error) {
 	spec := &translate.KafkaWrite{PayloadRow: true, KeyFormat: translate.KafkaByteArray, ValueFormat: translate.KafkaByteArray}
 	spec.BootstrapServers = r.string("bootstrap_servers")
@@ -294,8 +305,13 @@ func schemaWrite(r *reader) (*translate.KafkaWrite, error) {
 	if spec.Topic == "" {
 		r.fail("topic", "missing: a Kafka write needs its topic")
 	}
-	if f := r.string("format"); f != formatRaw {
-		r.fail("format", "%q: ksrunner writes the format %s only (rows of one BYTES field; not AVRO, JSON or PROTO)", f, formatRaw)
+	switch f := r.string("format"); f {
+	case formatRaw:
+	case formatJSON:
+		spec.JSON = true
+		r.take("schema")
+	default:
+		r.fail("format", "%q: ksrunner writes the formats %s (rows of one BYTES field) and %s only (not AVRO or PROTO)", f, formatRaw, formatJSON)
 	}
 	r.unsupported("schema", "file_descriptor_path", "message_name", "error_handling")
 	cfg := r.stringMap("producer_config_updates")

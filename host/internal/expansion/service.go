@@ -193,6 +193,9 @@ func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWri
 	cd := c.GetCoders()[pc.GetCoderId()]
 	urn := cd.GetSpec().GetUrn()
 	if spec.PayloadRow {
+		if urn != urnRow && spec.JSON {
+			return fmt.Errorf("a Kafka schema transform write of format JSON writes rows: the input's coder is %s, not %s", urn, urnRow)
+		}
 		if urn != urnRow {
 			return fmt.Errorf("a Kafka schema transform write of format RAW writes rows of one BYTES field: the input's coder is %s, not %s", urn, urnRow)
 		}
@@ -200,7 +203,11 @@ func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWri
 		if err := proto.Unmarshal(cd.GetSpec().GetPayload(), schema); err != nil {
 			return fmt.Errorf("the input's row coder: its schema: %w", err)
 		}
-		if err := translate.CheckKafkaPayloadWriteSchema(schema); err != nil {
+		check := translate.CheckKafkaPayloadWriteSchema
+		if spec.JSON {
+			check = translate.CheckKafkaJSONWriteSchema
+		}
+		if err := check(schema); err != nil {
 			return fmt.Errorf("the input's rows: %w", err)
 		}
 		return nil
@@ -257,7 +264,11 @@ func addReadCoder(c *pipepb.Components, id func(string) string, spec *translate.
 		return cid
 	}
 	if spec.PayloadRow {
-		b, err := proto.Marshal(translate.KafkaPayloadSchema(spec.ValueFormat))
+		s, err := spec.PayloadSchema()
+		if err != nil {
+			return "", err
+		}
+		b, err := proto.Marshal(s)
 		if err != nil {
 			return "", err
 		}

@@ -72,11 +72,10 @@ func NewPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDeco
 	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
 	return func(b []byte) ([]byte, error) {
 		if prefixed {
-			l, n := binary.Uvarint(b)
-			if n <= 0 || uint64(len(b)-n) != l {
-				return nil, fmt.Errorf("row: bad length prefix")
+			var err error
+			if b, err = stripLengthPrefix(b); err != nil {
+				return nil, err
 			}
-			b = b[n:]
 		}
 		fields, b, err := readVarint(b)
 		if err != nil {

@@ -156,11 +156,10 @@ func NewWriteRowDecoder(coders map[string]*pipepb.Coder, cid string) (WriteRowDe
 	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
 	return func(b []byte) (WriteRow, error) {
 		if prefixed {
-			l, n := binary.Uvarint(b)
-			if n <= 0 || uint64(len(b)-n) != l {
-				return WriteRow{}, fmt.Errorf("row: bad length prefix")
+			var err error
+			if b, err = stripLengthPrefix(b); err != nil {
+				return WriteRow{}, err
 			}
-			b = b[n:]
 		}
 		var w WriteRow
 		rest, err := rd.read(b, &w)
@@ -451,6 +450,16 @@ func skipValue(b []byte, t *pipepb.FieldType) ([]byte, error) {
 		return skipValue(b, ti.LogicalType.GetRepresentation())
 	}
 	return nil, fmt.Errorf("values of type %s are not supported", translate.FieldTypeString(t))
+}
+
+// stripLengthPrefix returns the value of a length-prefixed coder's whole
+// encoding b.
+func stripLengthPrefix(b []byte) ([]byte, error) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) != l {
+		return nil, fmt.Errorf("row: bad length prefix")
+	}
+	return b[n:], nil
 }
 
 func readVarint(b []byte) (int64, []byte, error) {

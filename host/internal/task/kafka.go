@@ -296,6 +296,7 @@ type kafkaSink struct {
 	key, val kafkaio.Decoder
 	row      kafkaio.WriteRowDecoder // a write with headers
 	payload  kafkaio.PayloadDecoder  // a payload row write
+	json     bool                    // payload is a JSON write's
 }
 
 func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {
@@ -348,7 +349,7 @@ func (t *Task) sinkToKafka(s *translate.Sink, pcoll string, raw []byte) error {
 		return t.sinkRowToKafka(s, ks, wv.Elem)
 	}
 	if ks.payload != nil {
-		return t.sinkPayloadToKafka(s, ks, wv.Elem)
+		return t.sinkPayloadToKafka(s, ks, wv)
 	}
 	kb, vb, err := t.env.Codecs[pcoll].SplitKV(wv.Elem)
 	if err != nil {

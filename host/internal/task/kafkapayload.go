@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -18,8 +19,25 @@ import (
 func (s *kafkaSource) newPayload() error {
 	r := s.t.sub.Root
 	elem, err := elemCoder(s.t.env.Plan, r.Output)
-	if err == nil {
-		s.payload, err = kafkaio.NewPayloadEncoder(s.t.env.Plan.Pipeline.GetComponents().GetCoders(), elem, r.KafkaRead.ValueFormat)
+	coders := s.t.env.Plan.Pipeline.GetComponents().GetCoders()
+	switch {
+	case err != nil:
+	case r.KafkaRead.JSONSchema != "":
+		var enc kafkaio.PayloadEncoder
+		if enc, err = kafkaio.NewJSONPayloadEncoder(coders, elem, r.KafkaRead.JSONSchema); err == nil {
+			// A value that is not the schema's JSON is a bad record (the
+			// deserialization_error_policy's), as a value a
+			// deserializer refuses.
+			s.payload = func(dst []byte, rec *kgo.Record) ([]byte, error) {
+				b, err := enc(dst, rec)
+				if err != nil {
+					return nil, &decodeError{"value", err}
+				}
+				return b, nil
+			}
+		}
+	default:
+		s.payload, err = kafkaio.NewPayloadEncoder(coders, elem, r.KafkaRead.ValueFormat)
 	}
 	if err != nil {
 		return fmt.Errorf("transform %s: output %s: %w", r.TransformID, r.Output, err)
@@ -32,18 +50,27 @@ func newPayloadSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
-	pd, err := kafkaio.NewPayloadDecoder(plan.Pipeline.GetComponents().GetCoders(), elem)
+	newDecoder := kafkaio.NewPayloadDecoder
+	if s.KafkaWrite.JSON {
+		newDecoder = kafkaio.NewJSONPayloadDecoder
+	}
+	pd, err := newDecoder(plan.Pipeline.GetComponents().GetCoders(), elem)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
-	return &kafkaSink{payload: pd}, nil
+	return &kafkaSink{payload: pd, json: s.KafkaWrite.JSON}, nil
 }
 
 // sinkPayloadToKafka produces a payload row's value, with a null key,
 // round-robin over the topic's partitions (as a null-keyed record of
 // sinkToKafka).
-func (t *Task) sinkPayloadToKafka(s *translate.Sink, ks *kafkaSink, elem []byte) error {
-	v, err := ks.payload(elem)
+func (t *Task) sinkPayloadToKafka(s *translate.Sink, ks *kafkaSink, wv shuffle.WindowedValue) error {
+	v, err := ks.payload(wv.Elem)
+	if err != nil && ks.json {
+		// A row JSON cannot hold (a NaN) is a bad element, as one a
+		// serializer refuses.
+		return t.badSinkElement(s, wv, nil, wv.Elem, &kgo.Record{Topic: s.Topic}, false, fmt.Errorf("value: %w", err))
+	}
 	if err != nil {
 		return fmt.Errorf("transform %s (%s): %w", s.TransformID, t.transformName(s.TransformID), err)
 	}
