@@ -19,7 +19,7 @@ import (
 
 // rowCoders are a row coder of s, "row", and its length-prefixed form,
 // "lp", as translate's wire coders wrap it.
-func rowCoders(t *testing.T, s *pipepb.Schema) map[string]*pipepb.Coder {
+func rowCoders(t testing.TB, s *pipepb.Schema) map[string]*pipepb.Coder {
 	t.Helper()
 	b, err := proto.Marshal(s)
 	if err != nil {
