@@ -337,6 +337,62 @@ func TestPythonYAML(t *testing.T) {
 	}
 }
 
+// A Beam YAML pipeline of ReadFromKafka (format JSON, a JSON schema) →
+// MapToFields → WriteToKafka (format JSON) holds a JSON read whose output
+// rows are the schema's and a JSON write of MapToFields' rows.
+func TestPythonYAMLJSON(t *testing.T) {
+	py := expansiontest.BeamPython(t)
+	addr := serve(t)
+	out := filepath.Join(t.TempDir(), "pipeline.pb")
+	runManaged(t, py, out, addr, "yaml-json")
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := &pipepb.Pipeline{}
+	if err := proto.Unmarshal(b, pipe); err != nil {
+		t.Fatal(err)
+	}
+	reads := expansiontest.Transforms(pipe, translate.URNKafkaRead)
+	if len(reads) != 1 {
+		t.Fatalf("%d reads, want 1", len(reads))
+	}
+	spec, err := translate.DecodeKafkaRead(reads[0].GetSpec().GetPayload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !spec.PayloadRow || !strings.Contains(spec.JSONSchema, `"count": {"type": "integer"}`) {
+		t.Errorf("read %s: want a JSON read of the YAML's schema", expansiontest.JSON(spec))
+	}
+	var outPC string
+	for _, pc := range reads[0].GetOutputs() {
+		outPC = pc
+	}
+	c := pipe.GetComponents().GetCoders()[pipe.GetComponents().GetPcollections()[outPC].GetCoderId()]
+	rowSchema := &pipepb.Schema{}
+	if err := proto.Unmarshal(c.GetSpec().GetPayload(), rowSchema); err != nil {
+		t.Fatal(err)
+	}
+	want, err := translate.JSONRowSchema(spec.JSONSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := translate.SameRowLayout(rowSchema, want); err != nil {
+		t.Errorf("the read's output rows: %v", err)
+	}
+	writes := expansiontest.Transforms(pipe, translate.URNKafkaWrite)
+	if len(writes) != 1 {
+		t.Fatalf("%d writes, want 1", len(writes))
+	}
+	w, err := translate.DecodeKafkaWrite(writes[0].GetSpec().GetPayload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !w.PayloadRow || !w.JSON || w.Topic != "out" {
+		t.Errorf("write %s: want a JSON write to out", expansiontest.JSON(w))
+	}
+}
+
 // The requests Python's managed.Read/Write(KAFKA) and
 // SchemaAwareExternalTransform sent (captured by TestPythonManaged with
 // -args -capture), expanded without Python: each gives its payload row primitive

@@ -35,4 +35,11 @@
 // tombstone has none and fails the task, naming the record, as Java's
 // non-nullable payload would); a write's input is a row of one BYTES
 // field whose value becomes the record's value, with a null key.
+//
+// JSON rows (json.go): the schema transforms' JSON format. A read parses
+// each record's value as a JSON object into a row of the read's schema
+// (translate.JSONRowSchema), as Beam's RowJson deserializer reads it; a
+// value that is not the schema's JSON is an error naming the property, a
+// bad record to the task. A write turns each input row, whatever its
+// schema (translate.CheckKafkaJSONWriteSchema), into a JSON object.
 package kafkaio

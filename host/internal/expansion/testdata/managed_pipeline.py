@@ -10,7 +10,9 @@ usage: managed_pipeline.py OUT HOST:PORT MODE
   MODE error: OUT is the error managed.Read(KAFKA) with format AVRO raises;
   MODE yaml: OUT is the serialized pipeline proto of a Beam YAML pipeline of
     ReadFromKafka → MapToFields → WriteToKafka (RAW), the Kafka transforms
-    provided by the expansion service (a remote provider).
+    provided by the expansion service (a remote provider);
+  MODE yaml-json: the same with format JSON: ReadFromKafka of a JSON schema
+    → MapToFields of two of its fields → WriteToKafka (JSON).
 """
 import sys
 import typing
@@ -52,6 +54,42 @@ providers:
       WriteToKafka: 'beam:schematransform:org.apache.beam:kafka_write:v1'
 '''
 
+YAML_JSON = '''
+pipeline:
+  transforms:
+    - type: ReadFromKafka
+      name: Read
+      config:
+        bootstrap_servers: b:9092
+        topic: in
+        format: JSON
+        schema: |
+          {"type": "object", "required": ["name"],
+           "properties": {"name": {"type": "string"}, "count": {"type": "integer"}}}
+    - type: MapToFields
+      name: Pick
+      input: Read
+      config:
+        language: python
+        fields:
+          who: name
+          n: count
+    - type: WriteToKafka
+      name: Write
+      input: Pick
+      config:
+        bootstrap_servers: b:9092
+        topic: out
+        format: JSON
+providers:
+  - type: remote
+    config:
+      address: %s
+    transforms:
+      ReadFromKafka: 'beam:schematransform:org.apache.beam:kafka_read:v1'
+      WriteToKafka: 'beam:schematransform:org.apache.beam:kafka_write:v1'
+'''
+
 
 class Value(typing.NamedTuple):
   value: bytes
@@ -77,13 +115,13 @@ def main(out, service, mode):
         f.write(str(e))
       return
     raise SystemExit('no expansion error')
-  if mode == 'yaml':
+  if mode in ('yaml', 'yaml-json'):
     try:
       from apache_beam.yaml.yaml_transform import expand_pipeline
     except ImportError as e:  # Beam YAML needs jinja2, not in every venv
       print('no Beam YAML:', e)
       sys.exit(3)
-    expand_pipeline(p, YAML % service)
+    expand_pipeline(p, (YAML if mode == 'yaml' else YAML_JSON) % service)
     with open(out, 'wb') as f:
       f.write(p.to_runner_api().SerializeToString())
     return
