@@ -294,14 +294,14 @@ func TestDiscoverSchemaTransform(t *testing.T) {
 	}
 }
 
-// A Beam YAML pipeline of ReadFromKafka → MapToFields → WriteToKafka
-// (format RAW), its Kafka transforms provided by the expansion service,
-// holds the payload row primitives of its configuration.
-func TestPythonYAML(t *testing.T) {
+// yamlPipeline is the pipeline managed_pipeline.py constructs in mode
+// (yaml, yaml-json) against the expansion service.
+func yamlPipeline(t *testing.T, mode string) *pipepb.Pipeline {
+	t.Helper()
 	py := expansiontest.BeamPython(t)
 	addr := serve(t)
 	out := filepath.Join(t.TempDir(), "pipeline.pb")
-	runManaged(t, py, out, addr, "yaml")
+	runManaged(t, py, out, addr, mode)
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -310,6 +310,14 @@ func TestPythonYAML(t *testing.T) {
 	if err := proto.Unmarshal(b, pipe); err != nil {
 		t.Fatal(err)
 	}
+	return pipe
+}
+
+// A Beam YAML pipeline of ReadFromKafka → MapToFields → WriteToKafka
+// (format RAW), its Kafka transforms provided by the expansion service,
+// holds the payload row primitives of its configuration.
+func TestPythonYAML(t *testing.T) {
+	pipe := yamlPipeline(t, "yaml")
 	var reads []*translate.KafkaRead
 	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaRead) {
 		spec, err := translate.DecodeKafkaRead(tr.GetSpec().GetPayload())
@@ -341,18 +349,7 @@ func TestPythonYAML(t *testing.T) {
 // MapToFields → WriteToKafka (format JSON) holds a JSON read whose output
 // rows are the schema's and a JSON write of MapToFields' rows.
 func TestPythonYAMLJSON(t *testing.T) {
-	py := expansiontest.BeamPython(t)
-	addr := serve(t)
-	out := filepath.Join(t.TempDir(), "pipeline.pb")
-	runManaged(t, py, out, addr, "yaml-json")
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pipe := &pipepb.Pipeline{}
-	if err := proto.Unmarshal(b, pipe); err != nil {
-		t.Fatal(err)
-	}
+	pipe := yamlPipeline(t, "yaml-json")
 	reads := expansiontest.Transforms(pipe, translate.URNKafkaRead)
 	if len(reads) != 1 {
 		t.Fatalf("%d reads, want 1", len(reads))
