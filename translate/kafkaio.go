@@ -27,8 +27,10 @@ import (
 // nullable KVs in cross-language outputs).
 const urnCoderNullable = "beam:coder:nullable:v1"
 
-// kafkaConsumerResets are the values of auto.offset.reset the host honours.
-var kafkaConsumerResets = map[string]bool{"earliest": true, "latest": true}
+// kafkaConsumerResets are the values of auto.offset.reset the host honours
+// (none: a partition without a committed offset, and without
+// start_read_time, fails the job).
+var kafkaConsumerResets = map[string]bool{"earliest": true, "latest": true, "none": true}
 
 // addKafkaRead validates a URNKafkaRead leaf and records it.
 func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
@@ -49,7 +51,7 @@ func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
 		return fmt.Errorf("transform %q: a Kafka read with metadata reads ByteArray keys and values (its rows hold bytes), not %s and %s", name, r.KeyFormat, r.ValueFormat)
 	}
 	if v, ok := r.ConsumerConfig["auto.offset.reset"]; ok && !kafkaConsumerResets[v] {
-		return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q is not supported (want earliest or latest)", name, v)
+		return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q is not supported (want earliest, latest or none)", name, v)
 	}
 	if v, ok := r.ConsumerConfig["isolation.level"]; ok && v != "read_committed" {
 		return fmt.Errorf("transform %q: consumer config isolation.level=%q is not supported: ksrunner reads read_committed", name, v)

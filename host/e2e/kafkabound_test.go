@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/xlang/kafkaio"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -271,5 +272,62 @@ func TestKafkaSeveralTopics(t *testing.T) {
 	runCopy(ctx, t, bootstrap, appID, out, read(40))
 	if per, _ := prefixes(t, readOut(ctx, t, bootstrap, out), len(counts)); !slices.Equal(per, counts) {
 		t.Errorf("both jobs: per partition %v, want the whole input %v", per, counts)
+	}
+}
+
+// TestKafkaResetNone: a read with auto.offset.reset none reads nothing and
+// fails the job at Run while a partition of its topic has no committed
+// offset in the application's group, naming the partitions lacking one (all
+// three, then the one left); once every partition has one, it reads from
+// exactly the committed offsets: the output is each partition's records
+// from its commit on, none before.
+func TestKafkaResetNone(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	boundedInput(ctx, t, bootstrap, in, out, time.Now().Add(-time.Hour).UnixMilli(), 10, 10, 10)
+	app := kafkatest.UniqueName(t, "e2e")
+	none := kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "none"})
+	pipe := func(n int64) *pipepb.Pipeline {
+		p, s := beam.NewPipelineWithRoot()
+		kafkaio.Write(s, "", bootstrap, out, kafkaio.Read(s, "", bootstrap, []string{in}, none, kafkaio.MaxNumRecords(n)))
+		return marshal(t, p)
+	}
+	opts := map[string]string{"application_id": app, "bootstrap_servers": bootstrap, "internal_parallelism": "2"}
+	fails := func(want ...string) {
+		t.Helper()
+		errs := runFailed(ctx, t, ksrunner, pipe(1), opts)
+		if !slices.ContainsFunc(errs, func(e string) bool {
+			return !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(e, w) })
+		}) {
+			t.Errorf("errors %q: none says all of %q", errs, want)
+		}
+	}
+	fails("topic "+in+" partitions [0 1 2]", "no committed offset", "consumer group "+app, "auto.offset.reset is none")
+	commit := func(at map[int32]int64) {
+		t.Helper()
+		var o kadm.Offsets
+		for p, off := range at {
+			o.Add(kadm.Offset{Topic: in, Partition: p, At: off, LeaderEpoch: -1})
+		}
+		resp, err := kadm.NewClient(kafkatest.Client(t, bootstrap)).CommitOffsets(ctx, app, o)
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(map[int32]int64{0: 4, 1: 0})
+	fails("topic "+in+" partitions [2]", "no committed offset")
+	if got := readOut(ctx, t, bootstrap, out); len(got) != 0 {
+		t.Fatalf("the failed jobs wrote %v", got)
+	}
+	commit(map[int32]int64{2: 7})
+	runDone(ctx, t, ksrunner, pipe(6+10+3), opts)
+	got := readOut(ctx, t, bootstrap, out)
+	want := map[int][]int{0: {4, 5, 6, 7, 8, 9}, 1: {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 2: {7, 8, 9}}
+	if !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("output indexes by partition %v, want %v", got, want)
 	}
 }

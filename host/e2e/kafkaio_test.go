@@ -208,18 +208,7 @@ func TestKafkaReadFailures(t *testing.T) {
 	bootstrap := kafkatest.Broker(t)
 	run := func(t *testing.T, in, out string) []string {
 		ctx := testContext(t, 2*time.Minute)
-		id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
-		if err != nil {
-			t.Fatalf("submit: %v", err)
-		}
-		r, err := wait(ctx, ksrunner, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.State != jobpb.JobState_FAILED {
-			t.Fatalf("job ended %v (errors %q), want FAILED", r.State, r.Errors)
-		}
-		return r.Errors
+		return runFailed(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
 	}
 	contains := func(t *testing.T, errs []string, parts ...string) {
 		t.Helper()

@@ -172,23 +172,13 @@ func TestKafkaRowsUnknownTopic(t *testing.T) {
 	in, out := kafkatest.UniqueName(t, "krin"), kafkatest.UniqueName(t, "krout")
 	kafkatest.FillRowsTopic(ctx, t, bootstrap, in, out)
 	bad := kafkatest.UniqueName(t, "krnope")
-	id, err := submit(ctx, t, ksrunner, kafkaRowsPipeline(t, in, out, bad), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
-	if err != nil {
-		t.Fatalf("submit: %v", err)
-	}
-	r, err := wait(ctx, ksrunner, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.State != jobpb.JobState_FAILED {
-		t.Fatalf("job ended %v (errors %q), want FAILED", r.State, r.Errors)
-	}
-	for _, e := range r.Errors {
+	errs := runFailed(ctx, t, ksrunner, kafkaRowsPipeline(t, in, out, bad), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
+	for _, e := range errs {
 		if strings.Contains(e, bad) && strings.Contains(e, "kafkaWriteRowPlaceholder") {
 			return
 		}
 	}
-	t.Errorf("errors %q: none names the topic %s and the write", r.Errors, bad)
+	t.Errorf("errors %q: none names the topic %s and the write", errs, bad)
 }
 
 // On a topic of LogAppendTime, a read with metadata gives the broker's

@@ -116,6 +116,24 @@ func wait(ctx context.Context, client jobpb.JobServiceClient, jobID string) (job
 }
 
 // runDone submits pipe and fails the test unless the job ends DONE.
+// runFailed runs pipe and returns its errors, failing the test unless it
+// ends FAILED.
+func runFailed(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string) []string {
+	t.Helper()
+	id, err := submit(ctx, t, client, pipe, opts)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	r, err := wait(ctx, client, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != jobpb.JobState_FAILED {
+		t.Fatalf("job %s ended %v (errors %q), want FAILED", id, r.State, r.Errors)
+	}
+	return r.Errors
+}
+
 func runDone(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string) string {
 	t.Helper()
 	id, err := submit(ctx, t, client, pipe, opts)

@@ -23,10 +23,13 @@ import (
 //
 // A partition of a read starts at the group's committed offset, else (with
 // start_read_time) at the first offset whose timestamp is at or after it
-// (the end if there is none), else per auto.offset.reset: earliest, or
-// latest (Kafka's default). startOffsets applies this when the group
-// assigns the partition; readBounds applies the same rule at Run to split
-// max_num_records.
+// (the end if there is none), else per auto.offset.reset: earliest,
+// latest (Kafka's default), or none, which makes a partition without a
+// committed offset fail the job (Kafka's NoOffsetForPartitionException):
+// checkResetNone at Run, startOffsets for a partition assigned later
+// without one (added to the topic since, or its commit expired).
+// startOffsets applies this when the group assigns the partition;
+// readBounds applies the same rule at Run to split max_num_records.
 
 // startOffsets is the group's AdjustFetchOffsetsFn: a partition without a
 // committed offset starts at the start (the consumer's reset offset), which
@@ -57,6 +60,16 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 			continue
 		}
 		r := st.Root.KafkaRead
+		if resetNone(r) {
+			// Nothing of these partitions may be read: they leave the
+			// assignment, and the instance fails.
+			for _, p := range uncommitted {
+				delete(ps, p)
+			}
+			slices.Sort(uncommitted)
+			i.setProduceErr(noOffsetError(st.Root.TransformID, topic, uncommitted, i.cfg.ApplicationID))
+			continue
+		}
 		var (
 			what  string
 			list  func(context.Context, ...string) (kadm.ListedOffsets, error)
@@ -91,6 +104,46 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 		}
 	}
 	return offsets, nil
+}
+
+// resetNone reports whether a read fails on a partition without a
+// committed offset: auto.offset.reset none, and no start_read_time.
+func resetNone(r *translate.KafkaRead) bool {
+	return r.ConsumerConfig["auto.offset.reset"] == "none" && r.StartReadTimeMs == nil
+}
+
+func noOffsetError(transform, topic string, parts []int32, group string) error {
+	return fmt.Errorf("transform %s: topic %s partitions %v: no committed offset in consumer group %s (the application_id), and auto.offset.reset is none: commit the offsets to start from (kafka-consumer-groups.sh --group %s --reset-offsets), or set auto.offset.reset to earliest or latest", transform, topic, parts, group, group)
+}
+
+// checkResetNone fails, naming the partitions, when a read whose
+// auto.offset.reset is none has a partition without a committed offset,
+// before anything is read.
+func checkResetNone(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client) error {
+	var committed kadm.OffsetResponses
+	fetched := false
+	for _, st := range cfg.Plan.SubTopologies {
+		if st.Root.Kind != translate.RootKafkaSource || !resetNone(st.Root.KafkaRead) {
+			continue
+		}
+		if !fetched {
+			var err error
+			if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
+				return fmt.Errorf("transform %s: the committed offsets of group %s: %w", st.Root.TransformID, cfg.ApplicationID, err)
+			}
+			fetched = true
+		}
+		var missing []int32
+		for p := range ts.Partitions[st.Input] {
+			if c, ok := committed.Lookup(st.Input, p); !ok || c.Err != nil || c.At < 0 {
+				missing = append(missing, p)
+			}
+		}
+		if len(missing) > 0 {
+			return noOffsetError(st.Root.TransformID, st.Input, missing, cfg.ApplicationID)
+		}
+	}
+	return nil
 }
 
 // readBounds fixes, once at Run, where the plan's bounded Kafka reads end

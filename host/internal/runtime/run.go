@@ -318,6 +318,9 @@ func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *topics
 			if err := ts.Discover(ctx, admin.Client); err != nil {
 				return err
 			}
+			if err := checkResetNone(ctx, *cfg, ts, admin.Client); err != nil {
+				return err
+			}
 			if cfg.readBounds, err = readBounds(ctx, *cfg, ts, admin.Client, time.Now()); err != nil {
 				return err
 			}
