@@ -116,25 +116,23 @@ func wait(ctx context.Context, client jobpb.JobServiceClient, jobID string) (job
 }
 
 // runDone submits pipe and fails the test unless the job ends DONE.
+func runDone(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string) string {
+	t.Helper()
+	id, _ := runEnded(ctx, t, client, pipe, opts, jobpb.JobState_DONE)
+	return id
+}
+
 // runFailed runs pipe and returns its errors, failing the test unless it
 // ends FAILED.
 func runFailed(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string) []string {
 	t.Helper()
-	id, err := submit(ctx, t, client, pipe, opts)
-	if err != nil {
-		t.Fatalf("submit: %v", err)
-	}
-	r, err := wait(ctx, client, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.State != jobpb.JobState_FAILED {
-		t.Fatalf("job %s ended %v (errors %q), want FAILED", id, r.State, r.Errors)
-	}
+	_, r := runEnded(ctx, t, client, pipe, opts, jobpb.JobState_FAILED)
 	return r.Errors
 }
 
-func runDone(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string) string {
+// runEnded submits pipe and waits for its end, failing the test unless
+// the job ends in state want.
+func runEnded(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, pipe *pipepb.Pipeline, opts map[string]string, want jobpb.JobState_Enum) (string, jobtest.Result) {
 	t.Helper()
 	id, err := submit(ctx, t, client, pipe, opts)
 	if err != nil {
@@ -144,8 +142,8 @@ func runDone(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.State != jobpb.JobState_DONE {
-		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
+	if r.State != want {
+		t.Fatalf("job %s ended %v, want %v; errors: %q", id, r.State, want, r.Errors)
 	}
-	return id
+	return id, r
 }
