@@ -84,10 +84,13 @@ type KafkaRead struct {
 	// transform read (KafkaPayloadSchema of ValueFormat), the record's
 	// value alone, rather than KV<key, value>.
 	PayloadRow bool `json:"payload_row,omitempty"`
-	// JSONSchema, with PayloadRow (and ValueFormat ByteArray), makes the
-	// read one of format JSON (kafkajson.go): its values are JSON objects
-	// and its output rows are of JSONRowSchema(JSONSchema).
-	JSONSchema string `json:"json_schema,omitempty"`
+	// RowFormat, with PayloadRow (and ValueFormat ByteArray), makes the
+	// read one of a schema transform's structured formats: its values are
+	// JSON objects (KafkaRowJSON, kafkajson.go) or Avro datums
+	// (KafkaRowAvro, kafkaavro.go) of RowSchema, the format's schema text,
+	// and its output rows are of PayloadSchema().
+	RowFormat string `json:"row_format,omitempty"`
+	RowSchema string `json:"row_schema,omitempty"`
 }
 
 // KafkaWrite is where a Kafka write writes and how.
@@ -106,11 +109,19 @@ type KafkaWrite struct {
 	// value (a Kafka schema transform write of format RAW); the key is
 	// null.
 	PayloadRow bool `json:"payload_row,omitempty"`
-	// JSON, with PayloadRow, makes the write one of format JSON
-	// (kafkajson.go): it takes rows of any schema CheckKafkaJSONWriteSchema
-	// accepts and writes each as a JSON object.
-	JSON bool `json:"json,omitempty"`
+	// RowFormat, with PayloadRow, makes the write one of a structured
+	// format (KafkaRowJSON, KafkaRowAvro): it takes rows of any schema
+	// CheckKafkaRowWriteSchema accepts and writes each as a JSON object or
+	// an Avro datum.
+	RowFormat string `json:"row_format,omitempty"`
 }
+
+// The structured formats of payload rows (KafkaRead.RowFormat,
+// KafkaWrite.RowFormat).
+const (
+	KafkaRowJSON = "JSON"
+	KafkaRowAvro = "AVRO"
+)
 
 var kafkaFormats = []string{KafkaByteArray, KafkaString, KafkaLong, KafkaInteger}
 

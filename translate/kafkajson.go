@@ -16,10 +16,10 @@ import (
 // KafkaReadSchemaTransformProvider and KafkaWriteSchemaTransformProvider
 // give it (Beam's JsonUtils):
 //
-//   - a read (KafkaRead.JSONSchema) parses each record's value as a JSON
+//   - a read (KafkaRead.RowFormat JSON, RowSchema the JSON Schema) parses each record's value as a JSON
 //     object and outputs it as a row of the schema JSONRowSchema derives
 //     from the read's JSON Schema;
-//   - a write (KafkaWrite.JSON) writes each input row as a JSON object
+//   - a write (KafkaWrite.RowFormat JSON) writes each input row as a JSON object
 //     (null fields as null), with a null key; CheckKafkaJSONWriteSchema
 //     says which rows it can.
 //

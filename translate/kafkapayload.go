@@ -51,6 +51,18 @@ func CheckKafkaPayloadWriteSchema(s *pipepb.Schema) error {
 	return nil
 }
 
+// CheckKafkaRowWriteSchema checks the input rows of a payload write of
+// row format (empty: RAW).
+func CheckKafkaRowWriteSchema(format string, s *pipepb.Schema) error {
+	switch format {
+	case KafkaRowJSON:
+		return CheckKafkaJSONWriteSchema(s)
+	case KafkaRowAvro:
+		return CheckKafkaAvroWriteSchema(s)
+	}
+	return CheckKafkaPayloadWriteSchema(s)
+}
+
 // validatePayload checks the payload-row parts of a read's spec.
 func (r *KafkaRead) validatePayload() error {
 	switch {
@@ -60,8 +72,8 @@ func (r *KafkaRead) validatePayload() error {
 		return fmt.Errorf("kafka read: a payload row read has no metadata")
 	case r.ValueFormat != KafkaByteArray && r.ValueFormat != KafkaString:
 		return fmt.Errorf("kafka read: a payload row read reads ByteArray (RAW) or String (STRING) values, not %s", r.ValueFormat)
-	case r.JSONSchema != "" && r.ValueFormat != KafkaByteArray:
-		return fmt.Errorf("kafka read: a JSON read reads ByteArray values, not %s", r.ValueFormat)
+	case r.RowFormat != "" && r.ValueFormat != KafkaByteArray:
+		return fmt.Errorf("kafka read: a %s read reads ByteArray values, not %s", r.RowFormat, r.ValueFormat)
 	}
 	_, err := r.PayloadSchema()
 	return err
@@ -71,17 +83,24 @@ func (r *KafkaRead) validatePayload() error {
 // JSON schema's row (JSONRowSchema) for a JSON read, else
 // KafkaPayloadSchema of the value format.
 func (r *KafkaRead) PayloadSchema() (*pipepb.Schema, error) {
-	if r.JSONSchema != "" {
-		return JSONRowSchema(r.JSONSchema)
+	switch r.RowFormat {
+	case "":
+		return KafkaPayloadSchema(r.ValueFormat), nil
+	case KafkaRowJSON:
+		return JSONRowSchema(r.RowSchema)
+	case KafkaRowAvro:
+		return AvroRowSchema(r.RowSchema)
 	}
-	return KafkaPayloadSchema(r.ValueFormat), nil
+	return nil, fmt.Errorf("kafka read: row format %q: want %s or %s", r.RowFormat, KafkaRowJSON, KafkaRowAvro)
 }
 
 // validatePayload checks the payload-row parts of a write's spec.
 func (w *KafkaWrite) validatePayload() error {
 	switch {
-	case !w.PayloadRow && w.JSON:
-		return fmt.Errorf("kafka write: a JSON write is a payload row write")
+	case !w.PayloadRow && w.RowFormat != "":
+		return fmt.Errorf("kafka write: a %s write is a payload row write", w.RowFormat)
+	case w.RowFormat != "" && w.RowFormat != KafkaRowJSON && w.RowFormat != KafkaRowAvro:
+		return fmt.Errorf("kafka write: row format %q: want %s or %s", w.RowFormat, KafkaRowJSON, KafkaRowAvro)
 	case !w.PayloadRow:
 		return nil
 	case w.WithHeaders:
@@ -104,8 +123,8 @@ func (t *translator) checkKafkaPayloadRead(name, pc string, r *KafkaRead) error 
 		return fmt.Errorf("transform %q: %w", name, err)
 	}
 	if err := SameRowLayout(s, want); err != nil {
-		if r.JSONSchema != "" {
-			return fmt.Errorf("transform %q: output %q: the row is not the row of the JSON read's schema: %w", name, pc, err)
+		if r.RowFormat != "" {
+			return fmt.Errorf("transform %q: output %q: the row is not the row of the %s read's schema: %w", name, pc, r.RowFormat, err)
 		}
 		return fmt.Errorf("transform %q: output %q: the row is not the payload row of a Kafka schema transform read: %w", name, pc, err)
 	}
@@ -118,11 +137,7 @@ func (t *translator) checkKafkaPayloadWrite(name, pc string, w *KafkaWrite) erro
 	if err != nil {
 		return err
 	}
-	check := CheckKafkaPayloadWriteSchema
-	if w.JSON {
-		check = CheckKafkaJSONWriteSchema
-	}
-	if err := check(s); err != nil {
+	if err := CheckKafkaRowWriteSchema(w.RowFormat, s); err != nil {
 		return fmt.Errorf("transform %q: input %q: %w", name, pc, err)
 	}
 	return nil

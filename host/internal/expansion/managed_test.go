@@ -165,7 +165,7 @@ func TestPythonManaged(t *testing.T) {
 	}
 }
 
-// managed.Read(KAFKA) of format AVRO fails the Python pipeline's
+// managed.Read(KAFKA) of format PROTO fails the Python pipeline's
 // construction, naming the field and the value.
 func TestPythonManagedError(t *testing.T) {
 	py := expansiontest.BeamPython(t)
@@ -176,7 +176,7 @@ func TestPythonManagedError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"format", `"AVRO"`} {
+	for _, s := range []string{"format", `"PROTO"`} {
 		if !strings.Contains(string(b), s) {
 			t.Errorf("error %q does not name %q", b, s)
 		}
@@ -226,14 +226,16 @@ func TestManagedErrors(t *testing.T) {
 		c    managedConfig
 		want []string
 	}{
-		{"avro", read("format: AVRO\nschema: '{}'"), []string{"format", `"AVRO"`}},
+		{"avro schema not a record", read("format: AVRO\nschema: '\"string\"'"), []string{"schema", "Avro schema", "want a record"}},
+		{"avro schema not Avro", read("format: AVRO\nschema: '{}'"), []string{"schema", "Avro schema"}},
+		{"avro union", read("format: AVRO\nschema: '{\"type\":\"record\",\"name\":\"R\",\"fields\":[{\"name\":\"u\",\"type\":[\"string\",\"long\"]}]}'"),
+			[]string{"schema", `field "u"`, "union"}},
 		{"json without schema", read("format: JSON"), []string{"schema", "missing", "JSON schema"}},
 		{"json schema not JSON", read("format: JSON\nschema: '{\"type\": '"), []string{"schema", "JSON schema"}},
 		{"json schema tuple", read("format: JSON\nschema: '{\"properties\": {\"a\": {\"type\": \"array\", \"items\": [{\"type\": \"string\"}]}}}'"),
 			[]string{"schema", `property "a"`, "tuple-like"}},
 		{"json schema registry", read("format: JSON\nschema: '{}'\nconfluent_schema_registry_url: http://r:8081"), []string{"confluent_schema_registry_url", "http://r:8081"}},
-		{"write avro", write("format: AVRO"), []string{"format", `"AVRO"`}},
-		{"no format", read(""), []string{"format", `""`}},
+		{"no format: AVRO without a schema", read(""), []string{"schema", "AVRO", "missing"}},
 		{"registry", read("format: RAW\nconfluent_schema_registry_url: http://r:8081"), []string{"confluent_schema_registry_url", "http://r:8081"}},
 		{"descriptor", read("format: RAW\nfile_descriptor_path: /d.pb"), []string{"file_descriptor_path", "/d.pb"}},
 		{"error handling", read("format: RAW\nerror_handling: {output: errors}"), []string{"error_handling", "errors"}},
@@ -358,7 +360,7 @@ func TestPythonYAMLJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !spec.PayloadRow || !strings.Contains(spec.JSONSchema, `"count": {"type": "integer"}`) {
+	if !spec.PayloadRow || spec.RowFormat != translate.KafkaRowJSON || !strings.Contains(spec.RowSchema, `"count": {"type": "integer"}`) {
 		t.Errorf("read %s: want a JSON read of the YAML's schema", expansiontest.JSON(spec))
 	}
 	var outPC string
@@ -370,7 +372,7 @@ func TestPythonYAMLJSON(t *testing.T) {
 	if err := proto.Unmarshal(c.GetSpec().GetPayload(), rowSchema); err != nil {
 		t.Fatal(err)
 	}
-	want, err := translate.JSONRowSchema(spec.JSONSchema)
+	want, err := translate.JSONRowSchema(spec.RowSchema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +387,7 @@ func TestPythonYAMLJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !w.PayloadRow || !w.JSON || w.Topic != "out" {
+	if !w.PayloadRow || w.RowFormat != translate.KafkaRowJSON || w.Topic != "out" {
 		t.Errorf("write %s: want a JSON write to out", expansiontest.JSON(w))
 	}
 }

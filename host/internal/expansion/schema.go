@@ -1,6 +1,7 @@
 package expansion
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,6 +35,7 @@ const (
 	formatRaw    = "RAW"
 	formatString = "STRING"
 	formatJSON   = "JSON"
+	formatAvro   = "AVRO"
 )
 
 func atomicType(t pipepb.AtomicType, nullable bool) *pipepb.FieldType {
@@ -222,7 +224,7 @@ func (r *reader) unsupported(names ...string) {
 		case nil:
 		case string:
 			if v != "" {
-				r.fail(n, "%q: ksrunner runs the formats RAW, STRING and JSON only, which take no %s", v, r.name(n))
+				r.fail(n, "%q: not supported by ksrunner yet (it reads RAW and STRING values, and JSON and AVRO ones of a schema given as schema: no schema registry, no protobuf)", v)
 			}
 		default:
 			r.fail(n, "%v: ksrunner does not run a Kafka schema transform's error handling yet: a record it cannot handle fails the job", v)
@@ -248,17 +250,18 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 		spec.ValueFormat = translate.KafkaByteArray
 	case formatString:
 		spec.ValueFormat = translate.KafkaString
-	case formatJSON:
+	case formatJSON, formatAvro, "":
+		// Java reads AVRO when no format is given.
 		spec.ValueFormat = translate.KafkaByteArray
-		spec.JSONSchema = r.string("schema")
-		if spec.JSONSchema == "" {
-			r.fail("schema", "missing: a read of format JSON needs the JSON schema of its records' values")
-		} else if _, err := translate.JSONRowSchema(spec.JSONSchema); err != nil {
+		spec.RowFormat, spec.RowSchema = cmp.Or(f, formatAvro), r.string("schema")
+		if spec.RowSchema == "" {
+			what := map[string]string{formatJSON: "JSON schema", formatAvro: "Avro schema"}[spec.RowFormat]
+			r.fail("schema", "missing: a read of format %s needs the %s of its records' values (ksrunner reads no schema registry yet)", spec.RowFormat, what)
+		} else if _, err := spec.PayloadSchema(); err != nil {
 			r.fail("schema", "%v", err)
 		}
 	default:
-		// Java reads AVRO when no format is given.
-		r.fail("format", "%q: ksrunner reads the formats %s, %s and %s only (not AVRO, the default, or PROTO)", f, formatRaw, formatString, formatJSON)
+		r.fail("format", "%q: ksrunner reads the formats %s, %s, %s and %s only (not PROTO)", f, formatRaw, formatString, formatJSON, formatAvro)
 	}
 	r.unsupported("schema", "confluent_schema_registry_url", "confluent_schema_registry_subject", "file_descriptor_path", "message_name", "error_handling")
 	reset := r.string("auto_offset_reset_config")
@@ -307,11 +310,11 @@ func schemaWrite(r *reader) (*translate.KafkaWrite, error) {
 	}
 	switch f := r.string("format"); f {
 	case formatRaw:
-	case formatJSON:
-		spec.JSON = true
+	case formatJSON, formatAvro:
+		spec.RowFormat = f
 		r.take("schema")
 	default:
-		r.fail("format", "%q: ksrunner writes the formats %s (rows of one BYTES field) and %s only (not AVRO or PROTO)", f, formatRaw, formatJSON)
+		r.fail("format", "%q: ksrunner writes the formats %s (rows of one BYTES field), %s and %s only (not PROTO)", f, formatRaw, formatJSON, formatAvro)
 	}
 	r.unsupported("schema", "file_descriptor_path", "message_name", "error_handling")
 	cfg := r.stringMap("producer_config_updates")

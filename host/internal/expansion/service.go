@@ -193,8 +193,8 @@ func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWri
 	cd := c.GetCoders()[pc.GetCoderId()]
 	urn := cd.GetSpec().GetUrn()
 	if spec.PayloadRow {
-		if urn != urnRow && spec.JSON {
-			return fmt.Errorf("a Kafka schema transform write of format JSON writes rows: the input's coder is %s, not %s", urn, urnRow)
+		if urn != urnRow && spec.RowFormat != "" {
+			return fmt.Errorf("a Kafka schema transform write of format %s writes rows: the input's coder is %s, not %s", spec.RowFormat, urn, urnRow)
 		}
 		if urn != urnRow {
 			return fmt.Errorf("a Kafka schema transform write of format RAW writes rows of one BYTES field: the input's coder is %s, not %s", urn, urnRow)
@@ -203,11 +203,7 @@ func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWri
 		if err := proto.Unmarshal(cd.GetSpec().GetPayload(), schema); err != nil {
 			return fmt.Errorf("the input's row coder: its schema: %w", err)
 		}
-		check := translate.CheckKafkaPayloadWriteSchema
-		if spec.JSON {
-			check = translate.CheckKafkaJSONWriteSchema
-		}
-		if err := check(schema); err != nil {
+		if err := translate.CheckKafkaRowWriteSchema(spec.RowFormat, schema); err != nil {
 			return fmt.Errorf("the input's rows: %w", err)
 		}
 		return nil

@@ -31,16 +31,9 @@ import (
 // cid of coders, the row of JSON schema jsonSchema, possibly
 // length-prefixed. Its errors are about the record's value.
 func NewJSONPayloadEncoder(coders map[string]*pipepb.Coder, cid, jsonSchema string) (PayloadEncoder, error) {
-	s, err := translate.RowCoderSchema(coders, cid)
+	s, err := readRowSchema(coders, cid, translate.KafkaRowJSON, jsonSchema)
 	if err != nil {
 		return nil, err
-	}
-	want, err := translate.JSONRowSchema(jsonSchema)
-	if err != nil {
-		return nil, err
-	}
-	if err := translate.SameRowLayout(s, want); err != nil {
-		return nil, fmt.Errorf("coder %q is not the row of the JSON read's schema: %w", cid, err)
 	}
 	rw, err := newJSONRowWriter(s)
 	if err != nil {
@@ -64,6 +57,23 @@ func NewJSONPayloadEncoder(coders map[string]*pipepb.Coder, cid, jsonSchema stri
 		}
 		return appendBytes(dst, scratch), nil
 	}, nil
+}
+
+// readRowSchema returns the row schema of coder cid of coders, which must
+// be that of a structured read of format and schema text.
+func readRowSchema(coders map[string]*pipepb.Coder, cid, format, text string) (*pipepb.Schema, error) {
+	s, err := translate.RowCoderSchema(coders, cid)
+	if err != nil {
+		return nil, err
+	}
+	want, err := (&translate.KafkaRead{PayloadRow: true, RowFormat: format, RowSchema: text}).PayloadSchema()
+	if err != nil {
+		return nil, err
+	}
+	if err := translate.SameRowLayout(s, want); err != nil {
+		return nil, fmt.Errorf("coder %q is not the row of the %s read's schema: %w", cid, format, err)
+	}
+	return s, nil
 }
 
 // parseJSONObject parses one JSON object, numbers kept as json.Number.
@@ -246,11 +256,19 @@ func jsonKind(v any) string {
 // cid of coders (translate.CheckKafkaJSONWriteSchema), possibly
 // length-prefixed: each row's JSON object, the record's value.
 func NewJSONPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDecoder, error) {
+	return newStructuredDecoder(coders, cid, translate.CheckKafkaJSONWriteSchema, appendRowJSON)
+}
+
+// newStructuredDecoder returns the decoder of a structured write's rows
+// in coder cid of coders, whose schema check accepts, possibly
+// length-prefixed: write turns a row into the record's value.
+func newStructuredDecoder(coders map[string]*pipepb.Coder, cid string, check func(*pipepb.Schema) error,
+	write func(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte, []byte, error)) (PayloadDecoder, error) {
 	s, err := translate.RowCoderSchema(coders, cid)
 	if err != nil {
 		return nil, err
 	}
-	if err := translate.CheckKafkaJSONWriteSchema(s); err != nil {
+	if err := check(s); err != nil {
 		return nil, err
 	}
 	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
@@ -261,7 +279,7 @@ func NewJSONPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (Payload
 				return nil, err
 			}
 		}
-		out, rest, err := appendRowJSON(nil, s, b, "")
+		out, rest, err := write(nil, s, b, "")
 		if err != nil {
 			return nil, err
 		}
@@ -272,6 +290,35 @@ func NewJSONPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (Payload
 	}, nil
 }
 
+// rowHeader is a row's field count and null bitmap, read from its start.
+type rowHeader struct {
+	fields int64
+	nulls  []byte
+}
+
+// readRowHeader reads the header of a row of a schema of n fields and
+// returns what follows it.
+func readRowHeader(b []byte, n int) (rowHeader, []byte, error) {
+	nf, b, err := readVarint(b)
+	if err != nil {
+		return rowHeader{}, nil, fmt.Errorf("row: field count: %w", err)
+	}
+	if nf < 0 || nf > int64(n) {
+		return rowHeader{}, nil, fmt.Errorf("row: %d fields, the schema has %d", nf, n)
+	}
+	nulls, b, err := readBytes(b)
+	if err != nil {
+		return rowHeader{}, nil, fmt.Errorf("row: null bitmap: %w", err)
+	}
+	return rowHeader{nf, nulls}, b, nil
+}
+
+// null reports whether field i (in encoding order) is null: marked so,
+// or missing from a row of fewer fields (an older schema).
+func (h rowHeader) null(i int) bool {
+	return int64(i) >= h.fields || (i/8 < len(h.nulls) && h.nulls[i/8]>>(i%8)&1 == 1)
+}
+
 // appendRowJSON appends the row at the start of b as a JSON object and
 // returns what follows it.
 func appendRowJSON(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte, []byte, error) {
@@ -279,16 +326,9 @@ func appendRowJSON(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte,
 	if err != nil {
 		return nil, nil, err
 	}
-	nf, b, err := readVarint(b)
+	h, b, err := readRowHeader(b, len(order))
 	if err != nil {
-		return nil, nil, fmt.Errorf("row: field count: %w", err)
-	}
-	if nf < 0 || nf > int64(len(order)) {
-		return nil, nil, fmt.Errorf("row: %d fields, the schema has %d", nf, len(order))
-	}
-	nulls, b, err := readBytes(b)
-	if err != nil {
-		return nil, nil, fmt.Errorf("row: null bitmap: %w", err)
+		return nil, nil, err
 	}
 	dst = append(dst, '{')
 	for i, o := range order {
@@ -298,8 +338,7 @@ func appendRowJSON(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte,
 		}
 		dst = appendJSONString(dst, f.GetName())
 		dst = append(dst, ':')
-		// A row of fewer fields (an older schema) leaves the rest null.
-		if int64(i) >= nf || (i/8 < len(nulls) && nulls[i/8]>>(i%8)&1 == 1) {
+		if h.null(i) {
 			dst = append(dst, "null"...)
 			continue
 		}

@@ -296,7 +296,8 @@ type kafkaSink struct {
 	key, val kafkaio.Decoder
 	row      kafkaio.WriteRowDecoder // a write with headers
 	payload  kafkaio.PayloadDecoder  // a payload row write
-	json     bool                    // payload is a JSON write's
+	// structured: payload is a JSON or Avro write's
+	structured bool
 }
 
 func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {

@@ -22,11 +22,11 @@ func (s *kafkaSource) newPayload() error {
 	coders := s.t.env.Plan.Pipeline.GetComponents().GetCoders()
 	switch {
 	case err != nil:
-	case r.KafkaRead.JSONSchema != "":
+	case r.KafkaRead.RowFormat != "":
 		var enc kafkaio.PayloadEncoder
-		if enc, err = kafkaio.NewJSONPayloadEncoder(coders, elem, r.KafkaRead.JSONSchema); err == nil {
-			// A value that is not the schema's JSON is a bad record (the
-			// deserialization_error_policy's), as a value a
+		if enc, err = kafkaio.NewRowPayloadEncoder(coders, elem, r.KafkaRead.RowFormat, r.KafkaRead.RowSchema); err == nil {
+			// A value that is not the schema's JSON or Avro is a bad
+			// record (the deserialization_error_policy's), as a value a
 			// deserializer refuses.
 			s.payload = func(dst []byte, rec *kgo.Record) ([]byte, error) {
 				b, err := enc(dst, rec)
@@ -50,15 +50,11 @@ func newPayloadSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
-	newDecoder := kafkaio.NewPayloadDecoder
-	if s.KafkaWrite.JSON {
-		newDecoder = kafkaio.NewJSONPayloadDecoder
-	}
-	pd, err := newDecoder(plan.Pipeline.GetComponents().GetCoders(), elem)
+	pd, err := kafkaio.NewRowPayloadDecoder(plan.Pipeline.GetComponents().GetCoders(), elem, s.KafkaWrite.RowFormat)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
-	return &kafkaSink{payload: pd, json: s.KafkaWrite.JSON}, nil
+	return &kafkaSink{payload: pd, structured: s.KafkaWrite.RowFormat != ""}, nil
 }
 
 // sinkPayloadToKafka produces a payload row's value, with a null key,
@@ -66,9 +62,9 @@ func newPayloadSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error)
 // sinkToKafka).
 func (t *Task) sinkPayloadToKafka(s *translate.Sink, ks *kafkaSink, wv shuffle.WindowedValue) error {
 	v, err := ks.payload(wv.Elem)
-	if err != nil && ks.json {
-		// A row JSON cannot hold (a NaN) is a bad element, as one a
-		// serializer refuses.
+	if err != nil && ks.structured {
+		// A row the format cannot hold (a NaN in JSON) is a bad element,
+		// as one a serializer refuses.
 		return t.badSinkElement(s, wv, nil, wv.Elem, &kgo.Record{Topic: s.Topic}, false, fmt.Errorf("value: %w", err))
 	}
 	if err != nil {

@@ -1,0 +1,441 @@
+package kafkaio
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/hamba/avro/v2"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/translate"
+)
+
+// Avro rows (translate.AvroRowSchema, format AVRO of the Kafka schema
+// transforms): a read turns each record's value, an Avro binary datum of
+// the read's schema, into a row; a write turns each input row into a
+// datum of translate.AvroWriteSchema of its schema.
+//
+// The datums are walked here, driven by the schema hamba/avro parsed,
+// rather than decoded with hamba/avro into Go values and converted: its
+// generic decoding wraps a union's record in a map of its name but not a
+// union's string, and turns annotated longs into time.Time, where rows
+// need each value as the schema has it. The tests check the walk against
+// hamba/avro's own encoding and decoding.
+
+// NewRowPayloadEncoder returns the encoder of a structured read's values
+// (translate.KafkaRowJSON or KafkaRowAvro, of schema text) as rows in
+// coder cid of coders.
+func NewRowPayloadEncoder(coders map[string]*pipepb.Coder, cid, format, schema string) (PayloadEncoder, error) {
+	switch format {
+	case translate.KafkaRowJSON:
+		return NewJSONPayloadEncoder(coders, cid, schema)
+	case translate.KafkaRowAvro:
+		return NewAvroPayloadEncoder(coders, cid, schema)
+	}
+	return nil, fmt.Errorf("row format %q: want %s or %s", format, translate.KafkaRowJSON, translate.KafkaRowAvro)
+}
+
+// NewRowPayloadDecoder returns the decoder of a payload write's rows in
+// coder cid of coders into values of format (empty: RAW).
+func NewRowPayloadDecoder(coders map[string]*pipepb.Coder, cid, format string) (PayloadDecoder, error) {
+	switch format {
+	case "":
+		return NewPayloadDecoder(coders, cid)
+	case translate.KafkaRowJSON:
+		return NewJSONPayloadDecoder(coders, cid)
+	case translate.KafkaRowAvro:
+		return NewAvroPayloadDecoder(coders, cid)
+	}
+	return nil, fmt.Errorf("row format %q: want %s or %s", format, translate.KafkaRowJSON, translate.KafkaRowAvro)
+}
+
+// NewAvroPayloadEncoder returns the encoder of records' values, Avro
+// datums of schema text, as rows in coder cid of coders, possibly
+// length-prefixed. Its errors are about the record's value.
+func NewAvroPayloadEncoder(coders map[string]*pipepb.Coder, cid, text string) (PayloadEncoder, error) {
+	if _, err := readRowSchema(coders, cid, translate.KafkaRowAvro, text); err != nil {
+		return nil, err
+	}
+	as, err := translate.ParseAvroSchema(text)
+	if err != nil {
+		return nil, err
+	}
+	rec := as.(*avro.RecordSchema) // AvroRowSchema checked it
+	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
+	var scratch []byte
+	return func(dst []byte, r *kgo.Record) ([]byte, error) {
+		if r.Value == nil {
+			return nil, fmt.Errorf("the record has no value (a tombstone), and an Avro read's row needs a datum")
+		}
+		row, rest, err := appendAvroRecord(scratch[:0], rec, r.Value, "")
+		if err != nil {
+			return nil, fmt.Errorf("not a datum of the read's Avro schema: %w", err)
+		}
+		if len(rest) != 0 {
+			return nil, fmt.Errorf("not a datum of the read's Avro schema: %d bytes after it", len(rest))
+		}
+		scratch = row
+		if prefixed {
+			return appendBytes(dst, row), nil
+		}
+		return append(dst, row...), nil
+	}, nil
+}
+
+// appendAvroRecord appends the record datum at the start of b as a row
+// and returns what follows it. The row's header needs to know which
+// fields are null, so its values go to a buffer of their own first.
+func appendAvroRecord(dst []byte, rec *avro.RecordSchema, b []byte, path string) ([]byte, []byte, error) {
+	fields := rec.Fields()
+	var nulls []byte
+	var vals []byte
+	for i, f := range fields {
+		var err error
+		var null bool
+		if vals, b, null, err = appendAvroValue(vals, f.Type(), b, fieldPath(path, f.Name())); err != nil {
+			return nil, nil, err
+		}
+		if null {
+			if nulls == nil {
+				nulls = make([]byte, (len(fields)+7)/8)
+			}
+			nulls[i/8] |= 1 << (i % 8)
+		}
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(fields)))
+	dst = appendBytes(dst, nulls)
+	return append(dst, vals...), b, nil
+}
+
+// appendAvroValue appends the datum of schema s at the start of b as a row
+// value and returns what follows it; a null (of a nullable union) appends
+// nothing and reports null.
+func appendAvroValue(dst []byte, s avro.Schema, b []byte, path string) (out, rest []byte, null bool, err error) {
+	fail := func(err error) ([]byte, []byte, bool, error) {
+		return nil, nil, false, fmt.Errorf("field %q: %w", path, err)
+	}
+	switch s := s.(type) {
+	case *avro.RefSchema:
+		return appendAvroValue(dst, s.Schema(), b, path)
+	case *avro.UnionSchema:
+		idx, rest, err := readZigzag(b)
+		if err != nil {
+			return fail(err)
+		}
+		if idx < 0 || idx >= int64(len(s.Types())) {
+			return fail(fmt.Errorf("union branch %d of %d", idx, len(s.Types())))
+		}
+		branch := s.Types()[idx]
+		if branch.Type() == avro.Null {
+			return dst, rest, true, nil
+		}
+		return appendAvroValue(dst, branch, rest, path)
+	case *avro.RecordSchema:
+		out, rest, err := appendAvroRecord(dst, s, b, path)
+		return out, rest, false, err
+	case *avro.ArraySchema:
+		return appendAvroBlocks(dst, b, path, func(dst, b []byte, i int) ([]byte, []byte, error) {
+			return appendAvroItem(dst, s.Items(), b, path+"["+strconv.Itoa(i)+"]")
+		})
+	case *avro.MapSchema:
+		return appendAvroBlocks(dst, b, path, func(dst, b []byte, i int) ([]byte, []byte, error) {
+			k, rest, err := readAvroBytes(b)
+			if err != nil {
+				return nil, nil, fmt.Errorf("field %q: key %d: %w", path, i, err)
+			}
+			dst = appendBytes(dst, k)
+			return appendAvroItem(dst, s.Values(), rest, path+"["+strconv.Quote(string(k))+"]")
+		})
+	case *avro.EnumSchema:
+		idx, rest, err := readZigzag(b)
+		if err != nil {
+			return fail(err)
+		}
+		sym, ok := s.Symbol(int(idx))
+		if !ok || idx > math.MaxInt32 {
+			return fail(fmt.Errorf("enum index %d of %d symbols", idx, len(s.Symbols())))
+		}
+		return appendBytes(dst, sym), rest, false, nil
+	case *avro.FixedSchema:
+		if len(b) < s.Size() {
+			return fail(fmt.Errorf("short"))
+		}
+		return appendBytes(dst, b[:s.Size()]), b[s.Size():], false, nil
+	case *avro.PrimitiveSchema:
+		switch s.Type() {
+		case avro.Boolean:
+			if len(b) < 1 || b[0] > 1 {
+				return fail(fmt.Errorf("not a boolean"))
+			}
+			return append(dst, b[0]), b[1:], false, nil
+		case avro.Int, avro.Long:
+			v, rest, err := readZigzag(b)
+			if err != nil {
+				return fail(err)
+			}
+			if s.Type() == avro.Int && (v < math.MinInt32 || v > math.MaxInt32) {
+				return fail(fmt.Errorf("%d is out of an int's range", v))
+			}
+			return binary.AppendUvarint(dst, uint64(v)), rest, false, nil
+		case avro.Float:
+			if len(b) < 4 {
+				return fail(fmt.Errorf("short"))
+			}
+			return binary.BigEndian.AppendUint32(dst, binary.LittleEndian.Uint32(b)), b[4:], false, nil
+		case avro.Double:
+			if len(b) < 8 {
+				return fail(fmt.Errorf("short"))
+			}
+			return binary.BigEndian.AppendUint64(dst, binary.LittleEndian.Uint64(b)), b[8:], false, nil
+		case avro.String, avro.Bytes:
+			v, rest, err := readAvroBytes(b)
+			if err != nil {
+				return fail(err)
+			}
+			return appendBytes(dst, v), rest, false, nil
+		}
+	}
+	return fail(fmt.Errorf("Avro type %s has no row value", s.Type()))
+}
+
+// appendAvroItem appends an array item or map value: a nullable one with
+// the row list's null marker.
+func appendAvroItem(dst []byte, s avro.Schema, b []byte, path string) ([]byte, []byte, error) {
+	if u, ok := s.(*avro.UnionSchema); ok && u.Nullable() {
+		mark := len(dst)
+		dst = append(dst, 1)
+		out, rest, null, err := appendAvroValue(dst, s, b, path)
+		if err != nil {
+			return nil, nil, err
+		}
+		if null {
+			out[mark] = 0
+		}
+		return out, rest, nil
+	}
+	out, rest, null, err := appendAvroValue(dst, s, b, path)
+	if err == nil && null {
+		err = fmt.Errorf("field %q: a null item", path)
+	}
+	return out, rest, err
+}
+
+// appendAvroBlocks reads an Avro array or map, blocks of a count (its
+// negation followed by the block's size in bytes) ending with a 0 count,
+// and appends the row list's int32 count and each item's values.
+func appendAvroBlocks(dst, b []byte, path string, item func(dst, b []byte, i int) ([]byte, []byte, error)) ([]byte, []byte, bool, error) {
+	countAt := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	n := 0
+	for {
+		c, rest, err := readZigzag(b)
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("field %q: block count: %w", path, err)
+		}
+		b = rest
+		if c == 0 {
+			break
+		}
+		if c < 0 {
+			if _, b, err = readZigzag(b); err != nil { // the block's size
+				return nil, nil, false, fmt.Errorf("field %q: block size: %w", path, err)
+			}
+			c = -c
+		}
+		if c > int64(len(b)) { // every item takes a byte at least
+			return nil, nil, false, fmt.Errorf("field %q: a block of %d items in %d bytes", path, c, len(b))
+		}
+		for range c {
+			if dst, b, err = item(dst, b, n); err != nil {
+				return nil, nil, false, err
+			}
+			n++
+		}
+	}
+	if n > math.MaxInt32 {
+		return nil, nil, false, fmt.Errorf("field %q: %d items", path, n)
+	}
+	binary.BigEndian.PutUint32(dst[countAt:], uint32(n))
+	return dst, b, false, nil
+}
+
+func readZigzag(b []byte) (int64, []byte, error) {
+	u, n := binary.Uvarint(b)
+	if n <= 0 {
+		return 0, nil, fmt.Errorf("bad varint")
+	}
+	return int64(u>>1) ^ -int64(u&1), b[n:], nil
+}
+
+func readAvroBytes(b []byte) ([]byte, []byte, error) {
+	l, rest, err := readZigzag(b)
+	if err != nil || l < 0 || l > int64(len(rest)) {
+		return nil, nil, fmt.Errorf("bad length")
+	}
+	return rest[:l], rest[l:], nil
+}
+
+func appendZigzag(dst []byte, v int64) []byte {
+	return binary.AppendUvarint(dst, uint64(v<<1)^uint64(v>>63))
+}
+
+// NewAvroPayloadDecoder returns the decoder of Avro write rows in coder
+// cid of coders (translate.CheckKafkaAvroWriteSchema), possibly
+// length-prefixed: each row's datum of translate.AvroWriteSchema, the
+// record's value.
+func NewAvroPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDecoder, error) {
+	return newStructuredDecoder(coders, cid, translate.CheckKafkaAvroWriteSchema, appendRowAvro)
+}
+
+// appendRowAvro appends the row at the start of b as an Avro record datum
+// (fields in encoding order, as AvroWriteSchema lists them) and returns
+// what follows it.
+func appendRowAvro(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte, []byte, error) {
+	order, err := translate.EncodingOrder(s)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, b, err := readRowHeader(b, len(order))
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, o := range order {
+		f := s.GetFields()[o]
+		fp := fieldPath(path, f.GetName())
+		null := h.null(i)
+		switch {
+		case null && !f.GetType().GetNullable():
+			return nil, nil, fmt.Errorf("field %q: null, and its type is not nullable", fp)
+		case null:
+			dst = appendZigzag(dst, 0) // the union's null branch
+			continue
+		case f.GetType().GetNullable():
+			dst = appendZigzag(dst, 1)
+		}
+		if dst, b, err = appendValueAvro(dst, f.GetType(), b, fp); err != nil {
+			return nil, nil, err
+		}
+	}
+	return dst, b, nil
+}
+
+// appendValueAvro appends the non-null row value of type t at the start
+// of b as an Avro datum and returns what follows it.
+func appendValueAvro(dst []byte, t *pipepb.FieldType, b []byte, path string) ([]byte, []byte, error) {
+	fail := func(err error) ([]byte, []byte, error) {
+		return nil, nil, fmt.Errorf("field %q: %w", path, err)
+	}
+	switch ti := t.GetTypeInfo().(type) {
+	case *pipepb.FieldType_AtomicType:
+		switch ti.AtomicType {
+		case pipepb.AtomicType_BOOLEAN:
+			if len(b) < 1 {
+				return fail(fmt.Errorf("short"))
+			}
+			return append(dst, b[0]&1), b[1:], nil
+		case pipepb.AtomicType_INT32:
+			v, rest, err := readVarint(b)
+			if err != nil {
+				return fail(err)
+			}
+			return appendZigzag(dst, int64(int32(v))), rest, nil
+		case pipepb.AtomicType_INT64:
+			v, rest, err := readVarint(b)
+			if err != nil {
+				return fail(err)
+			}
+			return appendZigzag(dst, v), rest, nil
+		case pipepb.AtomicType_FLOAT:
+			if len(b) < 4 {
+				return fail(fmt.Errorf("short"))
+			}
+			return binary.LittleEndian.AppendUint32(dst, binary.BigEndian.Uint32(b)), b[4:], nil
+		case pipepb.AtomicType_DOUBLE:
+			if len(b) < 8 {
+				return fail(fmt.Errorf("short"))
+			}
+			return binary.LittleEndian.AppendUint64(dst, binary.BigEndian.Uint64(b)), b[8:], nil
+		case pipepb.AtomicType_STRING, pipepb.AtomicType_BYTES:
+			v, rest, err := readBytes(b)
+			if err != nil {
+				return fail(err)
+			}
+			return append(appendZigzag(dst, int64(len(v))), v...), rest, nil
+		}
+	case *pipepb.FieldType_ArrayType, *pipepb.FieldType_IterableType:
+		et := t.GetArrayType().GetElementType()
+		if et == nil {
+			et = t.GetIterableType().GetElementType()
+		}
+		var items []byte
+		n, i := 0, 0
+		rest, err := readList(b, et.GetNullable(), func(b []byte) ([]byte, error) {
+			var rest []byte
+			var err error
+			if et.GetNullable() {
+				items = appendZigzag(items, 1)
+			}
+			items, rest, err = appendValueAvro(items, et, b, path+"["+strconv.Itoa(i)+"]")
+			n, i = n+1, i+1
+			return rest, err
+		}, func() error {
+			items = appendZigzag(items, 0)
+			n, i = n+1, i+1
+			return nil
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return appendAvroBlock(dst, n, items), rest, nil
+	case *pipepb.FieldType_MapType:
+		kt, vt := ti.MapType.GetKeyType(), ti.MapType.GetValueType()
+		if len(b) < 4 {
+			return fail(fmt.Errorf("map: short"))
+		}
+		n := int32(binary.BigEndian.Uint32(b))
+		b = b[4:]
+		if n < 0 {
+			return fail(fmt.Errorf("map: %d entries", n))
+		}
+		var entries []byte
+		for range n {
+			k, rest, err := readBytes(b)
+			if err != nil || kt.GetNullable() {
+				return fail(fmt.Errorf("map key: want a non-null STRING"))
+			}
+			entries = append(appendZigzag(entries, int64(len(k))), k...)
+			b = rest
+			if vt.GetNullable() {
+				if len(b) < 1 {
+					return fail(fmt.Errorf("map: short"))
+				}
+				null := b[0] == 0
+				b = b[1:]
+				if null {
+					entries = appendZigzag(entries, 0)
+					continue
+				}
+				entries = appendZigzag(entries, 1)
+			}
+			if entries, b, err = appendValueAvro(entries, vt, b, path+"["+strconv.Quote(string(k))+"]"); err != nil {
+				return nil, nil, err
+			}
+		}
+		return appendAvroBlock(dst, int(n), entries), b, nil
+	case *pipepb.FieldType_RowType:
+		return appendRowAvro(dst, ti.RowType.GetSchema(), b, path)
+	}
+	return fail(fmt.Errorf("values of type %s have no Avro datum here", translate.FieldTypeString(t)))
+}
+
+// appendAvroBlock appends n items as one block of an Avro array or map
+// (none: just the end).
+func appendAvroBlock(dst []byte, n int, items []byte) []byte {
+	if n > 0 {
+		dst = append(appendZigzag(dst, int64(n)), items...)
+	}
+	return appendZigzag(dst, 0)
+}
