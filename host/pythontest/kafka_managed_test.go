@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -130,12 +131,8 @@ func TestKafkaManagedPythonBounded(t *testing.T) {
 // the records that are not the schema's JSON (not JSON, a string count, a
 // missing required property) are skipped, not written and not fatal.
 func TestKafkaManagedPythonJSON(t *testing.T) {
-	ctx, env := newKafkaEnv(t)
-	bootstrap := env.bootstrap
-	in, out := kafkatest.UniqueName(t, "pyjin"), kafkatest.UniqueName(t, "pyjout")
-	kafkatest.CreateTopic(t, bootstrap, in, 2)
-	kafkatest.CreateTopic(t, bootstrap, out, 2)
-	inputs := []struct{ in, out string }{
+	var cases []managedRowCase
+	for _, c := range []struct{ in, out string }{
 		{`{"name":"apple","count":3,"price":1.5,"tags":["red","fruit"],"address":{"city":"Oslo","zip":null}}`,
 			`{"name":"APPLE","total":6,"price":1.5,"tags":["red","fruit"],"city":"Oslo"}`},
 		{`{"count":-4,"name":"b\u00e9e \"q\""}`, // optional ones missing, keys out of order
@@ -149,30 +146,103 @@ func TestKafkaManagedPythonJSON(t *testing.T) {
 		{`{"name":"f"}`, ""},
 		{`{"name":"g","count":1.5}`, ""},
 		{`{"name":"h","count":1,"address":{"zip":"1"}}`, ""},
+	} {
+		cases = append(cases, managedRowCase{[]byte(c.in), c.out})
 	}
-	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	want := map[string]bool{}
-	for i, c := range inputs {
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: int32(i % 2), Value: []byte(c.in)}).FirstErr(); err != nil {
+	testKafkaManagedRows(t, "JSON", cases, func(t *testing.T, v []byte) string { return string(v) })
+}
+
+// TestKafkaManagedPythonAvro: the pipeline of TestKafkaManagedPythonJSON
+// with format AVRO: datums hamba/avro encodes of an Avro schema with
+// nullable fields, an array and a nested record are read, and the output
+// topic holds exactly the datums of the good records, each decoding (with
+// the Avro schema Java's AvroUtils derives from the output rows) to its
+// Out; a truncated datum and one with a union branch out of range are
+// skipped.
+func TestKafkaManagedPythonAvro(t *testing.T) {
+	order := avro.MustParse(`{"type":"record","name":"Order","fields":[
+		{"name":"name","type":"string"},{"name":"count","type":"long"},
+		{"name":"price","type":["null","double"]},
+		{"name":"tags","type":["null",{"type":"array","items":"string"}]},
+		{"name":"address","type":["null",{"type":"record","name":"Address","fields":[
+			{"name":"city","type":"string"},{"name":"zip","type":["null","string"]}]}]}]}`)
+	out := avro.MustParse(`{"type":"record","name":"topLevelRecord","fields":[
+		{"name":"name","type":"string"},{"name":"total","type":"long"},
+		{"name":"price","type":["null","double"]},
+		{"name":"tags","type":["null",{"type":"array","items":"string"}]},
+		{"name":"city","type":["null","string"]}]}`)
+	datum := func(v map[string]any) []byte {
+		b, err := avro.Marshal(order, v)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if c.out != "" {
-			want[c.out] = true
+		return b
+	}
+	full := datum(map[string]any{"name": "apple", "count": int64(3), "price": map[string]any{"double": 1.5},
+		"tags": map[string]any{"array": []string{"red", "fruit"}}, "address": map[string]any{"Address": map[string]any{"city": "Oslo", "zip": nil}}})
+	cases := []managedRowCase{
+		// hamba/avro decodes a union's array into a map of its name.
+		{full, "map[city:Oslo name:APPLE price:1.5 tags:map[array:[red fruit]] total:6]"},
+		{datum(map[string]any{"name": "bée", "count": int64(-4), "price": nil, "tags": nil, "address": nil}),
+			"map[city:<nil> name:BÉE price:<nil> tags:<nil> total:-8]"},
+		{datum(map[string]any{"name": "c", "count": int64(9007199254740993), "price": map[string]any{"double": 2.0},
+			"tags": map[string]any{"array": []string{}}, "address": nil}),
+			"map[city:<nil> name:C price:2 tags:map[array:[]] total:18014398509481986]"},
+		{full[:len(full)-3], ""},
+		{[]byte{2, 'x', 4, 8}, ""}, // price's union branch 4
+	}
+	testKafkaManagedRows(t, "AVRO", cases, func(t *testing.T, v []byte) string {
+		var m map[string]any
+		if err := avro.Unmarshal(out, v, &m); err != nil {
+			t.Errorf("output %x is not a datum of %s: %v", v, out, err)
+		}
+		return fmt.Sprint(m)
+	})
+}
+
+// managedRowCase is an input value of kafka_managed_rows.py and its
+// output, as the test shows it; "": a bad record, skipped.
+type managedRowCase struct {
+	in   []byte
+	want string
+}
+
+// testKafkaManagedRows runs kafka_managed_rows.py in format on cases'
+// inputs (over 2 partitions) under deserialization_error_policy=skip and
+// checks that the output topic (read_committed) holds, as show shows its
+// values, exactly the good cases' outputs, once each.
+func testKafkaManagedRows(t *testing.T, format string, cases []managedRowCase, show func(*testing.T, []byte) string) {
+	ctx, env := newKafkaEnv(t)
+	bootstrap := env.bootstrap
+	in, out := kafkatest.UniqueName(t, "pyrin"), kafkatest.UniqueName(t, "pyrout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 2)
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	want := map[string]bool{}
+	for i, c := range cases {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: int32(i % 2), Value: c.in}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if c.want != "" {
+			want[c.want] = true
 		}
 	}
-	job := env.startKafkaScript(ctx, t, "kafka_managed_json.py", in, out, kafkatest.UniqueName(t, "pymjson"), nil,
+	job := env.startKafkaScript(ctx, t, "kafka_managed_rows.py", in, out, kafkatest.UniqueName(t, "pymrows"), []string{format},
 		"--deserialization_error_policy=skip")
 	readDistinct(ctx, t, bootstrap, out, len(want), job)
 	job.end(ctx, t, false, jobpb.JobState_CANCELLED)
-	all := readDistinct(ctx, t, bootstrap, out, -1, job)
-	for v := range all {
-		if !want[v] {
-			t.Errorf("unexpected value %s in %s", v, out)
+	got := map[string]int{}
+	for v := range readDistinct(ctx, t, bootstrap, out, -1, job) {
+		got[show(t, []byte(v))]++
+	}
+	for v, n := range got {
+		if !want[v] || n != 1 {
+			t.Errorf("output %s written %d times (want once, if a good input's)", v, n)
 		}
 	}
 	for v := range want {
-		if all[v] == nil {
-			t.Errorf("value %s missing from %s", v, out)
+		if got[v] == 0 {
+			t.Errorf("output %s missing from %s", v, out)
 		}
 	}
 }

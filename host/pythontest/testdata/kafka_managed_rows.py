@@ -1,19 +1,19 @@
-"""Reads a Kafka topic of JSON objects through managed.Read(KAFKA) (format
-JSON, with a JSON schema) and writes one JSON object per record through
-managed.Write(KAFKA) (format JSON), both expanded by ksrunner's expansion
-service.
+"""Reads a Kafka topic of orders through managed.Read(KAFKA) (format FORMAT:
+JSON objects of a JSON schema, or AVRO datums of an Avro schema) and writes
+one Out per record through managed.Write(KAFKA) (the same format), both
+expanded by ksrunner's expansion service.
 
-Each input object is an order: name (string) and count (integer) required;
-price (number), tags (array of strings) and address (an object of a
-required city and an optional zip) optional. Each output object is Out:
-the name upper-cased, twice the count, the price, the tags and the
-address's city (null without an address).
+Each input value is an order: name (string) and count (integer) required;
+price (number), tags (array of strings) and address (a record of a
+required city and an optional zip) optional. Each output value is Out: the
+name upper-cased, twice the count, the price, the tags and the address's
+city (null without an address).
 
 Like kafka_count.py, the script submits the unbounded job, writes its id to
 its first argument and exits 0 when the job ends CANCELLED.
 
-Usage: kafka_managed_json.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
-         [pipeline options]
+Usage: kafka_managed_rows.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
+         FORMAT [pipeline options]
 """
 
 import json
@@ -27,7 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import managed
 
-SCHEMA = {
+JSON_SCHEMA = {
     'type': 'object',
     'properties': {
         'name': {'type': 'string'},
@@ -46,6 +46,20 @@ SCHEMA = {
     },
 }
 
+AVRO_SCHEMA = {
+    'type': 'record', 'name': 'Order', 'fields': [
+        {'name': 'name', 'type': 'string'},
+        {'name': 'count', 'type': 'long'},
+        {'name': 'price', 'type': ['null', 'double']},
+        {'name': 'tags', 'type': ['null', {'type': 'array', 'items': 'string'}]},
+        {'name': 'address', 'type': ['null', {
+            'type': 'record', 'name': 'Address', 'fields': [
+                {'name': 'city', 'type': 'string'},
+                {'name': 'zip', 'type': ['null', 'string']},
+            ]}]},
+    ]
+}
+
 
 class Out(typing.NamedTuple):
     name: str
@@ -55,7 +69,7 @@ class Out(typing.NamedTuple):
     city: typing.Optional[str]
 
 
-# Rows, not pickled tuples: what a JSON write takes.
+# Rows, not pickled tuples: what a JSON or Avro write takes.
 coders.registry.register_coder(Out, coders.RowCoder)
 
 
@@ -70,22 +84,23 @@ def to_out(r):
 
 
 def main():
-    jobid_file, in_topic, out_topic, bootstrap, expansion = sys.argv[1:6]
-    p = beam.Pipeline(options=PipelineOptions(sys.argv[6:]))
+    jobid_file, in_topic, out_topic, bootstrap, expansion, fmt = sys.argv[1:7]
+    p = beam.Pipeline(options=PipelineOptions(sys.argv[7:]))
+    schema = JSON_SCHEMA if fmt == 'JSON' else AVRO_SCHEMA
     _ = (
         p
         | managed.Read(
             managed.KAFKA,
             config={
                 'bootstrap_servers': bootstrap, 'topic': in_topic,
-                'format': 'JSON', 'schema': json.dumps(SCHEMA),
+                'format': fmt, 'schema': json.dumps(schema),
                 'auto_offset_reset_config': 'earliest'
             },
             expansion_service=expansion)
         | 'ToOut' >> beam.Map(to_out).with_output_types(Out)
         | managed.Write(
             managed.KAFKA,
-            config={'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': 'JSON'},
+            config={'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': fmt},
             expansion_service=expansion))
     result = p.run()
     with open(jobid_file + '.tmp', 'w') as f:
