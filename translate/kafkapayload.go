@@ -19,6 +19,10 @@ import (
 //   - a write with KafkaWrite.PayloadRow takes rows of exactly one field,
 //     of type BYTES (nullable or not), and produces its value as the
 //     record's value, with a null key (format RAW).
+//
+// The structured formats JSON and AVRO (RowFormat, kafkajson.go,
+// kafkaavro.go) are payload rows too: a read's row is its schema's, and a
+// write takes rows of any schema its format can write.
 
 // KafkaPayloadSchemaID is the schema id of KafkaPayloadSchema(KafkaByteArray);
 // the STRING row's id has "-string" appended (the SDKs cache row types by

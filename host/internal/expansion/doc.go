@@ -26,11 +26,11 @@
 //     takes a SchemaTransformPayload naming either directly (Beam YAML,
 //     SchemaAwareExternalTransform) or through managed (Python's
 //     managed.Read/Write(KAFKA): the underlying identifier and its
-//     configuration as YAML). Formats RAW, JSON (and STRING for reads)
-//     expand to the primitives with payload rows
-//     (translate.KafkaPayloadSchema, translate.JSONRowSchema of the read's
-//     schema); other formats, a schema registry, a protobuf descriptor and
-//     error handling are expansion errors naming the field and the value.
+//     configuration as YAML). Formats RAW, JSON, AVRO (the default; and
+//     STRING for reads) expand to the primitives with payload rows
+//     (translate.KafkaPayloadSchema, or JSONRowSchema / AvroRowSchema of
+//     the read's schema); PROTO, a schema registry and error handling are
+//     expansion errors naming the field and the value.
 //
 // What a Java expansion service would honour but ksrunner does not (a
 // consumer group.id, commit_offset_in_finalize: the host commits a read's

@@ -20,10 +20,10 @@ import (
 // WriteToKafka name directly and managed.Read/Write(managed.KAFKA) name
 // through the managed transform (a configuration row of the underlying
 // identifier and its configuration as YAML). ksrunner expands their RAW,
-// JSON (and, for reads, STRING) formats into its Kafka primitives with
-// payload rows (translate.KafkaPayloadSchema, translate.JSONRowSchema);
-// every other format, a schema registry, a protobuf descriptor and error
-// handling are expansion errors naming the field and its value.
+// JSON, AVRO (and, for reads, STRING) formats into its Kafka primitives
+// with payload rows (translate.KafkaPayloadSchema, JSONRowSchema,
+// AvroRowSchema); PROTO, a schema registry and error handling are
+// expansion errors naming the field and its value.
 const (
 	IdentifierManaged    = "beam:transform:managed:v1"
 	IdentifierKafkaRead  = "beam:schematransform:org.apache.beam:kafka_read:v1"
@@ -79,7 +79,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 				stringField("config", true)),
 			InputPcollectionNames:  []string{"input"},
 			OutputPcollectionNames: []string{"output"},
-			Description:            "Managed transforms: ksrunner expands " + IdentifierKafkaRead + " and " + IdentifierKafkaWrite + " (formats RAW and JSON, and STRING for reads).",
+			Description:            "Managed transforms: ksrunner expands " + IdentifierKafkaRead + " and " + IdentifierKafkaWrite + " (formats RAW, JSON and AVRO, and STRING for reads).",
 		},
 		IdentifierKafkaRead: {
 			ConfigSchema: configSchema("ksrunner-kafka-read-config-v1",
@@ -96,7 +96,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 				errorHandlingField(),
 				&pipepb.Field{Name: "max_read_time_seconds", Type: atomicType(pipepb.AtomicType_INT32, true)}),
 			OutputPcollectionNames: []string{"output", "errors"},
-			Description:            "Reads a Kafka topic as rows of its records' values (format RAW: a BYTES field payload; STRING: a STRING field payload; JSON: rows of the JSON schema given as schema).",
+			Description:            "Reads a Kafka topic as rows of its records' values (format RAW: a BYTES field payload; STRING: a STRING field payload; JSON and AVRO: rows of the JSON or Avro schema given as schema).",
 		},
 		IdentifierKafkaWrite: {
 			ConfigSchema: configSchema("ksrunner-kafka-write-config-v1",
@@ -111,7 +111,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 			// Java lists no outputs (its errors output is named by
 			// error_handling, which ksrunner refuses).
 			InputPcollectionNames: []string{"input"},
-			Description:           "Writes rows of one BYTES field (format RAW), or rows as JSON objects (format JSON), as the values of Kafka records with null keys.",
+			Description:           "Writes rows of one BYTES field (format RAW), or rows as JSON objects (format JSON) or Avro datums (format AVRO), as the values of Kafka records with null keys.",
 		},
 	}
 }

@@ -42,4 +42,9 @@
 // value that is not the schema's JSON is an error naming the property, a
 // bad record to the task. A write turns each input row, whatever its
 // schema (translate.CheckKafkaJSONWriteSchema), into a JSON object.
+//
+// Avro rows (avro.go): the schema transforms' AVRO format without a
+// registry, the same both ways with Avro binary datums of the read's
+// record schema (translate.AvroRowSchema) and of the schema derived from a
+// write's rows (translate.AvroWriteSchema).
 package kafkaio
