@@ -91,6 +91,13 @@ type KafkaRead struct {
 	// and its output rows are of PayloadSchema().
 	RowFormat string `json:"row_format,omitempty"`
 	RowSchema string `json:"row_schema,omitempty"`
+	// SchemaRegistryURL, with RowFormat AVRO, makes the values Confluent's
+	// wire format (a 0 byte, the writer's schema id as 4 bytes, a datum of
+	// that schema), whose schemas the read fetches from this registry;
+	// RowSchema is then the schema its rows follow (the subject's latest
+	// when the read was expanded), and a value's fields are taken by name
+	// from its writer's (kafkaio/registry.go).
+	SchemaRegistryURL string `json:"schema_registry_url,omitempty"`
 }
 
 // KafkaWrite is where a Kafka write writes and how.

@@ -76,6 +76,8 @@ func (r *KafkaRead) validatePayload() error {
 		return fmt.Errorf("kafka read: a payload row read has no metadata")
 	case r.ValueFormat != KafkaByteArray && r.ValueFormat != KafkaString:
 		return fmt.Errorf("kafka read: a payload row read reads ByteArray (RAW) or String (STRING) values, not %s", r.ValueFormat)
+	case r.SchemaRegistryURL != "" && r.RowFormat != KafkaRowAvro:
+		return fmt.Errorf("kafka read: a schema registry serves reads of format %s, not %q", KafkaRowAvro, r.RowFormat)
 	case r.RowFormat != "" && r.ValueFormat != KafkaByteArray:
 		return fmt.Errorf("kafka read: a %s read reads ByteArray values, not %s", r.RowFormat, r.ValueFormat)
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ksrunner/ksrunner/host/internal/expansion/expansiontest"
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -443,5 +444,66 @@ func TestCapturedRequests(t *testing.T) {
 				t.Errorf("spec\n got %s\nwant %s", expansiontest.JSON(got), expansiontest.JSON(want))
 			}
 		})
+	}
+}
+
+// A managed read of format AVRO through a schema registry takes the
+// subject's latest schema when it expands: its rows are that schema's, and
+// the read fetches writers' schemas from the registry. What cannot work
+// is an expansion error naming the field.
+func TestManagedRegistry(t *testing.T) {
+	reg := testkit.NewSchemaRegistry(t)
+	reg.Register("orders-value", `{"type":"record","name":"Order","fields":[{"name":"name","type":"string"}]}`)
+	latest := `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"name","type":"string"},{"name":"note","type":["null","string"],"default":null,"doc":"d"}]}`
+	reg.Register("orders-value", latest)
+	reg.Register("bad-value", `{"type":"record","name":"U","fields":[{"name":"u","type":["string","long"]}]}`)
+	str := func(s string) *string { return &s }
+	read := func(yaml string) *jobpb.ExpansionRequest {
+		return managedRequest(t, "Managed Read(KAFKA)", managedConfig{TransformIdentifier: IdentifierKafkaRead,
+			Config: str("bootstrap_servers: b:9092\ntopic: in\n" + yaml)})
+	}
+	resp, _, err := Expand(read("format: AVRO\nconfluent_schema_registry_url: " + reg.URL + "\nconfluent_schema_registry_subject: orders-value"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := translate.DecodeKafkaRead(resp.GetTransform().GetSpec().GetPayload())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := translate.AvroRowSchema(latest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := spec.PayloadSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.SchemaRegistryURL != reg.URL || spec.RowFormat != translate.KafkaRowAvro {
+		t.Errorf("read %s: want an AVRO read through %s", expansiontest.JSON(spec), reg.URL)
+	}
+	if err := translate.SameRowLayout(got, want); err != nil {
+		t.Errorf("the read's rows are not the latest schema's: %v", err)
+	}
+	for _, c := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"no subject", "confluent_schema_registry_url: " + reg.URL, []string{"confluent_schema_registry_subject", "missing"}},
+		{"unknown subject", "confluent_schema_registry_url: " + reg.URL + "\nconfluent_schema_registry_subject: nope", []string{"confluent_schema_registry_subject", `"nope"`, reg.URL, "not found"}},
+		{"unreachable", "confluent_schema_registry_url: http://127.0.0.1:1\nconfluent_schema_registry_subject: orders-value", []string{"confluent_schema_registry_subject", "127.0.0.1:1"}},
+		{"schema too", "schema: '{}'\nconfluent_schema_registry_url: " + reg.URL + "\nconfluent_schema_registry_subject: orders-value", []string{"schema", "one or the other"}},
+		{"JSON", "format: JSON\nconfluent_schema_registry_url: " + reg.URL + "\nconfluent_schema_registry_subject: orders-value", []string{"confluent_schema_registry_url", "AVRO"}},
+		{"latest unsupported", "confluent_schema_registry_url: " + reg.URL + "\nconfluent_schema_registry_subject: bad-value", []string{"confluent_schema_registry_subject", `field "u"`, "union"}},
+	} {
+		_, _, err := Expand(read(c.yaml))
+		if err == nil {
+			t.Errorf("%s: expanded", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not say %q", c.name, err, w)
+			}
+		}
 	}
 }

@@ -2,9 +2,11 @@ package expansion
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -224,7 +226,7 @@ func (r *reader) unsupported(names ...string) {
 		case nil:
 		case string:
 			if v != "" {
-				r.fail(n, "%q: not supported by ksrunner yet (it reads RAW and STRING values, and JSON and AVRO ones of a schema given as schema: no schema registry, no protobuf)", v)
+				r.fail(n, "%q: not supported by ksrunner yet (it reads RAW and STRING values without a schema, JSON ones of a schema given as schema, and AVRO ones of a schema given as schema or by a registry; no protobuf)", v)
 			}
 		default:
 			r.fail(n, "%v: ksrunner does not run a Kafka schema transform's error handling yet: a record it cannot handle fails the job", v)
@@ -254,9 +256,13 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 		// Java reads AVRO when no format is given.
 		spec.ValueFormat = translate.KafkaByteArray
 		spec.RowFormat, spec.RowSchema = cmp.Or(f, formatAvro), r.string("schema")
+		if url := r.string("confluent_schema_registry_url"); url != "" {
+			registryRead(r, spec, url)
+			break
+		}
 		if spec.RowSchema == "" {
 			what := map[string]string{formatJSON: "JSON schema", formatAvro: "Avro schema"}[spec.RowFormat]
-			r.fail("schema", "missing: a read of format %s needs the %s of its records' values (ksrunner reads no schema registry yet)", spec.RowFormat, what)
+			r.fail("schema", "missing: a read of format %s needs the %s of its records' values (or, for AVRO, confluent_schema_registry_url and _subject)", spec.RowFormat, what)
 		} else if _, err := spec.PayloadSchema(); err != nil {
 			r.fail("schema", "%v", err)
 		}
@@ -296,6 +302,43 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 	}
 	return spec, warn, nil
 }
+
+// registryRead makes spec a read of Confluent's wire format through the
+// registry at url, its rows those of the subject's latest schema, as
+// Java's provider fixes them when it expands.
+func registryRead(r *reader, spec *translate.KafkaRead, url string) {
+	subject := r.string("confluent_schema_registry_subject")
+	switch {
+	case spec.RowFormat != formatAvro:
+		r.fail("confluent_schema_registry_url", "%q: a schema registry serves format %s, not %s", url, formatAvro, spec.RowFormat)
+		return
+	case spec.RowSchema != "":
+		r.fail("schema", "given with confluent_schema_registry_url %q: a read takes its schema from one or the other", url)
+		return
+	case subject == "":
+		r.fail("confluent_schema_registry_subject", "missing: a read through schema registry %q needs its subject", url)
+		return
+	}
+	client, err := kafkaio.NewRegistryClient(url)
+	if err != nil {
+		r.fail("confluent_schema_registry_url", "%v", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), registryTimeout)
+	defer cancel()
+	s, err := client.GetLatestSchema(ctx, subject)
+	if err != nil {
+		r.fail("confluent_schema_registry_subject", "%q: the latest schema from registry %s: %v", subject, url, err)
+		return
+	}
+	spec.RowSchema, spec.SchemaRegistryURL = s.String(), url
+	if _, err := spec.PayloadSchema(); err != nil {
+		r.fail("confluent_schema_registry_subject", "%q: its latest schema: %v", subject, err)
+	}
+}
+
+// registryTimeout bounds the expansion's fetch of a subject's schema.
+const registryTimeout = 30 * time.Second
 
 // schemaWrite maps a kafka_write schema transform's configuration to a
 // payload row write: format RAW, or JSON (which writes the input's rows

@@ -86,28 +86,59 @@ func NewAvroPayloadEncoder(coders map[string]*pipepb.Coder, cid, text string) (P
 }
 
 // appendAvroRecord appends the record datum at the start of b as a row
-// and returns what follows it. The row's header needs to know which
-// fields are null, so its values go to a buffer of their own first.
+// and returns what follows it.
 func appendAvroRecord(dst []byte, rec *avro.RecordSchema, b []byte, path string) ([]byte, []byte, error) {
-	fields := rec.Fields()
+	var fv avroFields
+	rest, err := fv.read(rec, b, path)
+	if err != nil {
+		return nil, nil, err
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(fv.ends)))
 	var nulls []byte
-	var vals []byte
-	for i, f := range fields {
-		var err error
-		var null bool
-		if vals, b, null, err = appendAvroValue(vals, f.Type(), b, fieldPath(path, f.Name())); err != nil {
-			return nil, nil, err
-		}
+	for i, null := range fv.nulls {
 		if null {
 			if nulls == nil {
-				nulls = make([]byte, (len(fields)+7)/8)
+				nulls = make([]byte, (len(fv.nulls)+7)/8)
 			}
 			nulls[i/8] |= 1 << (i % 8)
 		}
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(fields)))
 	dst = appendBytes(dst, nulls)
-	return append(dst, vals...), b, nil
+	return append(dst, fv.vals...), rest, nil
+}
+
+// avroFields are a record datum's fields as row values: field i's value is
+// vals[ends[i-1]:ends[i]], empty when nulls[i]. A row's header needs to
+// know which fields are null, and a registry read takes them by name, so
+// the values are kept apart first.
+type avroFields struct {
+	vals  []byte
+	ends  []int
+	nulls []bool
+}
+
+// read reads the record datum at the start of b and returns what follows.
+func (fv *avroFields) read(rec *avro.RecordSchema, b []byte, path string) ([]byte, error) {
+	fv.vals, fv.ends, fv.nulls = fv.vals[:0], fv.ends[:0], fv.nulls[:0]
+	for _, f := range rec.Fields() {
+		var err error
+		var null bool
+		if fv.vals, b, null, err = appendAvroValue(fv.vals, f.Type(), b, fieldPath(path, f.Name())); err != nil {
+			return nil, err
+		}
+		fv.ends = append(fv.ends, len(fv.vals))
+		fv.nulls = append(fv.nulls, null)
+	}
+	return b, nil
+}
+
+// value is field i's row value.
+func (fv *avroFields) value(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = fv.ends[i-1]
+	}
+	return fv.vals[start:fv.ends[i]]
 }
 
 // appendAvroValue appends the datum of schema s at the start of b as a row

@@ -1,6 +1,7 @@
 package task
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -24,13 +25,23 @@ func (s *kafkaSource) newPayload() error {
 	case err != nil:
 	case r.KafkaRead.RowFormat != "":
 		var enc kafkaio.PayloadEncoder
-		if enc, err = kafkaio.NewRowPayloadEncoder(coders, elem, r.KafkaRead.RowFormat, r.KafkaRead.RowSchema); err == nil {
+		if url := r.KafkaRead.SchemaRegistryURL; url != "" {
+			enc, err = kafkaio.NewRegistryPayloadEncoder(coders, elem, r.KafkaRead.RowSchema, url)
+		} else {
+			enc, err = kafkaio.NewRowPayloadEncoder(coders, elem, r.KafkaRead.RowFormat, r.KafkaRead.RowSchema)
+		}
+		if err == nil {
 			// A value that is not the schema's JSON or Avro is a bad
 			// record (the deserialization_error_policy's), as a value a
-			// deserializer refuses.
+			// deserializer refuses; a registry that cannot give a schema
+			// says nothing about the record, and fails the task.
 			s.payload = func(dst []byte, rec *kgo.Record) ([]byte, error) {
 				b, err := enc(dst, rec)
-				if err != nil {
+				var re *kafkaio.RegistryError
+				switch {
+				case errors.As(err, &re):
+					return nil, fmt.Errorf("topic %s partition %d offset %d: %w", rec.Topic, rec.Partition, rec.Offset, err)
+				case err != nil:
 					return nil, &decodeError{"value", err}
 				}
 				return b, nil
