@@ -12,6 +12,7 @@ import (
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -200,6 +201,52 @@ func TestKafkaManagedPythonAvro(t *testing.T) {
 	})
 }
 
+// TestKafkaManagedPythonAvroRegistry: managed.Read(KAFKA) of format AVRO
+// through a schema registry (subject IN-value) → Map → managed.Write(KAFKA,
+// JSON): values written with an older schema (no price) and with the
+// latest both read into rows of the latest, by field name; a value of a
+// schema id the job's rows cannot come from (a field lost) and one not in
+// the wire format are skipped.
+func TestKafkaManagedPythonAvroRegistry(t *testing.T) {
+	reg := testkit.NewSchemaRegistry(t)
+	const (
+		older = `{"type":"record","name":"Order","fields":[{"name":"count","type":"long"},{"name":"name","type":"string"}]}`
+		lost  = `{"type":"record","name":"Order","fields":[{"name":"name","type":"string"}]}`
+	)
+	latest := `{"type":"record","name":"Order","fields":[
+		{"name":"name","type":"string"},{"name":"count","type":"long"},
+		{"name":"price","type":["null","double"],"default":null},
+		{"name":"tags","type":["null",{"type":"array","items":"string"}],"default":null},
+		{"name":"address","type":["null",{"type":"record","name":"Address","fields":[
+			{"name":"city","type":"string"},{"name":"zip","type":["null","string"]}]}],"default":null}]}`
+	var in string
+	testKafkaManagedRowsIn(t, func(topic string) string {
+		in = topic
+		return "AVRO@" + reg.URL
+	}, func() []managedRowCase {
+		ids := map[string]int{}
+		for _, s := range []string{lost, older, latest} {
+			ids[s] = reg.Register(in+"-value", s)
+		}
+		value := func(s string, v map[string]any) []byte {
+			b, err := avro.Marshal(avro.MustParse(s), v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return testkit.WireFormat(ids[s], b)
+		}
+		return []managedRowCase{
+			{value(older, map[string]any{"count": int64(3), "name": "apple"}),
+				`{"name":"APPLE","total":6,"price":null,"tags":null,"city":null}`},
+			{value(latest, map[string]any{"name": "b", "count": int64(-4), "price": map[string]any{"double": 1.5}, "tags": nil,
+				"address": map[string]any{"Address": map[string]any{"city": "Oslo", "zip": nil}}}),
+				`{"name":"B","total":-8,"price":1.5,"tags":null,"city":"Oslo"}`},
+			{value(lost, map[string]any{"name": "c"}), ""},
+			{[]byte("not avro"), ""},
+		}
+	}, func(t *testing.T, v []byte) string { return string(v) })
+}
+
 // managedRowCase is an input value of kafka_managed_rows.py and its
 // output, as the test shows it; "": a bad record, skipped.
 type managedRowCase struct {
@@ -212,9 +259,17 @@ type managedRowCase struct {
 // checks that the output topic (read_committed) holds, as show shows its
 // values, exactly the good cases' outputs, once each.
 func testKafkaManagedRows(t *testing.T, format string, cases []managedRowCase, show func(*testing.T, []byte) string) {
+	testKafkaManagedRowsIn(t, func(string) string { return format }, func() []managedRowCase { return cases }, show)
+}
+
+// testKafkaManagedRowsIn is testKafkaManagedRows with the format and the
+// cases made for the input topic's name.
+func testKafkaManagedRowsIn(t *testing.T, formatFor func(in string) string, casesFor func() []managedRowCase, show func(*testing.T, []byte) string) {
 	ctx, env := newKafkaEnv(t)
 	bootstrap := env.bootstrap
 	in, out := kafkatest.UniqueName(t, "pyrin"), kafkatest.UniqueName(t, "pyrout")
+	format := formatFor(in)
+	cases := casesFor()
 	kafkatest.CreateTopic(t, bootstrap, in, 2)
 	kafkatest.CreateTopic(t, bootstrap, out, 2)
 	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))

@@ -12,6 +12,9 @@ city (null without an address).
 Like kafka_count.py, the script submits the unbounded job, writes its id to
 its first argument and exits 0 when the job ends CANCELLED.
 
+FORMAT AVRO@URL reads Avro through the schema registry at URL (subject
+IN_TOPIC-value, the registry's latest schema) and writes JSON.
+
 Usage: kafka_managed_rows.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
          FORMAT [pipeline options]
 """
@@ -87,20 +90,26 @@ def main():
     jobid_file, in_topic, out_topic, bootstrap, expansion, fmt = sys.argv[1:7]
     p = beam.Pipeline(options=PipelineOptions(sys.argv[7:]))
     schema = JSON_SCHEMA if fmt == 'JSON' else AVRO_SCHEMA
+    read_config = {
+        'bootstrap_servers': bootstrap, 'topic': in_topic,
+        'format': fmt, 'schema': json.dumps(schema),
+        'auto_offset_reset_config': 'earliest'
+    }
+    write_format = fmt
+    if fmt.startswith('AVRO@'):
+        del read_config['schema']
+        read_config['format'] = 'AVRO'
+        read_config['confluent_schema_registry_url'] = fmt[len('AVRO@'):]
+        read_config['confluent_schema_registry_subject'] = in_topic + '-value'
+        write_format = 'JSON'
+
     _ = (
         p
-        | managed.Read(
-            managed.KAFKA,
-            config={
-                'bootstrap_servers': bootstrap, 'topic': in_topic,
-                'format': fmt, 'schema': json.dumps(schema),
-                'auto_offset_reset_config': 'earliest'
-            },
-            expansion_service=expansion)
+        | managed.Read(managed.KAFKA, config=read_config, expansion_service=expansion)
         | 'ToOut' >> beam.Map(to_out).with_output_types(Out)
         | managed.Write(
             managed.KAFKA,
-            config={'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': fmt},
+            config={'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': write_format},
             expansion_service=expansion))
     result = p.run()
     with open(jobid_file + '.tmp', 'w') as f:
