@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
@@ -13,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/testkit"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -299,5 +302,40 @@ func testKafkaManagedRowsIn(t *testing.T, formatFor func(in string) string, case
 		if got[v] == 0 {
 			t.Errorf("output %s missing from %s", v, out)
 		}
+	}
+}
+
+// A registry read of a value whose schema id the registry does not have
+// fails the job, naming the registry, the id and the record, and writes
+// nothing: a schema it cannot get says nothing about the record, which
+// must not be skipped even under deserialization_error_policy=skip.
+func TestKafkaManagedPythonAvroRegistryMissingSchema(t *testing.T) {
+	ctx, env := newKafkaEnv(t)
+	reg := testkit.NewSchemaRegistry(t)
+	in, out := kafkatest.UniqueName(t, "pyrin"), kafkatest.UniqueName(t, "pyrout")
+	kafkatest.CreateTopic(t, env.bootstrap, in, 1)
+	kafkatest.CreateTopic(t, env.bootstrap, out, 1)
+	reg.Register(in+"-value", `{"type":"record","name":"Order","fields":[{"name":"name","type":"string"},{"name":"count","type":"long"}]}`)
+	cl := kafkatest.Client(t, env.bootstrap)
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Value: testkit.WireFormat(42, []byte{2, 'a', 2})}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	job := env.startKafkaScript(ctx, t, "kafka_managed_rows.py", in, out, kafkatest.UniqueName(t, "pymreg"), []string{"AVRO@" + reg.URL},
+		"--deserialization_error_policy=skip")
+	r, err := jobtest.Wait(ctx, job.jobs, job.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.State != jobpb.JobState_FAILED {
+		t.Fatalf("job ended %v (errors %q), want FAILED", r.State, r.Errors)
+	}
+	want := []string{"schema registry " + reg.URL, "schema id 42", "topic " + in + " partition 0 offset 0"}
+	if !slices.ContainsFunc(r.Errors, func(e string) bool {
+		return !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(e, w) })
+	}) {
+		t.Errorf("errors %q: none says all of %q", r.Errors, want)
+	}
+	if got := readDistinct(ctx, t, env.bootstrap, out, -1, job); len(got) != 0 {
+		t.Errorf("%s holds %d records, want none", out, len(got))
 	}
 }
