@@ -70,6 +70,8 @@ func CheckKafkaRowWriteSchema(format string, s *pipepb.Schema) error {
 // validatePayload checks the payload-row parts of a read's spec.
 func (r *KafkaRead) validatePayload() error {
 	switch {
+	case !r.PayloadRow && (r.RowFormat != "" || r.SchemaRegistryURL != ""):
+		return fmt.Errorf("kafka read: a %s read is a payload row read", r.RowFormat)
 	case !r.PayloadRow:
 		return nil
 	case r.WithMetadata:
@@ -86,8 +88,8 @@ func (r *KafkaRead) validatePayload() error {
 }
 
 // PayloadSchema is the row schema of a payload row read's output: the
-// JSON schema's row (JSONRowSchema) for a JSON read, else
-// KafkaPayloadSchema of the value format.
+// row of its schema for a JSON or Avro read (JSONRowSchema,
+// AvroRowSchema), else KafkaPayloadSchema of the value format.
 func (r *KafkaRead) PayloadSchema() (*pipepb.Schema, error) {
 	switch r.RowFormat {
 	case "":

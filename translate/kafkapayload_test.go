@@ -22,6 +22,20 @@ func TestKafkaPayloadRefused(t *testing.T) {
 			[]string{"payload row", "no headers"}},
 		{"write of strings", (&KafkaWrite{Topic: "out", KeyFormat: KafkaByteArray, ValueFormat: KafkaString, PayloadRow: true}).Validate(),
 			[]string{"payload row", "String"}},
+		{"JSON read not a payload read", (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
+			RowFormat: KafkaRowJSON, RowSchema: `{"type":"object"}`}).Validate(), []string{"JSON read", "payload row"}},
+		{"JSON read of strings", (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaString, TimestampPolicy: TimestampCreateTime,
+			PayloadRow: true, RowFormat: KafkaRowJSON, RowSchema: `{"type":"object"}`}).Validate(), []string{"JSON read", "String"}},
+		{"JSON read through a registry", (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
+			PayloadRow: true, RowFormat: KafkaRowJSON, RowSchema: `{"type":"object"}`, SchemaRegistryURL: "http://r"}).Validate(), []string{"registry", "AVRO", "JSON"}},
+		{"Avro read of a bad schema", (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
+			PayloadRow: true, RowFormat: KafkaRowAvro, RowSchema: `"long"`}).Validate(), []string{"Avro schema", "want a record"}},
+		{"read of another row format", (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
+			PayloadRow: true, RowFormat: "PROTO"}).Validate(), []string{"row format", "PROTO"}},
+		{"write of another row format", (&KafkaWrite{Topic: "out", KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, PayloadRow: true, RowFormat: "PROTO"}).Validate(),
+			[]string{"row format", "PROTO"}},
+		{"JSON write not a payload write", (&KafkaWrite{Topic: "out", KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, RowFormat: KafkaRowJSON}).Validate(),
+			[]string{"JSON write", "payload row"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) { errContains(t, tc.err, tc.want...) })
 	}
