@@ -98,6 +98,12 @@ type KafkaRead struct {
 	// when the read was expanded), and a value's fields are taken by name
 	// from its writer's (kafkaio/registry.go).
 	SchemaRegistryURL string `json:"schema_registry_url,omitempty"`
+	// ErrorOutput, with PayloadRow, is the local name of a second output
+	// (a schema transform's error_handling output): a value the read
+	// cannot make its row of goes there as a KafkaErrorSchema row instead
+	// of following the deserialization_error_policy. The main output is
+	// then the transform's other output.
+	ErrorOutput string `json:"error_output,omitempty"`
 }
 
 // KafkaWrite is where a Kafka write writes and how.

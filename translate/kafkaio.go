@@ -35,12 +35,18 @@ var kafkaConsumerResets = map[string]bool{"earliest": true, "latest": true, "non
 // addKafkaRead validates a URNKafkaRead leaf and records it.
 func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
 	name := tr.GetUniqueName()
-	if len(tr.GetInputs()) != 0 || len(tr.GetOutputs()) != 1 {
-		return fmt.Errorf("transform %q: a Kafka read needs no input and one output, has %d and %d", name, len(tr.GetInputs()), len(tr.GetOutputs()))
+	if len(tr.GetInputs()) != 0 {
+		return fmt.Errorf("transform %q: a Kafka read needs no input, has %d", name, len(tr.GetInputs()))
 	}
 	r, err := DecodeKafkaRead(tr.GetSpec().GetPayload())
 	if err != nil {
 		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	if _, _, err := KafkaReadOutputs(tr.GetOutputs(), r); err != nil {
+		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	if r.ErrorOutput != "" && len(r.Topics) != 1 {
+		return fmt.Errorf("transform %q: a Kafka read with an error output reads one topic, not %d", name, len(r.Topics))
 	}
 	for _, topic := range r.Topics {
 		if !validTopicName(topic) {

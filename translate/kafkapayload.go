@@ -2,6 +2,8 @@ package translate
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 )
@@ -55,6 +57,41 @@ func CheckKafkaPayloadWriteSchema(s *pipepb.Schema) error {
 	return nil
 }
 
+// KafkaErrorSchemaID is the schema id of KafkaErrorSchema.
+const KafkaErrorSchemaID = "ksrunner-kafka-error-v1"
+
+// KafkaErrorSchema is the row of a read's error output: the record's value
+// and why it could not be read (Java's ErrorHandling.errorSchemaBytes).
+func KafkaErrorSchema() *pipepb.Schema {
+	field := func(name string, t pipepb.AtomicType) *pipepb.Field {
+		return &pipepb.Field{Name: name, Type: &pipepb.FieldType{TypeInfo: &pipepb.FieldType_AtomicType{AtomicType: t}}}
+	}
+	return &pipepb.Schema{Id: KafkaErrorSchemaID, Fields: []*pipepb.Field{
+		field("failed_row", pipepb.AtomicType_BYTES), field("error_message", pipepb.AtomicType_STRING),
+	}}
+}
+
+// KafkaReadOutputs returns a Kafka read transform's main output and, for
+// a read with an error output, that output's PCollection.
+func KafkaReadOutputs(outputs map[string]string, r *KafkaRead) (main, errs string, err error) {
+	want := 1
+	if r.ErrorOutput != "" {
+		want = 2
+		if errs = outputs[r.ErrorOutput]; errs == "" {
+			return "", "", fmt.Errorf("a Kafka read with error output %q has no output of that name (outputs %v)", r.ErrorOutput, slices.Sorted(maps.Keys(outputs)))
+		}
+	}
+	if len(outputs) != want {
+		return "", "", fmt.Errorf("a Kafka read needs %d outputs, has %d", want, len(outputs))
+	}
+	for tag, pc := range outputs {
+		if tag != r.ErrorOutput {
+			main = pc
+		}
+	}
+	return main, errs, nil
+}
+
 // CheckKafkaRowWriteSchema checks the input rows of a payload write of
 // row format (empty: RAW).
 func CheckKafkaRowWriteSchema(format string, s *pipepb.Schema) error {
@@ -70,6 +107,8 @@ func CheckKafkaRowWriteSchema(format string, s *pipepb.Schema) error {
 // validatePayload checks the payload-row parts of a read's spec.
 func (r *KafkaRead) validatePayload() error {
 	switch {
+	case !r.PayloadRow && r.ErrorOutput != "":
+		return fmt.Errorf("kafka read: an error output is a payload row read's")
 	case !r.PayloadRow && (r.RowFormat != "" || r.SchemaRegistryURL != ""):
 		return fmt.Errorf("kafka read: a %s read is a payload row read", r.RowFormat)
 	case !r.PayloadRow:

@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -60,4 +61,33 @@ func TestKafkaPayloadRefused(t *testing.T) {
 			errContains(t, err, tc.want...)
 		})
 	}
+}
+
+// A read's outputs: one, or, with an error output, two of which one has
+// the error output's name; anything else is an error naming what is
+// missing.
+func TestKafkaReadOutputs(t *testing.T) {
+	plain, withErrs := &KafkaRead{}, &KafkaRead{ErrorOutput: "errors"}
+	if main, errs, err := KafkaReadOutputs(map[string]string{"out": "p1"}, plain); err != nil || main != "p1" || errs != "" {
+		t.Errorf("one output: %q %q %v", main, errs, err)
+	}
+	if main, errs, err := KafkaReadOutputs(map[string]string{"output": "p1", "errors": "p2"}, withErrs); err != nil || main != "p1" || errs != "p2" {
+		t.Errorf("with errors: %q %q %v", main, errs, err)
+	}
+	for _, c := range []struct {
+		name    string
+		outputs map[string]string
+		r       *KafkaRead
+		want    string
+	}{
+		{"two without an error output", map[string]string{"a": "p1", "b": "p2"}, plain, "needs 1 outputs, has 2"},
+		{"error output missing", map[string]string{"output": "p1", "bad": "p2"}, withErrs, `error output "errors" has no output of that name`},
+		{"error output alone", map[string]string{"errors": "p2"}, withErrs, "needs 2 outputs, has 1"},
+	} {
+		if _, _, err := KafkaReadOutputs(c.outputs, c.r); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+	errContains(t, (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
+		ErrorOutput: "errors"}).Validate(), "error output", "payload row")
 }

@@ -99,10 +99,22 @@ func (t *translator) layout() (*Plan, error) {
 			}
 
 		case kindKafkaRead:
-			out := onlyValue(tr.GetOutputs())
 			r := t.kafkaReads[id]
+			out, errs, err := KafkaReadOutputs(tr.GetOutputs(), r)
+			if err != nil {
+				return nil, fmt.Errorf("transform %q: %w", tr.GetUniqueName(), err)
+			}
 			if err := t.checkKafkaRead(tr.GetUniqueName(), out, r); err != nil {
 				return nil, err
+			}
+			if errs != "" {
+				s, err := t.kafkaRow(tr.GetUniqueName(), "error output", errs)
+				if err != nil {
+					return nil, err
+				}
+				if err := SameRowLayout(s, KafkaErrorSchema()); err != nil {
+					return nil, fmt.Errorf("transform %q: error output %q: the row is not a Kafka read's error row (failed_row, error_message): %w", tr.GetUniqueName(), errs, err)
+				}
 			}
 			// A Kafka read is unbounded whatever its output says, unless
 			// its spec bounds it (max_num_records, max_read_time): then it
@@ -119,9 +131,12 @@ func (t *translator) layout() (*Plan, error) {
 				if topics[tp.Name] != nil {
 					return nil, fmt.Errorf("transform %q: topic %q is read twice, or collides with an internal topic's name; read it once and use the output twice", tr.GetUniqueName(), tp.Name)
 				}
-				sb, err := newSub(tp, Root{Kind: RootKafkaSource, TransformID: id, Output: out, WindowingStrategy: t.inWS(out), KafkaRead: r})
+				sb, err := newSub(tp, Root{Kind: RootKafkaSource, TransformID: id, Output: out, ErrorOutput: errs, WindowingStrategy: t.inWS(out), KafkaRead: r})
 				if err != nil {
 					return nil, err
+				}
+				if errs != "" {
+					subOf[errs] = sb // one topic: translate checked it
 				}
 				sources = append(sources, sb)
 			}
@@ -275,6 +290,9 @@ func (t *translator) layout() (*Plan, error) {
 	}
 	for _, st := range plan.SubTopologies {
 		boundary = append(boundary, st.Root.Output)
+		if st.Root.ErrorOutput != "" {
+			boundary = append(boundary, st.Root.ErrorOutput)
+		}
 		for _, s := range st.Stages {
 			boundary = append(boundary, s.Input)
 			boundary = append(boundary, s.Outputs...)

@@ -143,6 +143,10 @@ type Root struct {
 	TransformID string // the Impulse, GroupByKey (or lifted CombinePerKey), Reshuffle or Flatten
 	// Output is the PCollection the root emits.
 	Output string
+	// ErrorOutput (RootKafkaSource with KafkaRead.ErrorOutput only) is the
+	// PCollection of the read's error rows (KafkaErrorSchema), which the
+	// root emits besides Output, in the same windowing.
+	ErrorOutput string
 	// WindowingStrategy is the id of the windowing strategy of the topic's
 	// PCollection (grouping and firing follow it).
 	WindowingStrategy string

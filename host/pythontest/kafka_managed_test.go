@@ -3,6 +3,7 @@ package pythontest
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -248,6 +249,68 @@ func TestKafkaManagedPythonAvroRegistry(t *testing.T) {
 			{[]byte("not avro"), ""},
 		}
 	}, func(t *testing.T, v []byte) string { return string(v) })
+}
+
+// TestKafkaManagedPythonErrorHandling: managed.Read(KAFKA) of format JSON
+// with error_handling {output: errors} → the rows to JSON as in
+// TestKafkaManagedPythonJSON, and the errors output → a Map to
+// "error_message: failed_row" → managed.Write(KAFKA, RAW) to a topic of
+// its own. Under deserialization_error_policy=fail (the default), the job
+// runs on: the good records' outputs are written once each, and each bad
+// record's value is in the errors topic once, with a message naming what
+// is wrong with it.
+func TestKafkaManagedPythonErrorHandling(t *testing.T) {
+	ctx, env := newKafkaEnv(t)
+	bootstrap := env.bootstrap
+	in, out, errs := kafkatest.UniqueName(t, "pyein"), kafkatest.UniqueName(t, "pyeout"), kafkatest.UniqueName(t, "pyeerr")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	kafkatest.CreateTopic(t, bootstrap, errs, 1)
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	inputs := []struct{ in, out, err string }{
+		{`{"name":"a","count":1}`, `{"name":"A","total":2,"price":null,"tags":null,"city":null}`, ""},
+		{`not json`, "", `not JSON`},
+		{`{"name":"b","count":"2"}`, "", `property "count": a JSON string "2", want an integer`},
+		{`{"name":"c","count":3,"address":{"city":"Rome"}}`, `{"name":"C","total":6,"price":null,"tags":null,"city":"Rome"}`, ""},
+		{`{"count":4}`, "", `property "name": missing or null`},
+	}
+	wantOut, wantErr := map[string]bool{}, map[string]string{}
+	for i, c := range inputs {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: int32(i % 2), Value: []byte(c.in)}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if c.out != "" {
+			wantOut[c.out] = true
+		} else {
+			wantErr[c.in] = c.err
+		}
+	}
+	job := env.startKafkaScript(ctx, t, "kafka_managed_rows.py", in, out, kafkatest.UniqueName(t, "pymerr"), []string{"JSON>" + errs})
+	readDistinct(ctx, t, bootstrap, out, len(wantOut), job)
+	readDistinct(ctx, t, bootstrap, errs, len(wantErr), job)
+	job.end(ctx, t, false, jobpb.JobState_CANCELLED)
+	gotOut := readDistinct(ctx, t, bootstrap, out, -1, job)
+	if len(gotOut) != len(wantOut) {
+		t.Errorf("%s holds %d values, want %d", out, len(gotOut), len(wantOut))
+	}
+	for v := range wantOut {
+		if gotOut[v] == nil {
+			t.Errorf("output %s missing from %s", v, out)
+		}
+	}
+	gotErr := readDistinct(ctx, t, bootstrap, errs, -1, job)
+	if len(gotErr) != len(wantErr) {
+		t.Errorf("%s holds %d values, want %d: %q", errs, len(gotErr), len(wantErr), slices.Collect(maps.Keys(gotErr)))
+	}
+	for value, msg := range wantErr {
+		found := false
+		for e := range gotErr {
+			found = found || (strings.HasSuffix(e, ": "+value) && strings.Contains(e, msg))
+		}
+		if !found {
+			t.Errorf("%s has no error for %q saying %q; it has %q", errs, value, msg, slices.Collect(maps.Keys(gotErr)))
+		}
+	}
 }
 
 // managedRowCase is an input value of kafka_managed_rows.py and its

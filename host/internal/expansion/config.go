@@ -53,6 +53,13 @@ func decodeRow(payload []byte) (fields, map[string]string, error) {
 	if rv.Kind() != reflect.Struct {
 		return nil, nil, fmt.Errorf("configuration row: decoded to %v, want a row", rv.Type())
 	}
+	f, names := decodeStruct(rv)
+	return f, names, nil
+}
+
+// decodeStruct takes the fields of a decoded row, by normalized name, and
+// their names as sent.
+func decodeStruct(rv reflect.Value) (fields, map[string]string) {
 	f := fields{}
 	names := map[string]string{} // normalized -> as sent, for messages
 	for i := 0; i < rv.NumField(); i++ {
@@ -65,7 +72,7 @@ func decodeRow(payload []byte) (fields, map[string]string, error) {
 		names[n] = name
 		f[n] = plain(rv.Field(i))
 	}
-	return f, names, nil
+	return f, names
 }
 
 // plain turns a decoded field into nil (null), a string, an int64, a bool,
@@ -187,6 +194,34 @@ func (r *reader) strings(name string) []string {
 		r.fail(name, "%v (%T), want a list of strings", v, v)
 		return nil
 	}
+}
+
+// errorHandling returns the output named by an ErrorHandling field ({output:
+// NAME}, a mapping in managed's YAML or a row), "" when it is absent.
+func (r *reader) errorHandling(name string) string {
+	v := r.take(name)
+	var out any
+	switch v := v.(type) {
+	case nil:
+		return ""
+	case map[string]string:
+		out = v["output"]
+		if len(v) != 1 {
+			out = nil
+		}
+	default:
+		rv := reflect.ValueOf(v)
+		if rv.Kind() == reflect.Struct {
+			if f, _ := decodeStruct(rv); len(f) == 1 {
+				out = f["output"]
+			}
+		}
+	}
+	s, ok := out.(string)
+	if !ok || s == "" {
+		r.fail(name, "%v: want {output: NAME}, the name of the output of records that fail", v)
+	}
+	return s
 }
 
 func (r *reader) stringMap(name string) map[string]string {

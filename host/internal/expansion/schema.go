@@ -269,7 +269,12 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 	default:
 		r.fail("format", "%q: ksrunner reads the formats %s, %s, %s and %s only (not PROTO)", f, formatRaw, formatString, formatJSON, formatAvro)
 	}
-	r.unsupported("schema", "confluent_schema_registry_url", "confluent_schema_registry_subject", "file_descriptor_path", "message_name", "error_handling")
+	if out := r.errorHandling("error_handling"); out == "output" {
+		r.fail("error_handling", "output %q: the name of the read's rows; name the errors' output otherwise", out)
+	} else {
+		spec.ErrorOutput = out
+	}
+	r.unsupported("schema", "confluent_schema_registry_url", "confluent_schema_registry_subject", "file_descriptor_path", "message_name")
 	reset := r.string("auto_offset_reset_config")
 	cfg := r.stringMap("consumer_config_updates")
 	if secs := r.int("max_read_time_seconds"); secs != nil {

@@ -150,12 +150,32 @@ func expandRead(req *jobpb.ExpansionRequest, spec *translate.KafkaRead) (*pipepb
 	// sends its outputs), else Java's.
 	tag := "output"
 	for k := range t.GetOutputs() {
-		tag = k
+		if k != spec.ErrorOutput {
+			tag = k
+		}
+	}
+	outputs := map[string]string{tag: pcol}
+	if spec.ErrorOutput != "" {
+		// The error rows, as Java's ErrorHandling.errorSchemaBytes.
+		b, err := proto.Marshal(translate.KafkaErrorSchema())
+		if err != nil {
+			return nil, nil, err
+		}
+		cid := id("errors")
+		c.Coders[cid] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urnRow, Payload: b}}
+		errs := id("error_output")
+		c.Pcollections[errs] = &pipepb.PCollection{
+			UniqueName:          t.GetUniqueName() + "." + spec.ErrorOutput,
+			CoderId:             cid,
+			IsBounded:           bounded,
+			WindowingStrategyId: ws,
+		}
+		outputs[spec.ErrorOutput] = errs
 	}
 	return &pipepb.PTransform{
 		UniqueName:  t.GetUniqueName(),
 		Spec:        &pipepb.FunctionSpec{Urn: translate.URNKafkaRead, Payload: payload},
-		Outputs:     map[string]string{tag: pcol},
+		Outputs:     outputs,
 		Annotations: t.GetAnnotations(),
 	}, c, nil
 }

@@ -107,3 +107,31 @@ func uvarintLen(v uint64) int {
 	}
 	return n
 }
+
+// ErrorRowEncoder appends the error row (translate.KafkaErrorSchema) of a
+// record's value and why it could not be read to dst.
+type ErrorRowEncoder func(dst, value []byte, message string) []byte
+
+// NewErrorRowEncoder returns the encoder of a read's error rows in coder
+// cid of coders, possibly length-prefixed.
+func NewErrorRowEncoder(coders map[string]*pipepb.Coder, cid string) (ErrorRowEncoder, error) {
+	s, err := translate.RowCoderSchema(coders, cid)
+	if err != nil {
+		return nil, err
+	}
+	if err := translate.SameRowLayout(s, translate.KafkaErrorSchema()); err != nil {
+		return nil, fmt.Errorf("coder %q is not a Kafka read's error row: %w", cid, err)
+	}
+	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
+	var scratch []byte
+	return func(dst, value []byte, message string) []byte {
+		row := append(scratch[:0], 2, 0) // two fields, no nulls
+		row = appendBytes(row, value)
+		row = appendBytes(row, message)
+		scratch = row
+		if prefixed {
+			return appendBytes(dst, row)
+		}
+		return append(dst, row...)
+	}, nil
+}

@@ -79,6 +79,9 @@ const (
 const (
 	MetricDeadLettered = "dead_lettered_records"
 	MetricSkipped      = "skipped_records"
+	// MetricErrorOutput counts the records a read sent to its error
+	// output (error_handling).
+	MetricErrorOutput = "error_output_records"
 )
 
 // recordOverhead bounds what a record adds to its key, value and headers
@@ -140,8 +143,15 @@ func (t *Task) badSourceRecord(s *kafkaSource, r *kgo.Record, err error) error {
 	if !errors.As(err, &de) {
 		return fmt.Errorf("transform %s (%s): topic %s partition %d offset %d: %w", tr, name, r.Topic, r.Partition, r.Offset, err)
 	}
-	switch t.policy() {
-	case PolicyDeadLetter:
+	switch {
+	case s.errorRow != nil:
+		// The read's error output (error_handling) takes it, whatever the
+		// policy: the pipeline handles it.
+		if err := s.emitError(r, de); err != nil {
+			return err
+		}
+		s.errored++
+	case t.policy() == PolicyDeadLetter:
 		dl := &kgo.Record{
 			Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
 			Headers: []kgo.RecordHeader{
@@ -157,7 +167,7 @@ func (t *Task) badSourceRecord(s *kafkaSource, r *kgo.Record, err error) error {
 			return fmt.Errorf("transform %s (%s): topic %s partition %d offset %d: %w: dead-lettering it: %w", tr, name, r.Topic, r.Partition, r.Offset, de, err)
 		}
 		s.deadLettered++
-	case PolicySkip:
+	case t.policy() == PolicySkip:
 		s.skipped++
 	default:
 		return &BadRecordError{Transform: tr, Name: name, Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, LeaderEpoch: r.LeaderEpoch, Err: de}
@@ -177,7 +187,10 @@ func (t *Task) flushBadRecords(s *kafkaSource) {
 	if s.skipped > 0 {
 		infos = append(infos, hostCounter(t.sub.Root.TransformID, MetricSkipped, s.skipped))
 	}
-	s.deadLettered, s.skipped = 0, 0
+	if s.errored > 0 {
+		infos = append(infos, hostCounter(t.sub.Root.TransformID, MetricErrorOutput, s.errored))
+	}
+	s.deadLettered, s.skipped, s.errored = 0, 0, 0
 	t.addMetrics(infos)
 }
 

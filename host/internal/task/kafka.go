@@ -47,14 +47,16 @@ type kafkaSource struct {
 	t        *Task
 	read     *translate.KafkaRead
 	key, val kafkaio.Encoder
-	record   kafkaio.RecordEncoder  // a read with metadata: the record row
-	payload  kafkaio.PayloadEncoder // a payload row read: the value's row
+	record   kafkaio.RecordEncoder   // a read with metadata: the record row
+	payload  kafkaio.PayloadEncoder  // a payload row read: the value's row
+	errorRow kafkaio.ErrorRowEncoder // a read with an error output
 	scratch  []byte
 
 	maxTs int64 // largest element timestamp routed; minWatermark: none
 	// deadLettered and skipped count the bad records of the Handle call
 	// (deadletter.go).
 	deadLettered, skipped int64
+	errored               int64 // records sent to the error output
 	// next is the offset after the last record handled, or the end a
 	// fetch without records of the partition showed; -1: none yet.
 	next       int64
@@ -150,13 +152,8 @@ func (s *kafkaSource) emit(rec *kgo.Record, now time.Time) (bool, error) {
 		s.bound.drop(rec) // neither emitted nor committed (SourceEnd)
 		return false, nil
 	}
-	ts := rec.Timestamp.UnixMilli()
-	if s.read.TimestampPolicy == translate.TimestampProcessingTime {
-		ts = t.now().UnixMilli()
-	}
-	b := binary.BigEndian.AppendUint64(s.scratch[:0], state.EventTimeBits(ts))
-	b = binary.BigEndian.AppendUint32(b, 1) // the global window, encoded as nothing
-	b = append(b, 0x0F)                     // pane: no firing
+	ts := s.timestamp(rec)
+	b := windowedHeader(s.scratch[:0], ts)
 	if s.record != nil {
 		b = s.record(b, rec)
 	} else if s.payload != nil {
@@ -180,6 +177,22 @@ func (s *kafkaSource) emit(rec *kgo.Record, now time.Time) (bool, error) {
 		s.bound.emitted++
 	}
 	return true, t.route(t.sub.Root.Output, b)
+}
+
+// timestamp is a record's element timestamp, per the read's policy.
+func (s *kafkaSource) timestamp(rec *kgo.Record) int64 {
+	if s.read.TimestampPolicy == translate.TimestampProcessingTime {
+		return s.t.now().UnixMilli()
+	}
+	return rec.Timestamp.UnixMilli()
+}
+
+// windowedHeader appends the windowed value's header of a source's
+// element at ts to dst.
+func windowedHeader(dst []byte, ts int64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, state.EventTimeBits(ts))
+	dst = binary.BigEndian.AppendUint32(dst, 1) // the global window, encoded as nothing
+	return append(dst, 0x0F)                    // pane: no firing
 }
 
 // fetched records a fetch of the partition: its high watermark (last

@@ -53,7 +53,36 @@ func (s *kafkaSource) newPayload() error {
 	if err != nil {
 		return fmt.Errorf("transform %s: output %s: %w", r.TransformID, r.Output, err)
 	}
+	if r.ErrorOutput != "" {
+		elem, err := elemCoder(s.t.env.Plan, r.ErrorOutput)
+		if err == nil {
+			s.errorRow, err = kafkaio.NewErrorRowEncoder(coders, elem)
+		}
+		if err != nil {
+			return fmt.Errorf("transform %s: error output %s: %w", r.TransformID, r.ErrorOutput, err)
+		}
+	}
 	return nil
+}
+
+// emitError emits the error row of a record the read could not make its
+// row of to the read's error output, at the record's timestamp.
+func (s *kafkaSource) emitError(rec *kgo.Record, de *decodeError) error {
+	ts := s.timestamp(rec)
+	b := windowedHeader(s.scratch[:0], ts)
+	b = s.errorRow(b, nonNilBytes(rec.Value), de.Error())
+	s.scratch = b
+	s.maxTs = max(s.maxTs, ts)
+	return s.t.route(s.t.sub.Root.ErrorOutput, b)
+}
+
+// nonNilBytes is b, or empty for nil: an error row's failed_row is not
+// nullable, and a tombstone's value is nil.
+func nonNilBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 func newPayloadSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {

@@ -13,7 +13,9 @@ Like kafka_count.py, the script submits the unbounded job, writes its id to
 its first argument and exits 0 when the job ends CANCELLED.
 
 FORMAT AVRO@URL reads Avro through the schema registry at URL (subject
-IN_TOPIC-value, the registry's latest schema) and writes JSON.
+IN_TOPIC-value, the registry's latest schema) and writes JSON. FORMAT
+JSON>ERRORS reads JSON with error_handling: the values it cannot read go,
+as "error_message: failed_row" bytes, to topic ERRORS (format RAW).
 
 Usage: kafka_managed_rows.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
          FORMAT [pipeline options]
@@ -72,8 +74,13 @@ class Out(typing.NamedTuple):
     city: typing.Optional[str]
 
 
-# Rows, not pickled tuples: what a JSON or Avro write takes.
+class Value(typing.NamedTuple):
+    value: bytes
+
+
+# Rows, not pickled tuples: what a JSON or Avro (or RAW) write takes.
 coders.registry.register_coder(Out, coders.RowCoder)
+coders.registry.register_coder(Value, coders.RowCoder)
 
 
 def to_out(r):
@@ -89,6 +96,9 @@ def to_out(r):
 def main():
     jobid_file, in_topic, out_topic, bootstrap, expansion, fmt = sys.argv[1:7]
     p = beam.Pipeline(options=PipelineOptions(sys.argv[7:]))
+    errors_topic = None
+    if '>' in fmt:
+        fmt, errors_topic = fmt.split('>')
     schema = JSON_SCHEMA if fmt == 'JSON' else AVRO_SCHEMA
     read_config = {
         'bootstrap_servers': bootstrap, 'topic': in_topic,
@@ -96,6 +106,8 @@ def main():
         'auto_offset_reset_config': 'earliest'
     }
     write_format = fmt
+    if errors_topic:
+        read_config['error_handling'] = {'output': 'errors'}
     if fmt.startswith('AVRO@'):
         del read_config['schema']
         read_config['format'] = 'AVRO'
@@ -103,9 +115,19 @@ def main():
         read_config['confluent_schema_registry_subject'] = in_topic + '-value'
         write_format = 'JSON'
 
+    read = p | managed.Read(managed.KAFKA, config=read_config, expansion_service=expansion)
+    if errors_topic:
+        # Several outputs: the transform gives them by name.
+        _ = (
+            read['errors']
+            | 'Failed' >> beam.Map(lambda e: Value(e.error_message.encode('utf-8') + b': ' + e.failed_row)).with_output_types(Value)
+            | 'WriteErrors' >> managed.Write(
+                managed.KAFKA,
+                config={'bootstrap_servers': bootstrap, 'topic': errors_topic, 'format': 'RAW'},
+                expansion_service=expansion))
+        read = read['output']
     _ = (
-        p
-        | managed.Read(managed.KAFKA, config=read_config, expansion_service=expansion)
+        read
         | 'ToOut' >> beam.Map(to_out).with_output_types(Out)
         | managed.Write(
             managed.KAFKA,
