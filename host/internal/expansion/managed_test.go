@@ -349,9 +349,11 @@ func TestPythonYAML(t *testing.T) {
 	}
 }
 
-// A Beam YAML pipeline of ReadFromKafka (format JSON, a JSON schema) →
-// MapToFields → WriteToKafka (format JSON) holds a JSON read whose output
-// rows are the schema's and a JSON write of MapToFields' rows.
+// A Beam YAML pipeline of ReadFromKafka (format JSON, a JSON schema, an
+// error output) → MapToFields → WriteToKafka (format JSON) holds a JSON
+// read whose output rows are the schema's, whose error output rows are
+// Java's error rows, a JSON write of MapToFields' rows and a RAW write of
+// the errors.
 func TestPythonYAMLJSON(t *testing.T) {
 	pipe := yamlPipeline(t, "yaml-json")
 	reads := expansiontest.Transforms(pipe, translate.URNKafkaRead)
@@ -365,10 +367,7 @@ func TestPythonYAMLJSON(t *testing.T) {
 	if !spec.PayloadRow || spec.RowFormat != translate.KafkaRowJSON || !strings.Contains(spec.RowSchema, `"count": {"type": "integer"}`) {
 		t.Errorf("read %s: want a JSON read of the YAML's schema", expansiontest.JSON(spec))
 	}
-	var outPC string
-	for _, pc := range reads[0].GetOutputs() {
-		outPC = pc
-	}
+	outPC := reads[0].GetOutputs()["output"]
 	c := pipe.GetComponents().GetCoders()[pipe.GetComponents().GetPcollections()[outPC].GetCoderId()]
 	rowSchema := &pipepb.Schema{}
 	if err := proto.Unmarshal(c.GetSpec().GetPayload(), rowSchema); err != nil {
@@ -381,16 +380,28 @@ func TestPythonYAMLJSON(t *testing.T) {
 	if err := translate.SameRowLayout(rowSchema, want); err != nil {
 		t.Errorf("the read's output rows: %v", err)
 	}
-	writes := expansiontest.Transforms(pipe, translate.URNKafkaWrite)
-	if len(writes) != 1 {
-		t.Fatalf("%d writes, want 1", len(writes))
+	if spec.ErrorOutput != "errors" {
+		t.Errorf("read %s: want the error output errors", expansiontest.JSON(spec))
 	}
-	w, err := translate.DecodeKafkaWrite(writes[0].GetSpec().GetPayload())
-	if err != nil {
+	errs := reads[0].GetOutputs()[spec.ErrorOutput]
+	ec := pipe.GetComponents().GetCoders()[pipe.GetComponents().GetPcollections()[errs].GetCoderId()]
+	errSchema := &pipepb.Schema{}
+	if err := proto.Unmarshal(ec.GetSpec().GetPayload(), errSchema); err != nil {
 		t.Fatal(err)
 	}
-	if !w.PayloadRow || w.RowFormat != translate.KafkaRowJSON || w.Topic != "out" {
-		t.Errorf("write %s: want a JSON write to out", expansiontest.JSON(w))
+	if err := translate.SameRowLayout(errSchema, translate.KafkaErrorSchema()); err != nil {
+		t.Errorf("the read's error rows: %v", err)
+	}
+	topics := map[string]string{}
+	for _, tr := range expansiontest.Transforms(pipe, translate.URNKafkaWrite) {
+		w, err := translate.DecodeKafkaWrite(tr.GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		topics[w.Topic] = w.RowFormat
+	}
+	if want := map[string]string{"out": translate.KafkaRowJSON, "errors": ""}; !reflect.DeepEqual(topics, want) {
+		t.Errorf("writes (topic: format) %v, want %v", topics, want)
 	}
 }
 

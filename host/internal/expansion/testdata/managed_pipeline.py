@@ -12,7 +12,8 @@ usage: managed_pipeline.py OUT HOST:PORT MODE
     ReadFromKafka → MapToFields → WriteToKafka (RAW), the Kafka transforms
     provided by the expansion service (a remote provider);
   MODE yaml-json: the same with format JSON: ReadFromKafka of a JSON schema
-    → MapToFields of two of its fields → WriteToKafka (JSON).
+    → MapToFields of two of its fields → WriteToKafka (JSON), and the read's
+    error_handling output → MapToFields → WriteToKafka (RAW).
 """
 import sys
 import typing
@@ -66,6 +67,22 @@ pipeline:
         schema: |
           {"type": "object", "required": ["name"],
            "properties": {"name": {"type": "string"}, "count": {"type": "integer"}}}
+        error_handling:
+          output: errors
+    - type: MapToFields
+      name: Failed
+      input: Read.errors
+      config:
+        language: python
+        fields:
+          value: failed_row
+    - type: WriteToKafka
+      name: WriteErrors
+      input: Failed
+      config:
+        bootstrap_servers: b:9092
+        topic: errors
+        format: RAW
     - type: MapToFields
       name: Pick
       input: Read
