@@ -91,6 +91,9 @@ type KafkaRead struct {
 	// and its output rows are of PayloadSchema().
 	RowFormat string `json:"row_format,omitempty"`
 	RowSchema string `json:"row_schema,omitempty"`
+	// MessageName is a PROTO read's message, a full name in RowSchema (a
+	// FileDescriptorSet, base64; kafkaproto.go).
+	MessageName string `json:"message_name,omitempty"`
 	// SchemaRegistryURL, with RowFormat AVRO, makes the values Confluent's
 	// wire format (a 0 byte, the writer's schema id as 4 bytes, a datum of
 	// that schema), whose schemas the read fetches from this registry;
@@ -127,13 +130,18 @@ type KafkaWrite struct {
 	// CheckKafkaRowWriteSchema accepts and writes each as a JSON object or
 	// an Avro datum.
 	RowFormat string `json:"row_format,omitempty"`
+	// RowSchema and MessageName are a PROTO write's FileDescriptorSet
+	// (base64) and message (kafkaproto.go).
+	RowSchema   string `json:"row_schema,omitempty"`
+	MessageName string `json:"message_name,omitempty"`
 }
 
 // The structured formats of payload rows (KafkaRead.RowFormat,
 // KafkaWrite.RowFormat).
 const (
-	KafkaRowJSON = "JSON"
-	KafkaRowAvro = "AVRO"
+	KafkaRowJSON  = "JSON"
+	KafkaRowAvro  = "AVRO"
+	KafkaRowProto = "PROTO"
 )
 
 var kafkaFormats = []string{KafkaByteArray, KafkaString, KafkaLong, KafkaInteger}

@@ -92,14 +92,16 @@ func KafkaReadOutputs(outputs map[string]string, r *KafkaRead) (main, errs strin
 	return main, errs, nil
 }
 
-// CheckKafkaRowWriteSchema checks the input rows of a payload write of
-// row format (empty: RAW).
-func CheckKafkaRowWriteSchema(format string, s *pipepb.Schema) error {
-	switch format {
+// CheckKafkaRowWriteSchema checks the input rows of a payload write w
+// (its row format; empty: RAW).
+func CheckKafkaRowWriteSchema(w *KafkaWrite, s *pipepb.Schema) error {
+	switch w.RowFormat {
 	case KafkaRowJSON:
 		return CheckKafkaJSONWriteSchema(s)
 	case KafkaRowAvro:
 		return CheckKafkaAvroWriteSchema(s)
+	case KafkaRowProto:
+		return CheckProtoWriteSchema(s, w.RowSchema, w.MessageName)
 	}
 	return CheckKafkaPayloadWriteSchema(s)
 }
@@ -137,8 +139,10 @@ func (r *KafkaRead) PayloadSchema() (*pipepb.Schema, error) {
 		return JSONRowSchema(r.RowSchema)
 	case KafkaRowAvro:
 		return AvroRowSchema(r.RowSchema)
+	case KafkaRowProto:
+		return ProtoRowSchema(r.RowSchema, r.MessageName)
 	}
-	return nil, fmt.Errorf("kafka read: row format %q: want %s or %s", r.RowFormat, KafkaRowJSON, KafkaRowAvro)
+	return nil, fmt.Errorf("kafka read: row format %q: want %s, %s or %s", r.RowFormat, KafkaRowJSON, KafkaRowAvro, KafkaRowProto)
 }
 
 // validatePayload checks the payload-row parts of a write's spec.
@@ -146,14 +150,22 @@ func (w *KafkaWrite) validatePayload() error {
 	switch {
 	case !w.PayloadRow && w.RowFormat != "":
 		return fmt.Errorf("kafka write: a %s write is a payload row write", w.RowFormat)
-	case w.RowFormat != "" && w.RowFormat != KafkaRowJSON && w.RowFormat != KafkaRowAvro:
-		return fmt.Errorf("kafka write: row format %q: want %s or %s", w.RowFormat, KafkaRowJSON, KafkaRowAvro)
+	case w.RowFormat != "" && w.RowFormat != KafkaRowJSON && w.RowFormat != KafkaRowAvro && w.RowFormat != KafkaRowProto:
+		return fmt.Errorf("kafka write: row format %q: want %s, %s or %s", w.RowFormat, KafkaRowJSON, KafkaRowAvro, KafkaRowProto)
 	case !w.PayloadRow:
 		return nil
 	case w.WithHeaders:
 		return fmt.Errorf("kafka write: a payload row write has no headers")
 	case w.ValueFormat != KafkaByteArray:
 		return fmt.Errorf("kafka write: a payload row write writes ByteArray (RAW) values, not %s", w.ValueFormat)
+	case w.RowFormat == KafkaRowProto:
+		set, err := DecodeProtoSchema(w.RowSchema)
+		if err == nil {
+			_, err = ProtoMessage(set, w.MessageName)
+		}
+		if err != nil {
+			return fmt.Errorf("kafka write: %w", err)
+		}
 	}
 	return nil
 }
@@ -184,7 +196,7 @@ func (t *translator) checkKafkaPayloadWrite(name, pc string, w *KafkaWrite) erro
 	if err != nil {
 		return err
 	}
-	if err := CheckKafkaRowWriteSchema(w.RowFormat, s); err != nil {
+	if err := CheckKafkaRowWriteSchema(w, s); err != nil {
 		return fmt.Errorf("transform %q: input %q: %w", name, pc, err)
 	}
 	return nil

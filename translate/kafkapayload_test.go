@@ -32,9 +32,9 @@ func TestKafkaPayloadRefused(t *testing.T) {
 		{"Avro read of a bad schema", (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
 			PayloadRow: true, RowFormat: KafkaRowAvro, RowSchema: `"long"`}).Validate(), []string{"Avro schema", "want a record"}},
 		{"read of another row format", (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
-			PayloadRow: true, RowFormat: "PROTO"}).Validate(), []string{"row format", "PROTO"}},
-		{"write of another row format", (&KafkaWrite{Topic: "out", KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, PayloadRow: true, RowFormat: "PROTO"}).Validate(),
-			[]string{"row format", "PROTO"}},
+			PayloadRow: true, RowFormat: "THRIFT"}).Validate(), []string{"row format", "THRIFT"}},
+		{"write of another row format", (&KafkaWrite{Topic: "out", KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, PayloadRow: true, RowFormat: "THRIFT"}).Validate(),
+			[]string{"row format", "THRIFT"}},
 		{"JSON write not a payload write", (&KafkaWrite{Topic: "out", KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, RowFormat: KafkaRowJSON}).Validate(),
 			[]string{"JSON write", "payload row"}},
 	} {

@@ -3,7 +3,9 @@ package expansion
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +40,7 @@ const (
 	formatString = "STRING"
 	formatJSON   = "JSON"
 	formatAvro   = "AVRO"
+	formatProto  = "PROTO"
 )
 
 func atomicType(t pipepb.AtomicType, nullable bool) *pipepb.FieldType {
@@ -266,8 +269,17 @@ func schemaRead(r *reader) (*translate.KafkaRead, []string, error) {
 		} else if _, err := spec.PayloadSchema(); err != nil {
 			r.fail("schema", "%v", err)
 		}
+	case formatProto:
+		spec.ValueFormat = translate.KafkaByteArray
+		spec.RowFormat = formatProto
+		spec.RowSchema, spec.MessageName = protoConfig(r)
+		if r.err == nil {
+			if _, err := spec.PayloadSchema(); err != nil {
+				r.fail("message_name", "%q: %v", spec.MessageName, err)
+			}
+		}
 	default:
-		r.fail("format", "%q: ksrunner reads the formats %s, %s, %s and %s only (not PROTO)", f, formatRaw, formatString, formatJSON, formatAvro)
+		r.fail("format", "%q: ksrunner reads the formats %s, %s, %s, %s and %s only", f, formatRaw, formatString, formatJSON, formatAvro, formatProto)
 	}
 	if out := r.errorHandling("error_handling"); out == "output" {
 		r.fail("error_handling", "output %q: the name of the read's rows; name the errors' output otherwise", out)
@@ -342,6 +354,32 @@ func registryRead(r *reader, spec *translate.KafkaRead, url string) {
 	}
 }
 
+// protoConfig reads a PROTO read's or write's descriptor: the
+// FileDescriptorSet at file_descriptor_path (a file the expansion service
+// can read), base64, and message_name. A .proto given as schema is
+// refused: ksrunner compiles no protobuf sources.
+func protoConfig(r *reader) (set, message string) {
+	path, message := r.string("file_descriptor_path"), r.string("message_name")
+	if s := r.string("schema"); s != "" {
+		r.fail("schema", "a protobuf schema as source: ksrunner reads compiled descriptors only: give file_descriptor_path (protoc --include_imports --descriptor_set_out=FILE) and message_name")
+		return "", ""
+	}
+	switch {
+	case path == "":
+		r.fail("file_descriptor_path", "missing: format PROTO needs the FileDescriptorSet of its messages (protoc --include_imports --descriptor_set_out=FILE)")
+		return "", ""
+	case message == "":
+		r.fail("message_name", "missing: format PROTO needs the full name of its messages' type")
+		return "", ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		r.fail("file_descriptor_path", "%q: %v (the expansion service reads it, on its own machine)", path, err)
+		return "", ""
+	}
+	return base64.StdEncoding.EncodeToString(b), message
+}
+
 // registryTimeout bounds the expansion's fetch of a subject's schema.
 const registryTimeout = 30 * time.Second
 
@@ -361,8 +399,11 @@ func schemaWrite(r *reader) (*translate.KafkaWrite, error) {
 	case formatJSON, formatAvro:
 		spec.RowFormat = f
 		r.take("schema")
+	case formatProto:
+		spec.RowFormat = f
+		spec.RowSchema, spec.MessageName = protoConfig(r)
 	default:
-		r.fail("format", "%q: ksrunner writes the formats %s (rows of one BYTES field), %s and %s only (not PROTO)", f, formatRaw, formatJSON, formatAvro)
+		r.fail("format", "%q: ksrunner writes the formats %s (rows of one BYTES field), %s, %s and %s only", f, formatRaw, formatJSON, formatAvro, formatProto)
 	}
 	r.unsupported("schema", "file_descriptor_path", "message_name", "error_handling")
 	cfg := r.stringMap("producer_config_updates")

@@ -223,7 +223,7 @@ func checkWriteInput(c *pipepb.Components, pcol string, spec *translate.KafkaWri
 		if err := proto.Unmarshal(cd.GetSpec().GetPayload(), schema); err != nil {
 			return fmt.Errorf("the input's row coder: its schema: %w", err)
 		}
-		if err := translate.CheckKafkaRowWriteSchema(spec.RowFormat, schema); err != nil {
+		if err := translate.CheckKafkaRowWriteSchema(spec, schema); err != nil {
 			return fmt.Errorf("the input's rows: %w", err)
 		}
 		return nil

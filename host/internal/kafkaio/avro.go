@@ -26,37 +26,40 @@ import (
 // hamba/avro's own encoding and decoding.
 
 // NewRowPayloadEncoder returns the encoder of a structured read's values
-// (translate.KafkaRowJSON or KafkaRowAvro, of schema text) as rows in
-// coder cid of coders.
-func NewRowPayloadEncoder(coders map[string]*pipepb.Coder, cid, format, schema string) (PayloadEncoder, error) {
-	switch format {
+// (JSON, AVRO without a registry, PROTO) as rows in coder cid of coders.
+func NewRowPayloadEncoder(coders map[string]*pipepb.Coder, cid string, r *translate.KafkaRead) (PayloadEncoder, error) {
+	switch r.RowFormat {
 	case translate.KafkaRowJSON:
-		return NewJSONPayloadEncoder(coders, cid, schema)
+		return NewJSONPayloadEncoder(coders, cid, r.RowSchema)
 	case translate.KafkaRowAvro:
-		return NewAvroPayloadEncoder(coders, cid, schema)
+		return NewAvroPayloadEncoder(coders, cid, r.RowSchema)
+	case translate.KafkaRowProto:
+		return NewProtoPayloadEncoder(coders, cid, r.RowSchema, r.MessageName)
 	}
-	return nil, fmt.Errorf("row format %q: want %s or %s", format, translate.KafkaRowJSON, translate.KafkaRowAvro)
+	return nil, fmt.Errorf("row format %q: want %s, %s or %s", r.RowFormat, translate.KafkaRowJSON, translate.KafkaRowAvro, translate.KafkaRowProto)
 }
 
 // NewRowPayloadDecoder returns the decoder of a payload write's rows in
-// coder cid of coders into values of format (empty: RAW).
-func NewRowPayloadDecoder(coders map[string]*pipepb.Coder, cid, format string) (PayloadDecoder, error) {
-	switch format {
+// coder cid of coders into values of its format (none: RAW).
+func NewRowPayloadDecoder(coders map[string]*pipepb.Coder, cid string, w *translate.KafkaWrite) (PayloadDecoder, error) {
+	switch w.RowFormat {
 	case "":
 		return NewPayloadDecoder(coders, cid)
 	case translate.KafkaRowJSON:
 		return NewJSONPayloadDecoder(coders, cid)
 	case translate.KafkaRowAvro:
 		return NewAvroPayloadDecoder(coders, cid)
+	case translate.KafkaRowProto:
+		return NewProtoPayloadDecoder(coders, cid, w.RowSchema, w.MessageName)
 	}
-	return nil, fmt.Errorf("row format %q: want %s or %s", format, translate.KafkaRowJSON, translate.KafkaRowAvro)
+	return nil, fmt.Errorf("row format %q: want %s, %s or %s", w.RowFormat, translate.KafkaRowJSON, translate.KafkaRowAvro, translate.KafkaRowProto)
 }
 
 // NewAvroPayloadEncoder returns the encoder of records' values, Avro
 // datums of schema text, as rows in coder cid of coders, possibly
 // length-prefixed. Its errors are about the record's value.
 func NewAvroPayloadEncoder(coders map[string]*pipepb.Coder, cid, text string) (PayloadEncoder, error) {
-	if _, err := readRowSchema(coders, cid, translate.KafkaRowAvro, text); err != nil {
+	if _, err := readRowSchema(coders, cid, &translate.KafkaRead{PayloadRow: true, RowFormat: translate.KafkaRowAvro, RowSchema: text}); err != nil {
 		return nil, err
 	}
 	as, err := translate.ParseAvroSchema(text)

@@ -31,7 +31,7 @@ import (
 // cid of coders, the row of JSON schema jsonSchema, possibly
 // length-prefixed. Its errors are about the record's value.
 func NewJSONPayloadEncoder(coders map[string]*pipepb.Coder, cid, jsonSchema string) (PayloadEncoder, error) {
-	s, err := readRowSchema(coders, cid, translate.KafkaRowJSON, jsonSchema)
+	s, err := readRowSchema(coders, cid, &translate.KafkaRead{PayloadRow: true, RowFormat: translate.KafkaRowJSON, RowSchema: jsonSchema})
 	if err != nil {
 		return nil, err
 	}
@@ -60,18 +60,18 @@ func NewJSONPayloadEncoder(coders map[string]*pipepb.Coder, cid, jsonSchema stri
 }
 
 // readRowSchema returns the row schema of coder cid of coders, which must
-// be that of a structured read of format and schema text.
-func readRowSchema(coders map[string]*pipepb.Coder, cid, format, text string) (*pipepb.Schema, error) {
+// be that of the structured read spec.
+func readRowSchema(coders map[string]*pipepb.Coder, cid string, spec *translate.KafkaRead) (*pipepb.Schema, error) {
 	s, err := translate.RowCoderSchema(coders, cid)
 	if err != nil {
 		return nil, err
 	}
-	want, err := (&translate.KafkaRead{PayloadRow: true, RowFormat: format, RowSchema: text}).PayloadSchema()
+	want, err := spec.PayloadSchema()
 	if err != nil {
 		return nil, err
 	}
 	if err := translate.SameRowLayout(s, want); err != nil {
-		return nil, fmt.Errorf("coder %q is not the row of the %s read's schema: %w", cid, format, err)
+		return nil, fmt.Errorf("coder %q is not the row of the %s read's schema: %w", cid, spec.RowFormat, err)
 	}
 	return s, nil
 }

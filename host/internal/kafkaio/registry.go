@@ -59,7 +59,7 @@ func NewRegistryClient(url string) (*registry.Client, error) {
 // values as rows of Avro schema text in coder cid of coders, possibly
 // length-prefixed, fetching writers' schemas from the registry at url.
 func NewRegistryPayloadEncoder(coders map[string]*pipepb.Coder, cid, text, url string) (PayloadEncoder, error) {
-	s, err := readRowSchema(coders, cid, translate.KafkaRowAvro, text)
+	s, err := readRowSchema(coders, cid, &translate.KafkaRead{PayloadRow: true, RowFormat: translate.KafkaRowAvro, RowSchema: text})
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ func (s *kafkaSource) newPayload() error {
 		if url := r.KafkaRead.SchemaRegistryURL; url != "" {
 			enc, err = kafkaio.NewRegistryPayloadEncoder(coders, elem, r.KafkaRead.RowSchema, url)
 		} else {
-			enc, err = kafkaio.NewRowPayloadEncoder(coders, elem, r.KafkaRead.RowFormat, r.KafkaRead.RowSchema)
+			enc, err = kafkaio.NewRowPayloadEncoder(coders, elem, r.KafkaRead)
 		}
 		if err == nil {
 			// A value that is not the schema's JSON or Avro is a bad
@@ -90,7 +90,7 @@ func newPayloadSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
-	pd, err := kafkaio.NewRowPayloadDecoder(plan.Pipeline.GetComponents().GetCoders(), elem, s.KafkaWrite.RowFormat)
+	pd, err := kafkaio.NewRowPayloadDecoder(plan.Pipeline.GetComponents().GetCoders(), elem, s.KafkaWrite)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
