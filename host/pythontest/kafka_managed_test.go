@@ -14,6 +14,9 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/ksrunner/ksrunner/host/internal/testkit"
 	"github.com/ksrunner/ksrunner/host/jobtest"
@@ -311,6 +314,66 @@ func TestKafkaManagedPythonErrorHandling(t *testing.T) {
 			t.Errorf("%s has no error for %q saying %q; it has %q", errs, value, msg, slices.Collect(maps.Keys(gotErr)))
 		}
 	}
+}
+
+// TestKafkaManagedPythonProto: the pipeline of TestKafkaManagedPythonJSON
+// with format PROTO: messages shop.Order of a FileDescriptorSet file read,
+// their rows mapped, written as messages shop.Out of the same file; the
+// output topic holds exactly the good messages' Outs (decoded with
+// protobuf's own library), and a value that is not a message is skipped.
+func TestKafkaManagedPythonProto(t *testing.T) {
+	set, order := testkit.OrderProto(t)
+	path := filepath.Join(t.TempDir(), "shop.pb")
+	if err := os.WriteFile(path, set, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outMD := order.ParentFile().Messages().ByName("Out")
+	message := func(set func(m *dynamicpb.Message, f func(protoreflect.Name) protoreflect.FieldDescriptor)) []byte {
+		m := dynamicpb.NewMessage(order)
+		set(m, order.Fields().ByName)
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	str := protoreflect.ValueOfString
+	cases := []managedRowCase{
+		{message(func(m *dynamicpb.Message, f func(protoreflect.Name) protoreflect.FieldDescriptor) {
+			m.Set(f("name"), str("apple"))
+			m.Set(f("count"), protoreflect.ValueOfInt64(3))
+			m.Set(f("price"), protoreflect.ValueOfFloat64(1.5))
+			tags := m.Mutable(f("tags")).List()
+			tags.Append(str("red"))
+			tags.Append(str("fruit"))
+			home := m.Mutable(f("home")).Message()
+			home.Set(home.Descriptor().Fields().ByName("city"), str("Oslo"))
+		}), "name:APPLE total:6 price:1.5 tags:[red fruit] city:Oslo"},
+		{message(func(m *dynamicpb.Message, f func(protoreflect.Name) protoreflect.FieldDescriptor) {
+			m.Set(f("name"), str("b"))
+			m.Set(f("count"), protoreflect.ValueOfInt64(-4))
+		}), "name:B total:-8 price:<nil> tags:[] city:<nil>"},
+		{[]byte{0x0a, 0x05, 'x'}, ""}, // name's length beyond the value
+	}
+	testKafkaManagedRows(t, "PROTO@"+path, cases, func(t *testing.T, v []byte) string {
+		m := dynamicpb.NewMessage(outMD)
+		if err := proto.Unmarshal(v, m); err != nil {
+			t.Errorf("output %x is not a shop.Out: %v", v, err)
+		}
+		f := outMD.Fields().ByName
+		opt := func(name string) any {
+			if !m.Has(f(protoreflect.Name(name))) {
+				return nil
+			}
+			return m.Get(f(protoreflect.Name(name))).Interface()
+		}
+		var tags []string
+		l := m.Get(f("tags")).List()
+		for i := range l.Len() {
+			tags = append(tags, l.Get(i).String())
+		}
+		return fmt.Sprintf("name:%s total:%d price:%v tags:%v city:%v", m.Get(f("name")).String(), m.Get(f("total")).Int(), opt("price"), tags, opt("city"))
+	})
 }
 
 // managedRowCase is an input value of kafka_managed_rows.py and its

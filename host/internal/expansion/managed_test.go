@@ -166,8 +166,8 @@ func TestPythonManaged(t *testing.T) {
 	}
 }
 
-// managed.Read(KAFKA) of format PROTO fails the Python pipeline's
-// construction, naming the field and the value.
+// managed.Read(KAFKA) of a format there is none of fails the Python
+// pipeline's construction, naming the field and the value.
 func TestPythonManagedError(t *testing.T) {
 	py := expansiontest.BeamPython(t)
 	addr := serve(t)
@@ -177,7 +177,7 @@ func TestPythonManagedError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"format", `"PROTO"`} {
+	for _, s := range []string{"format", `"XML"`} {
 		if !strings.Contains(string(b), s) {
 			t.Errorf("error %q does not name %q", b, s)
 		}
@@ -238,11 +238,15 @@ func TestManagedErrors(t *testing.T) {
 		{"json schema registry", read("format: JSON\nschema: '{}'\nconfluent_schema_registry_url: http://r:8081"), []string{"confluent_schema_registry_url", "http://r:8081"}},
 		{"no format: AVRO without a schema", read(""), []string{"schema", "AVRO", "missing"}},
 		{"registry", read("format: RAW\nconfluent_schema_registry_url: http://r:8081"), []string{"confluent_schema_registry_url", "http://r:8081"}},
-		{"descriptor", read("format: RAW\nfile_descriptor_path: /d.pb"), []string{"file_descriptor_path", "/d.pb"}},
+		{"descriptor with RAW", read("format: RAW\nfile_descriptor_path: /d.pb"), []string{"file_descriptor_path", "/d.pb"}},
 		{"error handling named output", read("format: RAW\nerror_handling: {output: output}"), []string{"error_handling", `"output"`}},
 		{"error handling not a name", read("format: RAW\nerror_handling: {out: errors}"), []string{"error_handling", "{output: NAME}"}},
 		{"unknown field", read("format: RAW\ntopics: [a]"), []string{"topics", "not a field"}},
-		{"write proto", write("format: PROTO"), []string{"format", `"PROTO"`}},
+		{"write proto without descriptor", write("format: PROTO\nmessage_name: shop.Order"), []string{"file_descriptor_path", "missing"}},
+		{"proto without message", read("format: PROTO\nfile_descriptor_path: /d.pb"), []string{"message_name", "missing"}},
+		{"proto descriptor unreadable", read("format: PROTO\nfile_descriptor_path: /nonexistent/d.pb\nmessage_name: M"), []string{"file_descriptor_path", "/nonexistent/d.pb"}},
+		{"proto source", read("format: PROTO\nschema: 'syntax = \"proto3\";'\nmessage_name: M"), []string{"schema", "compiled descriptors"}},
+		{"unknown format", read("format: XML"), []string{"format", `"XML"`}},
 		{"write string", write("format: STRING"), []string{"format", `"STRING"`}},
 		{"write error handling", write("format: RAW\nerror_handling: {output: errors}"), []string{"error_handling", "errors"}},
 		{"config url", managedConfig{TransformIdentifier: IdentifierKafkaRead, ConfigURL: str("gs://c.yaml")}, []string{"config_url", "gs://c.yaml"}},

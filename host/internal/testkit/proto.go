@@ -24,6 +24,12 @@ import (
 //	  repeated Address homes = 12; map<string, int32> stock = 13;
 //	  oneof choice { string text = 14; int64 number = 15; }
 //	}
+//	message Out {
+//	  string name = 1; int64 total = 2; optional double price = 3;
+//	  repeated string tags = 4; optional string city = 5;
+//	}
+//
+// (Order's descriptor's ParentFile has Out.)
 func OrderProto(t testing.TB) ([]byte, protoreflect.MessageDescriptor) {
 	t.Helper()
 	typ := func(k descriptorpb.FieldDescriptorProto_Type) *descriptorpb.FieldDescriptorProto_Type { return &k }
@@ -75,6 +81,13 @@ func OrderProto(t testing.TB) ([]byte, protoreflect.MessageDescriptor) {
 					field("value", 2, descriptorpb.FieldDescriptorProto_TYPE_INT32, opt, ""),
 				}, Options: &descriptorpb.MessageOptions{MapEntry: proto.Bool(true)}}},
 			},
+			{Name: proto.String("Out"), Field: []*descriptorpb.FieldDescriptorProto{
+				field("name", 1, descriptorpb.FieldDescriptorProto_TYPE_STRING, opt, ""),
+				field("total", 2, descriptorpb.FieldDescriptorProto_TYPE_INT64, opt, ""),
+				inOneof(field("price", 3, descriptorpb.FieldDescriptorProto_TYPE_DOUBLE, opt, ""), 0, true),
+				field("tags", 4, descriptorpb.FieldDescriptorProto_TYPE_STRING, rep, ""),
+				inOneof(field("city", 5, descriptorpb.FieldDescriptorProto_TYPE_STRING, opt, ""), 1, true),
+			}, OneofDecl: []*descriptorpb.OneofDescriptorProto{{Name: proto.String("_price")}, {Name: proto.String("_city")}}},
 		},
 	}
 	set, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{file}})

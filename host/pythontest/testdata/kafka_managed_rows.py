@@ -12,7 +12,8 @@ city (null without an address).
 Like kafka_count.py, the script submits the unbounded job, writes its id to
 its first argument and exits 0 when the job ends CANCELLED.
 
-FORMAT AVRO@URL reads Avro through the schema registry at URL (subject
+FORMAT PROTO@FILE reads messages shop.Order of the FileDescriptorSet FILE
+and writes messages shop.Out (an order's home is its address). FORMAT AVRO@URL reads Avro through the schema registry at URL (subject
 IN_TOPIC-value, the registry's latest schema) and writes JSON. FORMAT
 JSON>ERRORS reads JSON with error_handling: the values it cannot read go,
 as "error_message: failed_row" bytes, to topic ERRORS (format RAW).
@@ -90,7 +91,12 @@ def to_out(r):
         total=r.count * 2,
         price=r.price,
         tags=None if r.tags is None else list(r.tags),
-        city=None if r.address is None else r.address.city)
+        city=None if address(r) is None else address(r).city)
+
+
+def address(r):
+    # shop.Order (PROTO) calls it home.
+    return r.home if hasattr(r, 'home') else r.address
 
 
 def main():
@@ -108,6 +114,16 @@ def main():
     write_format = fmt
     if errors_topic:
         read_config['error_handling'] = {'output': 'errors'}
+    write_config = {}
+    if fmt.startswith('PROTO@'):
+        path = fmt[len('PROTO@'):]
+        read_config = {
+            'bootstrap_servers': bootstrap, 'topic': in_topic, 'format': 'PROTO',
+            'file_descriptor_path': path, 'message_name': 'shop.Order',
+            'auto_offset_reset_config': 'earliest'
+        }
+        write_format = 'PROTO'
+        write_config = {'file_descriptor_path': path, 'message_name': 'shop.Out'}
     if fmt.startswith('AVRO@'):
         del read_config['schema']
         read_config['format'] = 'AVRO'
@@ -131,7 +147,7 @@ def main():
         | 'ToOut' >> beam.Map(to_out).with_output_types(Out)
         | managed.Write(
             managed.KAFKA,
-            config={'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': write_format},
+            config=dict({'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': write_format}, **write_config),
             expansion_service=expansion))
     result = p.run()
     with open(jobid_file + '.tmp', 'w') as f:

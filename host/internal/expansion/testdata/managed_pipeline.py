@@ -7,7 +7,7 @@ usage: managed_pipeline.py OUT HOST:PORT MODE
     (RAW and STRING), a Map to rows of one bytes field, and
     managed.Write(KAFKA) (RAW), and of a read of the kafka_read schema
     transform named directly;
-  MODE error: OUT is the error managed.Read(KAFKA) with format PROTO raises;
+  MODE error: OUT is the error managed.Read(KAFKA) with format XML raises;
   MODE yaml: OUT is the serialized pipeline proto of a Beam YAML pipeline of
     ReadFromKafka → MapToFields → WriteToKafka (RAW), the Kafka transforms
     provided by the expansion service (a remote provider);
@@ -123,8 +123,7 @@ def main(out, service, mode):
       _ = p | managed.Read(
           managed.KAFKA,
           config={
-              'bootstrap_servers': 'b:9092', 'topic': 'in', 'format': 'PROTO',
-              'message_name': 'M'
+              'bootstrap_servers': 'b:9092', 'topic': 'in', 'format': 'XML'
           },
           expansion_service=service)
     except Exception as e:  # the expansion error, as the SDK raises it
