@@ -26,11 +26,13 @@
 //     takes a SchemaTransformPayload naming either directly (Beam YAML,
 //     SchemaAwareExternalTransform) or through managed (Python's
 //     managed.Read/Write(KAFKA): the underlying identifier and its
-//     configuration as YAML). Formats RAW, JSON, AVRO (the default; and
-//     STRING for reads) expand to the primitives with payload rows
-//     (translate.KafkaPayloadSchema, or JSONRowSchema / AvroRowSchema of
-//     the read's schema); PROTO, a schema registry and error handling are
-//     expansion errors naming the field and the value.
+//     configuration as YAML). Formats RAW, JSON, AVRO (the default;
+//     with or without a schema registry), PROTO (and STRING for reads)
+//     expand to the primitives with payload rows (translate.KafkaPayloadSchema,
+//     or the row of the read's schema); a read's error_handling adds the
+//     primitive's error output. What cannot run (a write's error
+//     handling, a protobuf source, a registry for other formats) is an
+//     expansion error naming the field and the value.
 //
 // What a Java expansion service would honour but ksrunner does not (a
 // consumer group.id, commit_offset_in_finalize: the host commits a read's

@@ -24,10 +24,10 @@ import (
 // WriteToKafka name directly and managed.Read/Write(managed.KAFKA) name
 // through the managed transform (a configuration row of the underlying
 // identifier and its configuration as YAML). ksrunner expands their RAW,
-// JSON, AVRO (and, for reads, STRING) formats into its Kafka primitives
-// with payload rows (translate.KafkaPayloadSchema, JSONRowSchema,
-// AvroRowSchema); PROTO, a schema registry and error handling are
-// expansion errors naming the field and its value.
+// JSON, AVRO, PROTO (and, for reads, STRING) formats into its Kafka
+// primitives with payload rows (translate.KafkaPayloadSchema,
+// JSONRowSchema, AvroRowSchema, ProtoRowSchema); what it cannot run is an
+// expansion error naming the field and its value.
 const (
 	IdentifierManaged    = "beam:transform:managed:v1"
 	IdentifierKafkaRead  = "beam:schematransform:org.apache.beam:kafka_read:v1"
@@ -84,7 +84,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 				stringField("config", true)),
 			InputPcollectionNames:  []string{"input"},
 			OutputPcollectionNames: []string{"output"},
-			Description:            "Managed transforms: ksrunner expands " + IdentifierKafkaRead + " and " + IdentifierKafkaWrite + " (formats RAW, JSON and AVRO, and STRING for reads).",
+			Description:            "Managed transforms: ksrunner expands " + IdentifierKafkaRead + " and " + IdentifierKafkaWrite + " (formats RAW, JSON, AVRO and PROTO, and STRING for reads).",
 		},
 		IdentifierKafkaRead: {
 			ConfigSchema: configSchema("ksrunner-kafka-read-config-v1",
@@ -101,7 +101,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 				errorHandlingField(),
 				&pipepb.Field{Name: "max_read_time_seconds", Type: atomicType(pipepb.AtomicType_INT32, true)}),
 			OutputPcollectionNames: []string{"output", "errors"},
-			Description:            "Reads a Kafka topic as rows of its records' values (format RAW: a BYTES field payload; STRING: a STRING field payload; JSON and AVRO: rows of the JSON or Avro schema given as schema).",
+			Description:            "Reads a Kafka topic as rows of its records' values (format RAW: a BYTES field payload; STRING: a STRING field payload; JSON and AVRO: rows of the JSON or Avro schema given as schema, or, for AVRO, by a schema registry; PROTO: rows of message_name of the descriptor set at file_descriptor_path).",
 		},
 		IdentifierKafkaWrite: {
 			ConfigSchema: configSchema("ksrunner-kafka-write-config-v1",
@@ -116,7 +116,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 			// Java lists no outputs (its errors output is named by
 			// error_handling, which ksrunner refuses).
 			InputPcollectionNames: []string{"input"},
-			Description:           "Writes rows of one BYTES field (format RAW), or rows as JSON objects (format JSON) or Avro datums (format AVRO), as the values of Kafka records with null keys.",
+			Description:           "Writes rows of one BYTES field (format RAW), or rows as JSON objects (format JSON) Avro datums (format AVRO) or protobuf messages (format PROTO), as the values of Kafka records with null keys.",
 		},
 	}
 }

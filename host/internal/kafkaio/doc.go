@@ -46,5 +46,8 @@
 // Avro rows (avro.go): the schema transforms' AVRO format without a
 // registry, the same both ways with Avro binary datums of the read's
 // record schema (translate.AvroRowSchema) and of the schema derived from a
-// write's rows (translate.AvroWriteSchema).
+// write's rows (translate.AvroWriteSchema); registry.go reads Confluent's
+// wire format, fetching writers' schemas from a registry. Protobuf rows
+// (proto.go): messages of a FileDescriptorSet's type, both ways, through
+// dynamicpb.
 package kafkaio
