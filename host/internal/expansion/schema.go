@@ -116,7 +116,7 @@ func SchemaTransforms() map[string]*jobpb.SchemaTransformConfig {
 			// Java lists no outputs (its errors output is named by
 			// error_handling, which ksrunner refuses).
 			InputPcollectionNames: []string{"input"},
-			Description:           "Writes rows of one BYTES field (format RAW), or rows as JSON objects (format JSON) Avro datums (format AVRO) or protobuf messages (format PROTO), as the values of Kafka records with null keys.",
+			Description:           "Writes rows of one BYTES field (format RAW), or rows as JSON objects (format JSON), Avro datums (format AVRO) or protobuf messages (format PROTO), as the values of Kafka records with null keys.",
 		},
 	}
 }
@@ -327,13 +327,13 @@ func registryRead(r *reader, spec *translate.KafkaRead, url string) {
 	subject := r.string("confluent_schema_registry_subject")
 	switch {
 	case spec.RowFormat != formatAvro:
-		r.fail("confluent_schema_registry_url", "%q: a schema registry serves format %s, not %s", url, formatAvro, spec.RowFormat)
+		r.fail("confluent_schema_registry_url", "%q: a schema registry serves format %s, not %s", kafkaio.RedactURL(url), formatAvro, spec.RowFormat)
 		return
 	case spec.RowSchema != "":
-		r.fail("schema", "given with confluent_schema_registry_url %q: a read takes its schema from one or the other", url)
+		r.fail("schema", "given with confluent_schema_registry_url %q: a read takes its schema from one or the other", kafkaio.RedactURL(url))
 		return
 	case subject == "":
-		r.fail("confluent_schema_registry_subject", "missing: a read through schema registry %q needs its subject", url)
+		r.fail("confluent_schema_registry_subject", "missing: a read through schema registry %q needs its subject", kafkaio.RedactURL(url))
 		return
 	}
 	client, err := kafkaio.NewRegistryClient(url)
@@ -345,7 +345,7 @@ func registryRead(r *reader, spec *translate.KafkaRead, url string) {
 	defer cancel()
 	s, err := client.GetLatestSchema(ctx, subject)
 	if err != nil {
-		r.fail("confluent_schema_registry_subject", "%q: the latest schema from registry %s: %v", subject, url, err)
+		r.fail("confluent_schema_registry_subject", "%q: the latest schema from registry %s: %v", subject, kafkaio.RedactURL(url), err)
 		return
 	}
 	spec.RowSchema, spec.SchemaRegistryURL = s.String(), url

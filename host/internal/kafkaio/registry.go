@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net/url"
 	"time"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -38,7 +39,18 @@ type RegistryError struct {
 }
 
 func (e *RegistryError) Error() string {
-	return fmt.Sprintf("schema registry %s: schema id %d: %v", e.URL, e.ID, e.Err)
+	return fmt.Sprintf("schema registry %s: schema id %d: %v", RedactURL(e.URL), e.ID, e.Err)
+}
+
+// RedactURL is a registry's URL for messages: a password in it (a
+// registry behind basic authentication, https://USER:PASSWORD@HOST)
+// replaced by xxxxx.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return s
+	}
+	return u.Redacted()
 }
 
 func (e *RegistryError) Unwrap() error { return e.Err }
@@ -50,7 +62,7 @@ const registryTimeout = 30 * time.Second
 func NewRegistryClient(url string) (*registry.Client, error) {
 	c, err := registry.NewClient(url)
 	if err != nil {
-		return nil, fmt.Errorf("schema registry %q: %w", url, err)
+		return nil, fmt.Errorf("schema registry %q: %w", RedactURL(url), err)
 	}
 	return c, nil
 }

@@ -120,3 +120,48 @@ func TestRegistryRead(t *testing.T) {
 		t.Errorf("an id the registry does not have: %v, want a RegistryError naming the id and the registry", err)
 	}
 }
+
+// A registry behind HTTP basic authentication is read with the
+// credentials in its URL (https://USER:PASSWORD@HOST); without them its
+// 401 is a RegistryError.
+func TestRegistryCredentialsInURL(t *testing.T) {
+	reg := testkit.NewSchemaRegistry(t)
+	const sch = `{"type":"record","name":"R","fields":[{"name":"a","type":"long"}]}`
+	id := reg.Register("r-value", sch)
+	reg.RequireBasicAuth("u", "p@ss")
+	rs, err := translate.AvroRowSchema(sch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	datum, err := avro.Marshal(avro.MustParse(sch), map[string]any{"a": int64(5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withAuth := strings.Replace(reg.URL, "http://", "http://u:p%40ss@", 1)
+	for _, c := range []struct {
+		url string
+		ok  bool
+	}{{withAuth, true}, {reg.URL, false}} {
+		enc, err := NewRegistryPayloadEncoder(rowCoders(t, rs), "row", sch, c.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = enc(nil, &kgo.Record{Value: testkit.WireFormat(id, datum)})
+		var re *RegistryError
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("%s: %v", c.url, err)
+		case !c.ok && !errors.As(err, &re):
+			t.Errorf("%s: %v, want a RegistryError", c.url, err)
+		}
+	}
+	// Messages never show the password.
+	enc, err := NewRegistryPayloadEncoder(rowCoders(t, rs), "row", sch, withAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = enc(nil, &kgo.Record{Value: testkit.WireFormat(99, datum)})
+	if err == nil || strings.Contains(err.Error(), "p@ss") || strings.Contains(err.Error(), "p%40ss") || !strings.Contains(err.Error(), "u:xxxxx@") {
+		t.Errorf("an error through a URL with credentials: %v, want it with the password redacted", err)
+	}
+}

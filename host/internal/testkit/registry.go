@@ -21,6 +21,17 @@ type SchemaRegistry struct {
 	byID     map[int]string
 	subjects map[string][]int // ids by version
 	gets     map[int]int      // fetches of each id
+	user     string           // RequireBasicAuth's credentials
+	password string
+}
+
+// RequireBasicAuth makes the registry answer only requests with these
+// HTTP basic credentials (401 otherwise), as a registry behind
+// authentication does.
+func (r *SchemaRegistry) RequireBasicAuth(user, password string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.user, r.password = user, password
 }
 
 // NewSchemaRegistry starts a registry for t.
@@ -55,6 +66,13 @@ func (r *SchemaRegistry) serve(w http.ResponseWriter, req *http.Request) {
 	notFound := func(code int, msg string) {
 		w.WriteHeader(http.StatusNotFound)
 		json.NewEncoder(w).Encode(map[string]any{"error_code": code, "message": msg})
+	}
+	if r.user != "" {
+		if u, p, ok := req.BasicAuth(); !ok || u != r.user || p != r.password {
+			w.WriteHeader(http.StatusUnauthorized)
+			json.NewEncoder(w).Encode(map[string]any{"error_code": 40101, "message": "Unauthorized"})
+			return
+		}
 	}
 	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
 	switch {
