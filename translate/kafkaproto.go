@@ -34,7 +34,9 @@ import (
 // naming the field.
 
 // ProtoMessage returns the descriptor of message name in the
-// FileDescriptorSet whose serialized bytes set holds.
+// FileDescriptorSet whose serialized bytes set holds: a full name
+// (shop.Order), or the name of a top-level message of one file (Order), as
+// Java's ProtoByteUtils finds it.
 func ProtoMessage(set []byte, name string) (protoreflect.MessageDescriptor, error) {
 	fds := &descriptorpb.FileDescriptorSet{}
 	if err := proto.Unmarshal(set, fds); err != nil {
@@ -46,7 +48,20 @@ func ProtoMessage(set []byte, name string) (protoreflect.MessageDescriptor, erro
 	}
 	d, err := files.FindDescriptorByName(protoreflect.FullName(name))
 	if err != nil {
-		return nil, fmt.Errorf("protobuf descriptor: message %q: %w", name, err)
+		var found []protoreflect.MessageDescriptor
+		files.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+			if md := fd.Messages().ByName(protoreflect.Name(name)); md != nil {
+				found = append(found, md)
+			}
+			return true
+		})
+		switch len(found) {
+		case 0:
+			return nil, fmt.Errorf("protobuf descriptor: no message %q", name)
+		case 1:
+			return found[0], nil
+		}
+		return nil, fmt.Errorf("protobuf descriptor: message %q: %d files have one (%s, %s): give its full name", name, len(found), found[0].FullName(), found[1].FullName())
 	}
 	md, ok := d.(protoreflect.MessageDescriptor)
 	if !ok {

@@ -245,7 +245,9 @@ func TestManagedErrors(t *testing.T) {
 		{"write proto without descriptor", write("format: PROTO\nmessage_name: shop.Order"), []string{"file_descriptor_path", "missing"}},
 		{"proto without message", read("format: PROTO\nfile_descriptor_path: /d.pb"), []string{"message_name", "missing"}},
 		{"proto descriptor unreadable", read("format: PROTO\nfile_descriptor_path: /nonexistent/d.pb\nmessage_name: M"), []string{"file_descriptor_path", "/nonexistent/d.pb"}},
-		{"proto source", read("format: PROTO\nschema: 'syntax = \"proto3\";'\nmessage_name: M"), []string{"schema", "compiled descriptors"}},
+		{"proto source and descriptor", read("format: PROTO\nschema: 'syntax = \"proto3\";'\nfile_descriptor_path: /d.pb\nmessage_name: M"), []string{"schema", "one or the other"}},
+		{"proto source that does not compile", read("format: PROTO\nschema: 'syntax = \"proto3\"; message M { strin a = 1; }'\nmessage_name: M"), []string{"schema", "schema.proto:1", "strin"}},
+		{"proto source without the message", read("format: PROTO\nschema: 'syntax = \"proto3\"; message M { string a = 1; }'\nmessage_name: N"), []string{"message_name", `no message "N"`}},
 		{"unknown format", read("format: XML"), []string{"format", `"XML"`}},
 		{"write string", write("format: STRING"), []string{"format", `"STRING"`}},
 		{"write error handling", write("format: RAW\nerror_handling: {output: errors}"), []string{"error_handling", "errors"}},
@@ -521,5 +523,60 @@ func TestManagedRegistry(t *testing.T) {
 				t.Errorf("%s: error %q does not say %q", c.name, err, w)
 			}
 		}
+	}
+}
+
+// A managed read of format PROTO takes its messages' descriptor from a
+// FileDescriptorSet file or compiles it from .proto source (importing a
+// well-known type); the message is named in full or by its simple name.
+// The spec carries the descriptor set, so no worker needs the file.
+func TestManagedProto(t *testing.T) {
+	set, _ := testkit.OrderProto(t)
+	path := filepath.Join(t.TempDir(), "shop.pb")
+	if err := os.WriteFile(path, set, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	str := func(s string) *string { return &s }
+	read := func(yaml string) *translate.KafkaRead {
+		t.Helper()
+		resp, _, err := Expand(managedRequest(t, "Managed Read(KAFKA)", managedConfig{TransformIdentifier: IdentifierKafkaRead,
+			Config: str("bootstrap_servers: b:9092\ntopic: in\nformat: PROTO\n" + yaml)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := translate.DecodeKafkaRead(resp.GetTransform().GetSpec().GetPayload())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return spec
+	}
+	full := read("file_descriptor_path: " + path + "\nmessage_name: shop.Order")
+	simple := read("file_descriptor_path: " + path + "\nmessage_name: Order")
+	if b, err := translate.DecodeProtoSchema(full.RowSchema); err != nil || !bytes.Equal(b, set) {
+		t.Errorf("the spec's descriptor set is not the file's (%v)", err)
+	}
+	fs, err := full.PayloadSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := simple.PayloadSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := translate.SameRowLayout(ss, fs); err != nil || len(fs.GetFields()) != 15 {
+		t.Errorf("Order and shop.Order: %v; %d fields, want 15", err, len(fs.GetFields()))
+	}
+	src := read("message_name: Event\nschema: |\n  syntax = \"proto3\";\n  package ev;\n  import \"google/protobuf/timestamp.proto\";\n" +
+		"  message Event { string name = 1; repeated int64 counts = 2; google.protobuf.Timestamp at = 3; }\n")
+	got, err := src.PayloadSchema()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, f := range got.GetFields() {
+		types = append(types, f.GetName()+" "+translate.FieldTypeString(f.GetType()))
+	}
+	if want := []string{"name STRING", "counts ARRAY<INT64>", "at nullable ROW(seconds, nanos)"}; !reflect.DeepEqual(types, want) {
+		t.Errorf("rows of the compiled source: %q, want %q", types, want)
 	}
 }

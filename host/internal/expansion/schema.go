@@ -12,8 +12,12 @@ import (
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/bufbuild/protocompile"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
 
 	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
 	"github.com/ksrunner/ksrunner/translate"
@@ -354,23 +358,31 @@ func registryRead(r *reader, spec *translate.KafkaRead, url string) {
 	}
 }
 
-// protoConfig reads a PROTO read's or write's descriptor: the
-// FileDescriptorSet at file_descriptor_path (a file the expansion service
-// can read), base64, and message_name. A .proto given as schema is
-// refused: ksrunner compiles no protobuf sources.
+// protoConfig reads a PROTO read's or write's descriptor, as a
+// FileDescriptorSet (base64), and message_name: the set is the file at
+// file_descriptor_path (which the expansion service reads, on its own
+// machine), or the set compiled from the .proto source given as schema
+// (as Java's ProtoByteUtils takes either).
 func protoConfig(r *reader) (set, message string) {
-	path, message := r.string("file_descriptor_path"), r.string("message_name")
-	if s := r.string("schema"); s != "" {
-		r.fail("schema", "a protobuf schema as source: ksrunner reads compiled descriptors only: give file_descriptor_path (protoc --include_imports --descriptor_set_out=FILE) and message_name")
-		return "", ""
-	}
+	path, source, message := r.string("file_descriptor_path"), r.string("schema"), r.string("message_name")
 	switch {
-	case path == "":
-		r.fail("file_descriptor_path", "missing: format PROTO needs the FileDescriptorSet of its messages (protoc --include_imports --descriptor_set_out=FILE)")
+	case path != "" && source != "":
+		r.fail("schema", "given with file_descriptor_path %q: format PROTO takes its descriptor from one or the other", path)
+		return "", ""
+	case path == "" && source == "":
+		r.fail("file_descriptor_path", "missing: format PROTO needs the FileDescriptorSet of its messages (protoc --include_imports --descriptor_set_out=FILE), or their .proto source as schema")
 		return "", ""
 	case message == "":
-		r.fail("message_name", "missing: format PROTO needs the full name of its messages' type")
+		r.fail("message_name", "missing: format PROTO needs the name of its messages' type")
 		return "", ""
+	}
+	if source != "" {
+		b, err := compileProto(source)
+		if err != nil {
+			r.fail("schema", "%v", err)
+			return "", ""
+		}
+		return base64.StdEncoding.EncodeToString(b), message
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -378,6 +390,36 @@ func protoConfig(r *reader) (set, message string) {
 		return "", ""
 	}
 	return base64.StdEncoding.EncodeToString(b), message
+}
+
+// compileProto compiles one .proto source (which may import Google's
+// well-known types, nothing else) into a FileDescriptorSet holding it and
+// what it imports, as protoc --include_imports writes it.
+func compileProto(source string) ([]byte, error) {
+	const name = "schema.proto"
+	c := protocompile.Compiler{Resolver: protocompile.WithStandardImports(&protocompile.SourceResolver{
+		Accessor: protocompile.SourceAccessorFromMap(map[string]string{name: source}),
+	})}
+	files, err := c.Compile(context.Background(), name)
+	if err != nil {
+		return nil, fmt.Errorf("protobuf source: %w", err)
+	}
+	set := &descriptorpb.FileDescriptorSet{}
+	seen := map[string]bool{}
+	var add func(fd protoreflect.FileDescriptor)
+	add = func(fd protoreflect.FileDescriptor) {
+		if seen[fd.Path()] {
+			return
+		}
+		seen[fd.Path()] = true
+		imports := fd.Imports()
+		for i := range imports.Len() {
+			add(imports.Get(i).FileDescriptor)
+		}
+		set.File = append(set.File, protodesc.ToFileDescriptorProto(fd))
+	}
+	add(files[0])
+	return proto.Marshal(set)
 }
 
 // registryTimeout bounds the expansion's fetch of a subject's schema.
