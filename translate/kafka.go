@@ -134,6 +134,11 @@ type KafkaWrite struct {
 	// (base64) and message (kafkaproto.go).
 	RowSchema   string `json:"row_schema,omitempty"`
 	MessageName string `json:"message_name,omitempty"`
+	// ErrorOutput, with RowFormat, is the local name of the write's one
+	// output (a schema transform's error_handling output): an input row
+	// the format cannot hold goes there as a KafkaWriteErrorSchema row
+	// instead of following the deserialization_error_policy.
+	ErrorOutput string `json:"error_output,omitempty"`
 }
 
 // The structured formats of payload rows (KafkaRead.RowFormat,

@@ -70,12 +70,19 @@ func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
 // addKafkaWrite validates a URNKafkaWrite leaf and records it.
 func (t *translator) addKafkaWrite(id string, tr *pipepb.PTransform) error {
 	name := tr.GetUniqueName()
-	if len(tr.GetInputs()) != 1 || len(tr.GetOutputs()) != 0 {
-		return fmt.Errorf("transform %q: a Kafka write needs one input and no outputs, has %d and %d", name, len(tr.GetInputs()), len(tr.GetOutputs()))
-	}
 	w, err := DecodeKafkaWrite(tr.GetSpec().GetPayload())
 	if err != nil {
 		return fmt.Errorf("transform %q: %w", name, err)
+	}
+	outputs := 0
+	if w.ErrorOutput != "" {
+		outputs = 1
+		if tr.GetOutputs()[w.ErrorOutput] == "" {
+			return fmt.Errorf("transform %q: a Kafka write with error output %q has no output of that name", name, w.ErrorOutput)
+		}
+	}
+	if len(tr.GetInputs()) != 1 || len(tr.GetOutputs()) != outputs {
+		return fmt.Errorf("transform %q: a Kafka write needs one input and %d outputs, has %d and %d", name, outputs, len(tr.GetInputs()), len(tr.GetOutputs()))
 	}
 	switch {
 	case w.WithHeaders && w.Topic == "":

@@ -71,6 +71,16 @@ func KafkaErrorSchema() *pipepb.Schema {
 	}}
 }
 
+// KafkaWriteErrorSchema is the row of a write's error output for input
+// rows of schema input: the row and why it could not be written (Java's
+// ErrorHandling.errorSchema).
+func KafkaWriteErrorSchema(input *pipepb.Schema) *pipepb.Schema {
+	return &pipepb.Schema{Id: input.GetId() + "-kafka-write-error", Fields: []*pipepb.Field{
+		{Name: "failed_row", Type: &pipepb.FieldType{TypeInfo: &pipepb.FieldType_RowType{RowType: &pipepb.RowType{Schema: input}}}},
+		{Name: "error_message", Type: &pipepb.FieldType{TypeInfo: &pipepb.FieldType_AtomicType{AtomicType: pipepb.AtomicType_STRING}}, Id: 1},
+	}}
+}
+
 // KafkaReadOutputs returns a Kafka read transform's main output and, for
 // a read with an error output, that output's PCollection.
 func KafkaReadOutputs(outputs map[string]string, r *KafkaRead) (main, errs string, err error) {
@@ -148,6 +158,8 @@ func (r *KafkaRead) PayloadSchema() (*pipepb.Schema, error) {
 // validatePayload checks the payload-row parts of a write's spec.
 func (w *KafkaWrite) validatePayload() error {
 	switch {
+	case w.ErrorOutput != "" && (!w.PayloadRow || w.RowFormat == ""):
+		return fmt.Errorf("kafka write: an error output is a JSON, Avro or PROTO write's")
 	case !w.PayloadRow && w.RowFormat != "":
 		return fmt.Errorf("kafka write: a %s write is a payload row write", w.RowFormat)
 	case w.RowFormat != "" && w.RowFormat != KafkaRowJSON && w.RowFormat != KafkaRowAvro && w.RowFormat != KafkaRowProto:

@@ -157,7 +157,25 @@ func (t *translator) layout() (*Plan, error) {
 				return nil, err
 			}
 			sb := subOf[in]
-			sb.st.Sinks = append(sb.st.Sinks, Sink{PCollection: in, Topic: w.Topic, KafkaWrite: w, TransformID: id})
+			sink := Sink{PCollection: in, Topic: w.Topic, KafkaWrite: w, TransformID: id}
+			if w.ErrorOutput != "" {
+				// Its error rows are the write's sub-topology's, as a
+				// stage's output: their consumers fuse there.
+				sink.ErrorOutput = tr.GetOutputs()[w.ErrorOutput]
+				ins, err := t.kafkaRow(tr.GetUniqueName(), "input", in)
+				if err != nil {
+					return nil, err
+				}
+				errs, err := t.kafkaRow(tr.GetUniqueName(), "error output", sink.ErrorOutput)
+				if err != nil {
+					return nil, err
+				}
+				if err := SameRowLayout(errs, KafkaWriteErrorSchema(ins)); err != nil {
+					return nil, fmt.Errorf("transform %q: error output %q: the row is not a Kafka write's error row (failed_row, error_message): %w", tr.GetUniqueName(), sink.ErrorOutput, err)
+				}
+				subOf[sink.ErrorOutput] = sb
+			}
+			sb.st.Sinks = append(sb.st.Sinks, sink)
 
 		case kindImpulse:
 			out := onlyValue(tr.GetOutputs())
@@ -303,6 +321,9 @@ func (t *translator) layout() (*Plan, error) {
 		}
 		for _, sk := range st.Sinks {
 			boundary = append(boundary, sk.PCollection)
+			if sk.ErrorOutput != "" {
+				boundary = append(boundary, sk.ErrorOutput)
+			}
 		}
 	}
 	for _, pc := range boundary {

@@ -211,6 +211,11 @@ type Sink struct {
 	// there. TransformID is the write transform.
 	KafkaWrite  *KafkaWrite
 	TransformID string
+	// ErrorOutput (a Kafka write with KafkaWrite.ErrorOutput only) is the
+	// PCollection of the write's error rows (KafkaWriteErrorSchema of its
+	// input's), which the sink emits in its sub-topology, in the input
+	// element's windows.
+	ErrorOutput string
 }
 
 // ExecutorKind names the executor of a stage.

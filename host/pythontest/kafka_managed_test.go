@@ -465,3 +465,36 @@ func TestKafkaManagedPythonAvroRegistryMissingSchema(t *testing.T) {
 		t.Errorf("%s holds %d records, want none", out, len(got))
 	}
 }
+
+// TestKafkaManagedPythonWriteErrors: managed.Write(KAFKA, JSON) with
+// error_handling, of rows made in the pipeline, two of them with a price
+// JSON cannot hold (NaN, +Inf): the bounded job ends DONE, the output
+// topic (read_committed) holds exactly the other two rows' JSON, and the
+// errors, mapped to "error_message | name" and written RAW, name the two
+// rows and why.
+func TestKafkaManagedPythonWriteErrors(t *testing.T) {
+	ctx, env := newKafkaEnv(t)
+	out, errs := kafkatest.UniqueName(t, "pywout"), kafkatest.UniqueName(t, "pywerr")
+	kafkatest.CreateTopic(t, env.bootstrap, out, 2)
+	kafkatest.CreateTopic(t, env.bootstrap, errs, 1)
+	cmd := exec.CommandContext(ctx, env.py, filepath.Join("testdata", "kafka_write_errors.py"), out, errs, env.bootstrap, env.expansion,
+		"--runner=PortableRunner", "--job_endpoint="+env.endpoint, "--environment_type=LOOPBACK", "--streaming",
+		"--application_id="+kafkatest.UniqueName(t, "pywerrors"), "--bootstrap_servers="+env.bootstrap)
+	cmd.Env = append(os.Environ(), "PYTHONFAULTHANDLER=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kafka_write_errors.py: %v\n%s", err, b)
+	}
+	got := map[string]int{}
+	kafkatest.ReadTopic(ctx, t, env.bootstrap, out, nil, func(r *kgo.Record) { got[string(r.Value)]++ })
+	want := map[string]int{`{"name":"a","total":1,"price":1.5}`: 1, `{"name":"c","total":3,"price":null}`: 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("%s holds %v, want %v", out, got, want)
+	}
+	var gotErrs []string
+	kafkatest.ReadTopic(ctx, t, env.bootstrap, errs, nil, func(r *kgo.Record) { gotErrs = append(gotErrs, string(r.Value)) })
+	slices.Sort(gotErrs)
+	want2 := []string{`field "price": +Inf has no JSON number | d`, `field "price": NaN has no JSON number | b`}
+	if !slices.Equal(gotErrs, want2) {
+		t.Errorf("%s holds %q, want %q", errs, gotErrs, want2)
+	}
+}

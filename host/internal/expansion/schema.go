@@ -447,7 +447,14 @@ func schemaWrite(r *reader) (*translate.KafkaWrite, error) {
 	default:
 		r.fail("format", "%q: ksrunner writes the formats %s (rows of one BYTES field), %s, %s and %s only", f, formatRaw, formatJSON, formatAvro, formatProto)
 	}
-	r.unsupported("schema", "file_descriptor_path", "message_name", "error_handling")
+	if out := r.errorHandling("error_handling"); out != "" {
+		if spec.RowFormat == "" {
+			// Java's RAW write has no failures to report either.
+			r.fail("error_handling", "{output: %s}: a write of format RAW has no errors to output", out)
+		}
+		spec.ErrorOutput = out
+	}
+	r.unsupported("schema", "file_descriptor_path", "message_name")
 	cfg := r.stringMap("producer_config_updates")
 	r.rest()
 	if r.err != nil {

@@ -194,12 +194,41 @@ func expandWrite(req *jobpb.ExpansionRequest, spec *translate.KafkaWrite) (*pipe
 	if err != nil {
 		return nil, nil, err
 	}
+	c := components(req)
+	var outputs map[string]string
+	if spec.ErrorOutput != "" {
+		// The error rows, as Java's ErrorHandling.errorSchema of the
+		// input's rows, in the input's windowing.
+		var in *pipepb.PCollection
+		for _, pc := range t.GetInputs() {
+			in = c.GetPcollections()[pc]
+		}
+		inSchema := &pipepb.Schema{}
+		if err := proto.Unmarshal(c.GetCoders()[in.GetCoderId()].GetSpec().GetPayload(), inSchema); err != nil {
+			return nil, nil, fmt.Errorf("the input's row coder: its schema: %w", err)
+		}
+		b, err := proto.Marshal(translate.KafkaWriteErrorSchema(inSchema))
+		if err != nil {
+			return nil, nil, err
+		}
+		id := func(s string) string { return fmt.Sprintf("%s_ksrunner_%s", req.GetNamespace(), s) }
+		c.Coders[id("write_errors")] = &pipepb.Coder{Spec: &pipepb.FunctionSpec{Urn: urnRow, Payload: b}}
+		errs := id("write_error_output")
+		c.Pcollections[errs] = &pipepb.PCollection{
+			UniqueName:          t.GetUniqueName() + "." + spec.ErrorOutput,
+			CoderId:             id("write_errors"),
+			IsBounded:           in.GetIsBounded(),
+			WindowingStrategyId: in.GetWindowingStrategyId(),
+		}
+		outputs = map[string]string{spec.ErrorOutput: errs}
+	}
 	return &pipepb.PTransform{
 		UniqueName:  t.GetUniqueName(),
 		Spec:        &pipepb.FunctionSpec{Urn: translate.URNKafkaWrite, Payload: payload},
 		Inputs:      t.GetInputs(),
+		Outputs:     outputs,
 		Annotations: t.GetAnnotations(),
-	}, components(req), nil
+	}, c, nil
 }
 
 // checkWriteInput checks the write's input is what its serializers write:

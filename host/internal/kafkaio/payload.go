@@ -108,6 +108,47 @@ func uvarintLen(v uint64) int {
 	return n
 }
 
+// WriteErrorRowEncoder appends a write's error row (translate.KafkaWriteErrorSchema)
+// of an input row (its element encoding) and why it could not be written
+// to dst.
+type WriteErrorRowEncoder func(dst, elem []byte, message string) ([]byte, error)
+
+// NewWriteErrorRowEncoder returns the encoder of a write's error rows in
+// coder cid of coders, for input elements in coder in (rows, possibly
+// length-prefixed, as the error rows).
+func NewWriteErrorRowEncoder(coders map[string]*pipepb.Coder, cid, in string) (WriteErrorRowEncoder, error) {
+	is, err := translate.RowCoderSchema(coders, in)
+	if err != nil {
+		return nil, err
+	}
+	s, err := translate.RowCoderSchema(coders, cid)
+	if err != nil {
+		return nil, err
+	}
+	if err := translate.SameRowLayout(s, translate.KafkaWriteErrorSchema(is)); err != nil {
+		return nil, fmt.Errorf("coder %q is not a Kafka write's error row: %w", cid, err)
+	}
+	inPrefixed := coders[in].GetSpec().GetUrn() == URNLengthPrefix
+	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
+	var scratch []byte
+	return func(dst, elem []byte, message string) ([]byte, error) {
+		if inPrefixed {
+			var err error
+			if elem, err = stripLengthPrefix(elem); err != nil {
+				return nil, err
+			}
+		}
+		// A row field is the row's own encoding, which delimits itself.
+		row := append(append(scratch[:0], 2, 0), elem...) // two fields, no nulls
+		row = appendBytes(row, message)
+		scratch = row
+		if prefixed {
+			return appendBytes(dst, row), nil
+		}
+		return append(dst, row...), nil
+	}, nil
+}
+
 // ErrorRowEncoder appends the error row (translate.KafkaErrorSchema) of a
 // record's value and why it could not be read to dst.
 type ErrorRowEncoder func(dst, value []byte, message string) []byte

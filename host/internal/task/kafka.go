@@ -309,8 +309,12 @@ type kafkaSink struct {
 	key, val kafkaio.Decoder
 	row      kafkaio.WriteRowDecoder // a write with headers
 	payload  kafkaio.PayloadDecoder  // a payload row write
-	// structured: payload is a JSON or Avro write's
+	// structured: payload is a JSON, Avro or PROTO write's
 	structured bool
+	// errorRow (a write with an error output) makes the error rows of
+	// input rows the format cannot hold.
+	errorRow kafkaio.WriteErrorRowEncoder
+	scratch  []byte
 }
 
 func newKafkaSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error) {

@@ -3,6 +3,7 @@ package task
 import (
 	"errors"
 	"fmt"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -94,7 +95,17 @@ func newPayloadSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error)
 	if err != nil {
 		return nil, fmt.Errorf("transform %s: input %s: %w", s.TransformID, s.PCollection, err)
 	}
-	return &kafkaSink{payload: pd, structured: s.KafkaWrite.RowFormat != ""}, nil
+	ks := &kafkaSink{payload: pd, structured: s.KafkaWrite.RowFormat != ""}
+	if s.ErrorOutput != "" {
+		errElem, err := elemCoder(plan, s.ErrorOutput)
+		if err == nil {
+			ks.errorRow, err = kafkaio.NewWriteErrorRowEncoder(plan.Pipeline.GetComponents().GetCoders(), errElem, elem)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("transform %s: error output %s: %w", s.TransformID, s.ErrorOutput, err)
+		}
+	}
+	return ks, nil
 }
 
 // sinkPayloadToKafka produces a payload row's value, with a null key,
@@ -102,6 +113,17 @@ func newPayloadSink(plan *translate.Plan, s *translate.Sink) (*kafkaSink, error)
 // sinkToKafka).
 func (t *Task) sinkPayloadToKafka(s *translate.Sink, ks *kafkaSink, wv shuffle.WindowedValue) error {
 	v, err := ks.payload(wv.Elem)
+	if err != nil && ks.errorRow != nil {
+		// The write's error output (error_handling) takes it, in the
+		// input element's windows, whatever the policy.
+		b := append(ks.scratch[:0], wv.Raw[:len(wv.Raw)-len(wv.Elem)]...)
+		if b, err = ks.errorRow(b, wv.Elem, err.Error()); err != nil {
+			return fmt.Errorf("transform %s (%s): error output: %w", s.TransformID, t.transformName(s.TransformID), err)
+		}
+		ks.scratch = b
+		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(s.TransformID, MetricErrorOutput, 1)})
+		return t.route(s.ErrorOutput, b)
+	}
 	if err != nil && ks.structured {
 		// A row the format cannot hold (a NaN in JSON) is a bad element,
 		// as one a serializer refuses.
