@@ -1,6 +1,7 @@
 package translate
 
 import (
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"strings"
 	"testing"
 )
@@ -90,4 +91,19 @@ func TestKafkaReadOutputs(t *testing.T) {
 	}
 	errContains(t, (&KafkaRead{Topics: []string{"in"}, KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, TimestampPolicy: TimestampCreateTime,
 		ErrorOutput: "errors"}).Validate(), "error output", "payload row")
+}
+
+// A write's error output is a structured format's, and its rows are the
+// input's row and a message.
+func TestKafkaWriteErrorOutput(t *testing.T) {
+	errContains(t, (&KafkaWrite{Topic: "out", KeyFormat: KafkaByteArray, ValueFormat: KafkaByteArray, PayloadRow: true, ErrorOutput: "errors"}).Validate(),
+		"error output", "JSON, Avro or PROTO")
+	in := &pipepb.Schema{Id: "in", Fields: []*pipepb.Field{{Name: "a", Type: &pipepb.FieldType{TypeInfo: &pipepb.FieldType_AtomicType{AtomicType: pipepb.AtomicType_INT64}}}}}
+	s := KafkaWriteErrorSchema(in)
+	if got := fieldNames(s); got != "failed_row, error_message" {
+		t.Errorf("fields %s", got)
+	}
+	if err := SameRowLayout(s.GetFields()[0].GetType().GetRowType().GetSchema(), in); err != nil {
+		t.Errorf("failed_row: %v", err)
+	}
 }
