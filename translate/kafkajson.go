@@ -124,8 +124,8 @@ type jsonSchemaConv struct {
 	resolving map[string]bool // references being resolved: a cycle is an error
 }
 
-// at names a property path in messages: "the schema" for the root.
-func at(path string) string {
+// jsonWhere names a property path in messages: "the schema" for the root.
+func jsonWhere(path string) string {
 	if path == "" {
 		return "the schema"
 	}
@@ -135,18 +135,18 @@ func at(path string) string {
 // object maps an object schema to a row schema of id.
 func (c *jsonSchemaConv) object(o *orderedObject, path, id string) (*pipepb.Schema, error) {
 	if t, ok := o.get("type"); ok && t != "object" {
-		return nil, fmt.Errorf("JSON schema: %s: type %v, want an object schema", at(path), jsonText(t))
+		return nil, fmt.Errorf("JSON schema: %s: type %v, want an object schema", jsonWhere(path), jsonText(t))
 	}
 	required := map[string]bool{}
 	if r, ok := o.get("required"); ok {
 		names, ok := r.([]any)
 		if !ok {
-			return nil, fmt.Errorf("JSON schema: %s: required is %s, want an array of property names", at(path), jsonText(r))
+			return nil, fmt.Errorf("JSON schema: %s: required is %s, want an array of property names", jsonWhere(path), jsonText(r))
 		}
 		for _, n := range names {
 			s, ok := n.(string)
 			if !ok {
-				return nil, fmt.Errorf("JSON schema: %s: required lists %s, want property names", at(path), jsonText(n))
+				return nil, fmt.Errorf("JSON schema: %s: required lists %s, want property names", jsonWhere(path), jsonText(n))
 			}
 			required[s] = true
 		}
@@ -155,7 +155,7 @@ func (c *jsonSchemaConv) object(o *orderedObject, path, id string) (*pipepb.Sche
 	if p, ok := o.get("properties"); ok {
 		props, ok := p.(*orderedObject)
 		if !ok {
-			return nil, fmt.Errorf("JSON schema: %s: properties is %s, want an object", at(path), jsonText(p))
+			return nil, fmt.Errorf("JSON schema: %s: properties is %s, want an object", jsonWhere(path), jsonText(p))
 		}
 		for i, name := range props.keys {
 			fp := name
@@ -180,14 +180,14 @@ func (c *jsonSchemaConv) object(o *orderedObject, path, id string) (*pipepb.Sche
 func (c *jsonSchemaConv) fieldType(v any, path, id string) (*pipepb.FieldType, error) {
 	o, ok := v.(*orderedObject)
 	if !ok {
-		return nil, fmt.Errorf("JSON schema: %s: its schema is %s, want an object", at(path), jsonText(v))
+		return nil, fmt.Errorf("JSON schema: %s: its schema is %s, want an object", jsonWhere(path), jsonText(v))
 	}
 	if ref, ok := o.get("$ref"); ok {
 		return c.reference(ref, path, id)
 	}
 	for _, k := range []string{"allOf", "anyOf", "oneOf", "not"} {
 		if _, ok := o.get(k); ok {
-			return nil, fmt.Errorf("JSON schema: %s: %s: composite schemas are not supported (nor are they by Beam's Java SDK)", at(path), k)
+			return nil, fmt.Errorf("JSON schema: %s: %s: composite schemas are not supported (nor are they by Beam's Java SDK)", jsonWhere(path), k)
 		}
 	}
 	typ, nullable, err := schemaType(o, path)
@@ -215,7 +215,7 @@ func (c *jsonSchemaConv) fieldType(v any, path, id string) (*pipepb.FieldType, e
 	case "array":
 		items, ok := o.get("items")
 		if _, tuple := items.([]any); tuple || !ok {
-			return nil, fmt.Errorf("JSON schema: %s: an array needs one schema for all its items (tuple-like arrays are not supported, nor are they by Beam's Java SDK)", at(path))
+			return nil, fmt.Errorf("JSON schema: %s: an array needs one schema for all its items (tuple-like arrays are not supported, nor are they by Beam's Java SDK)", jsonWhere(path))
 		}
 		elem, err := c.fieldType(items, path+"[]", id)
 		if err != nil {
@@ -223,7 +223,7 @@ func (c *jsonSchemaConv) fieldType(v any, path, id string) (*pipepb.FieldType, e
 		}
 		return &pipepb.FieldType{Nullable: nullable, TypeInfo: &pipepb.FieldType_ArrayType{ArrayType: &pipepb.ArrayType{ElementType: elem}}}, nil
 	}
-	return nil, fmt.Errorf("JSON schema: %s: type %q is not supported (string, integer, number, boolean, object and array are)", at(path), typ)
+	return nil, fmt.Errorf("JSON schema: %s: type %q is not supported (string, integer, number, boolean, object and array are)", jsonWhere(path), typ)
 }
 
 // schemaType returns a schema's type: its "type" (one name, or one name
@@ -241,19 +241,19 @@ func schemaType(o *orderedObject, path string) (typ string, nullable bool, err e
 				nullable = true
 			case typ == "":
 				if typ, ok = e.(string); !ok {
-					return "", false, fmt.Errorf("JSON schema: %s: type lists %s, want type names", at(path), jsonText(e))
+					return "", false, fmt.Errorf("JSON schema: %s: type lists %s, want type names", jsonWhere(path), jsonText(e))
 				}
 			default:
-				return "", false, fmt.Errorf("JSON schema: %s: type %s: a union of types is not supported (one type, or one type and \"null\", is)", at(path), jsonText(t))
+				return "", false, fmt.Errorf("JSON schema: %s: type %s: a union of types is not supported (one type, or one type and \"null\", is)", jsonWhere(path), jsonText(t))
 			}
 		}
 		if typ == "" {
-			return "", false, fmt.Errorf("JSON schema: %s: type %s names no type but null", at(path), jsonText(t))
+			return "", false, fmt.Errorf("JSON schema: %s: type %s names no type but null", jsonWhere(path), jsonText(t))
 		}
 		return typ, nullable, nil
 	}
 	if ok {
-		return "", false, fmt.Errorf("JSON schema: %s: type is %s, want a type name", at(path), jsonText(t))
+		return "", false, fmt.Errorf("JSON schema: %s: type is %s, want a type name", jsonWhere(path), jsonText(t))
 	}
 	if _, ok := o.get("properties"); ok {
 		return "object", false, nil
@@ -261,7 +261,7 @@ func schemaType(o *orderedObject, path string) (typ string, nullable bool, err e
 	if _, ok := o.get("items"); ok {
 		return "array", false, nil
 	}
-	return "", false, fmt.Errorf("JSON schema: %s: no type (string, integer, number, boolean, object or array)", at(path))
+	return "", false, fmt.Errorf("JSON schema: %s: no type (string, integer, number, boolean, object or array)", jsonWhere(path))
 }
 
 // reference resolves a local reference ("#", "#/definitions/x", JSON
@@ -269,10 +269,10 @@ func schemaType(o *orderedObject, path string) (typ string, nullable bool, err e
 func (c *jsonSchemaConv) reference(ref any, path, id string) (*pipepb.FieldType, error) {
 	r, ok := ref.(string)
 	if !ok || (r != "#" && !strings.HasPrefix(r, "#/")) {
-		return nil, fmt.Errorf("JSON schema: %s: $ref %s: only references within the schema (\"#/...\") are supported", at(path), jsonText(ref))
+		return nil, fmt.Errorf("JSON schema: %s: $ref %s: only references within the schema (\"#/...\") are supported", jsonWhere(path), jsonText(ref))
 	}
 	if c.resolving[r] {
-		return nil, fmt.Errorf("JSON schema: %s: $ref %q refers to itself: recursive schemas have no row type", at(path), r)
+		return nil, fmt.Errorf("JSON schema: %s: $ref %q refers to itself: recursive schemas have no row type", jsonWhere(path), r)
 	}
 	var target any = c.root
 	if r != "#" {
@@ -280,10 +280,10 @@ func (c *jsonSchemaConv) reference(ref any, path, id string) (*pipepb.FieldType,
 			tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
 			o, ok := target.(*orderedObject)
 			if !ok {
-				return nil, fmt.Errorf("JSON schema: %s: $ref %q: no such schema", at(path), r)
+				return nil, fmt.Errorf("JSON schema: %s: $ref %q: no such schema", jsonWhere(path), r)
 			}
 			if target, ok = o.get(tok); !ok {
-				return nil, fmt.Errorf("JSON schema: %s: $ref %q: no such schema", at(path), r)
+				return nil, fmt.Errorf("JSON schema: %s: $ref %q: no such schema", jsonWhere(path), r)
 			}
 		}
 	}
