@@ -3,8 +3,8 @@ package task
 import (
 	"errors"
 	"fmt"
-	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
@@ -14,8 +14,11 @@ import (
 
 // The payload rows of the Kafka schema transforms (translate.KafkaPayloadSchema,
 // KafkaRead.PayloadRow and KafkaWrite.PayloadRow): a source's element is
-// the row of the record's value; a sink's record is the row's one field
-// as its value, with a null key.
+// the row of the record's value (its bytes or string, or, for a
+// structured format, the row parsed from it); a sink's record is the
+// row's one field, or the row serialized in its format, as its value,
+// with a null key. A read's or write's error output takes what the format
+// cannot parse or hold.
 
 // newPayload sets the source's payload row encoder.
 func (s *kafkaSource) newPayload() error {
@@ -32,10 +35,11 @@ func (s *kafkaSource) newPayload() error {
 			enc, err = kafkaio.NewRowPayloadEncoder(coders, elem, r.KafkaRead)
 		}
 		if err == nil {
-			// A value that is not the schema's JSON or Avro is a bad
-			// record (the deserialization_error_policy's), as a value a
-			// deserializer refuses; a registry that cannot give a schema
-			// says nothing about the record, and fails the task.
+			// A value that is not the schema's JSON, Avro or protobuf is
+			// a bad record (the deserialization_error_policy's, or the
+			// error output's), as a value a deserializer refuses; a
+			// registry that cannot give a schema says nothing about the
+			// record, and fails the task.
 			s.payload = func(dst []byte, rec *kgo.Record) ([]byte, error) {
 				b, err := enc(dst, rec)
 				var re *kafkaio.RegistryError
