@@ -1,9 +1,10 @@
 package translate
 
 import (
-	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"strings"
 	"testing"
+
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 )
 
 // A payload row read or write whose spec is not one (metadata, headers, a

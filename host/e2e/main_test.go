@@ -12,7 +12,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"io"
 	"log/slog"
 	"os"
@@ -28,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/jobtest"
 )
 
 var (
