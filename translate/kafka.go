@@ -13,15 +13,18 @@ import (
 // primitives; translate lays them out and the host runs them on its own
 // Kafka machinery:
 //
-//   - URNKafkaRead: a root transform (no inputs) whose one output is the
+//   - URNKafkaRead: a root transform (no inputs) whose output is the
 //     records of the user's topics, as KV<key, value> (KafkaRead.WithMetadata
 //     false), as the with-metadata record row, or as the payload row of the
-//     Kafka schema transforms (KafkaRead.PayloadRow, kafkapayload.go). It heads a sub-topology of
-//     its own that reads the topics under the application's consumer group,
+//     Kafka schema transforms (KafkaRead.PayloadRow, kafkapayload.go; a
+//     structured format's read may have a second output, of the values it
+//     cannot parse: KafkaRead.ErrorOutput). It heads a sub-topology of its
+//     own that reads the topics under the application's consumer group,
 //     one task per partition.
-//   - URNKafkaWrite: a transform with one input and no outputs whose
-//     elements are produced to KafkaWrite.Topic by the task that computes
-//     them, inside its transaction.
+//   - URNKafkaWrite: a transform with one input whose elements are
+//     produced to KafkaWrite.Topic by the task that computes them, inside
+//     its transaction; it has no output, except a structured format's
+//     write's error output (KafkaWrite.ErrorOutput).
 //
 // The payload of both is the spec as JSON (EncodeKafkaRead,
 // EncodeKafkaWrite): the expansion service has already checked every field
