@@ -25,10 +25,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ksrunner/ksrunner/host"
 	_ "github.com/ksrunner/ksrunner/host/kafkaio" // expands kafkaio.Read/Write in-process
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
 // `ksrunner-bench kafka`: Kafka -> a stateless map -> Kafka, exactly once.
@@ -337,32 +337,7 @@ func createBenchTopics(ctx context.Context, cl *kgo.Client, partitions int32, co
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		return fmt.Errorf("creating topics %v: %w", topics, err)
 	}
-	req := kmsg.NewPtrMetadataRequest()
-	for _, t := range topics {
-		rt := kmsg.NewMetadataRequestTopic()
-		rt.Topic = kmsg.StringPtr(t)
-		req.Topics = append(req.Topics, rt)
-	}
-	for {
-		md, err := req.RequestWith(ctx, cl)
-		ready := err == nil && len(md.Topics) == len(topics)
-		if ready {
-			for _, td := range md.Topics {
-				ready = ready && td.ErrorCode == 0 && len(td.Partitions) == int(partitions)
-				for _, p := range td.Partitions {
-					ready = ready && p.ErrorCode == 0 && p.Leader >= 0
-				}
-			}
-		}
-		if ready {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("topics %v not ready: %w", topics, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return kafkatest.WaitForLeaders(ctx, cl, partitions, topics...)
 }
 
 func (b *kafkaBench) deleteTopics(ctx context.Context, topics ...string) {

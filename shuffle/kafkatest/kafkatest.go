@@ -134,29 +134,41 @@ func CreateTopic(t testing.TB, bootstrap, topic string, partitions int32) {
 	if err != nil {
 		t.Fatalf("kafkatest: create topic %s: %v", topic, err)
 	}
-	// A Metadata request of its own each time: kadm's Metadata answers
-	// from franz-go's cache, which keeps a topic seen without leaders for
-	// 5 s (MetadataMinAge).
+	if err := WaitForLeaders(ctx, cl, partitions, topic); err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+}
+
+// WaitForLeaders waits until every one of topics has partitions
+// partitions, each with a leader, or ctx ends. It asks with a Metadata
+// request of its own each time: kadm's Metadata answers from franz-go's
+// cache, which keeps a topic seen without leaders for 5 s
+// (MetadataMinAge). (ksrunner's own wait, host/internal/topics, is not
+// importable from tools; this one serves the tests and the bench.)
+func WaitForLeaders(ctx context.Context, cl *kgo.Client, partitions int32, topics ...string) error {
 	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
+	req.AllowAutoTopicCreation = false
+	for _, topic := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+	}
 	for {
 		resp, err := req.RequestWith(ctx, cl)
-		if err == nil && len(resp.Topics) == 1 && resp.Topics[0].ErrorCode == 0 && len(resp.Topics[0].Partitions) == int(partitions) {
-			ready := true
-			for _, p := range resp.Topics[0].Partitions {
-				if p.ErrorCode != 0 || p.Leader < 0 {
-					ready = false
-				}
+		ready := err == nil && len(resp.Topics) == len(topics)
+		for i := 0; ready && i < len(resp.Topics); i++ {
+			td := resp.Topics[i]
+			ready = td.ErrorCode == 0 && len(td.Partitions) == int(partitions)
+			for _, p := range td.Partitions {
+				ready = ready && p.ErrorCode == 0 && p.Leader >= 0
 			}
-			if ready {
-				return
-			}
+		}
+		if ready {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("kafkatest: topic %s not ready: %v (last metadata error: %v)", topic, ctx.Err(), err)
+			return fmt.Errorf("topics %v not ready: %w (last metadata error: %v)", topics, ctx.Err(), err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
