@@ -81,10 +81,7 @@ func NewAvroPayloadEncoder(coders map[string]*pipepb.Coder, cid, text string) (P
 			return nil, fmt.Errorf("not a datum of the read's Avro schema: %d bytes after it", len(rest))
 		}
 		scratch = row
-		if prefixed {
-			return appendBytes(dst, row), nil
-		}
-		return append(dst, row...), nil
+		return appendElement(dst, row, prefixed), nil
 	}, nil
 }
 
@@ -96,17 +93,7 @@ func appendAvroRecord(dst []byte, rec *avro.RecordSchema, b []byte, path string)
 	if err != nil {
 		return nil, nil, err
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(fv.ends)))
-	var nulls []byte
-	for i, null := range fv.nulls {
-		if null {
-			if nulls == nil {
-				nulls = make([]byte, (len(fv.nulls)+7)/8)
-			}
-			nulls[i/8] |= 1 << (i % 8)
-		}
-	}
-	dst = appendBytes(dst, nulls)
+	dst = appendRowHeader(dst, len(fv.nulls), func(i int) bool { return fv.nulls[i] })
 	return append(dst, fv.vals...), rest, nil
 }
 

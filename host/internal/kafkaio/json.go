@@ -115,21 +115,12 @@ func newJSONRowWriter(s *pipepb.Schema) (*jsonRowWriter, error) {
 // when no field is null, as the Go SDK writes it), the non-null fields.
 func (w *jsonRowWriter) append(dst []byte, obj map[string]any, path string) ([]byte, error) {
 	n := len(w.fields)
-	dst = binary.AppendUvarint(dst, uint64(n))
-	var nulls []byte
-	for i, f := range w.fields {
-		if obj[f.GetName()] != nil {
-			continue
-		}
-		if !f.GetType().GetNullable() {
+	for _, f := range w.fields {
+		if obj[f.GetName()] == nil && !f.GetType().GetNullable() {
 			return nil, fmt.Errorf("property %q: missing or null, and the schema requires it", fieldPath(path, f.GetName()))
 		}
-		if nulls == nil {
-			nulls = make([]byte, (n+7)/8)
-		}
-		nulls[i/8] |= 1 << (i % 8)
 	}
-	dst = appendBytes(dst, nulls)
+	dst = appendRowHeader(dst, n, func(i int) bool { return obj[w.fields[i].GetName()] == nil })
 	for _, f := range w.fields {
 		v := obj[f.GetName()]
 		if v == nil {
@@ -288,35 +279,6 @@ func newStructuredDecoder(coders map[string]*pipepb.Coder, cid string, check fun
 		}
 		return out, nil
 	}, nil
-}
-
-// rowHeader is a row's field count and null bitmap, read from its start.
-type rowHeader struct {
-	fields int64
-	nulls  []byte
-}
-
-// readRowHeader reads the header of a row of a schema of n fields and
-// returns what follows it.
-func readRowHeader(b []byte, n int) (rowHeader, []byte, error) {
-	nf, b, err := readVarint(b)
-	if err != nil {
-		return rowHeader{}, nil, fmt.Errorf("row: field count: %w", err)
-	}
-	if nf < 0 || nf > int64(n) {
-		return rowHeader{}, nil, fmt.Errorf("row: %d fields, the schema has %d", nf, n)
-	}
-	nulls, b, err := readBytes(b)
-	if err != nil {
-		return rowHeader{}, nil, fmt.Errorf("row: null bitmap: %w", err)
-	}
-	return rowHeader{nf, nulls}, b, nil
-}
-
-// null reports whether field i (in encoding order) is null: marked so,
-// or missing from a row of fewer fields (an older schema).
-func (h rowHeader) null(i int) bool {
-	return int64(i) >= h.fields || (i/8 < len(h.nulls) && h.nulls[i/8]>>(i%8)&1 == 1)
 }
 
 // appendRowJSON appends the row at the start of b as a JSON object and

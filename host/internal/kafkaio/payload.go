@@ -142,10 +142,7 @@ func NewWriteErrorRowEncoder(coders map[string]*pipepb.Coder, cid, in string) (W
 		row := append(append(scratch[:0], 2, 0), elem...) // two fields, no nulls
 		row = appendBytes(row, message)
 		scratch = row
-		if prefixed {
-			return appendBytes(dst, row), nil
-		}
-		return append(dst, row...), nil
+		return appendElement(dst, row, prefixed), nil
 	}, nil
 }
 
@@ -170,9 +167,6 @@ func NewErrorRowEncoder(coders map[string]*pipepb.Coder, cid string) (ErrorRowEn
 		row = appendBytes(row, value)
 		row = appendBytes(row, message)
 		scratch = row
-		if prefixed {
-			return appendBytes(dst, row)
-		}
-		return append(dst, row...)
+		return appendElement(dst, row, prefixed)
 	}, nil
 }

@@ -48,10 +48,7 @@ func NewProtoPayloadEncoder(coders map[string]*pipepb.Coder, cid, rowSchema, nam
 			return nil, err
 		}
 		scratch = row
-		if prefixed {
-			return appendBytes(dst, row), nil
-		}
-		return append(dst, row...), nil
+		return appendElement(dst, row, prefixed), nil
 	}, nil
 }
 
@@ -81,17 +78,7 @@ func protoDescriptor(rowSchema, name string) (protoreflect.MessageDescriptor, er
 func appendProtoMessage(dst []byte, m protoreflect.Message, path string) ([]byte, error) {
 	fields := m.Descriptor().Fields()
 	n := fields.Len()
-	dst = binary.AppendUvarint(dst, uint64(n))
-	var nulls []byte
-	for i := range n {
-		if fd := fields.Get(i); fd.HasPresence() && !m.Has(fd) {
-			if nulls == nil {
-				nulls = make([]byte, (n+7)/8)
-			}
-			nulls[i/8] |= 1 << (i % 8)
-		}
-	}
-	dst = appendBytes(dst, nulls)
+	dst = appendRowHeader(dst, n, func(i int) bool { fd := fields.Get(i); return fd.HasPresence() && !m.Has(fd) })
 	for i := range n {
 		fd := fields.Get(i)
 		if fd.HasPresence() && !m.Has(fd) {

@@ -123,10 +123,7 @@ func NewRegistryPayloadEncoder(coders map[string]*pipepb.Coder, cid, text, url s
 		if scratch, err = plan.row(scratch[:0], reader, &fv, id); err != nil {
 			return nil, err
 		}
-		if prefixed {
-			return appendBytes(dst, scratch), nil
-		}
-		return append(dst, scratch...), nil
+		return appendElement(dst, scratch, prefixed), nil
 	}, nil
 }
 
@@ -183,24 +180,16 @@ func newWriterPlan(reader []*pipepb.Field, ws avro.Schema) *writerPlan {
 
 // row appends the read's row of the writer's fields fv.
 func (p *writerPlan) row(dst []byte, reader []*pipepb.Field, fv *avroFields, id int) ([]byte, error) {
-	var nulls []byte
+	null := func(i int) bool { j := p.from[i]; return j < 0 || fv.nulls[j] }
 	for i, f := range reader {
-		if j := p.from[i]; j >= 0 && !fv.nulls[j] {
-			continue
-		}
-		if !f.GetType().GetNullable() {
+		if null(i) && !f.GetType().GetNullable() {
 			return nil, fmt.Errorf("field %q: null in the writer's datum (schema id %d), and not nullable in the read's schema", f.GetName(), id)
 		}
-		if nulls == nil {
-			nulls = make([]byte, (len(reader)+7)/8)
-		}
-		nulls[i/8] |= 1 << (i % 8)
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(reader)))
-	dst = appendBytes(dst, nulls)
+	dst = appendRowHeader(dst, len(reader), null)
 	for i := range reader {
-		if j := p.from[i]; j >= 0 && !fv.nulls[j] {
-			dst = append(dst, fv.value(j)...)
+		if !null(i) {
+			dst = append(dst, fv.value(p.from[i])...)
 		}
 	}
 	return dst, nil

@@ -262,21 +262,12 @@ func (rd *rowReader) read(b []byte, w *WriteRow) ([]byte, error) {
 // non-null field's bytes to each, which returns what follows the field.
 // A row of fewer fields (an older schema) leaves the rest null.
 func readRow(b []byte, n int, each func(i int, b []byte) ([]byte, error)) ([]byte, error) {
-	nf, b, err := readVarint(b)
+	h, b, err := readRowHeader(b, n)
 	if err != nil {
-		return nil, fmt.Errorf("row: field count: %w", err)
+		return nil, err
 	}
-	if nf < 0 || nf > int64(n) {
-		return nil, fmt.Errorf("row: %d fields, the schema has %d", nf, n)
-	}
-	nb, b, err := readVarint(b)
-	if err != nil || nb < 0 || nb > int64(len(b)) {
-		return nil, fmt.Errorf("row: bad null bitmap")
-	}
-	nulls := b[:nb]
-	b = b[nb:]
-	for i := range int(nf) {
-		if i/8 < len(nulls) && nulls[i/8]>>(i%8)&1 == 1 {
+	for i := range int(h.fields) {
+		if h.null(i) {
 			continue
 		}
 		if b, err = each(i, b); err != nil {
@@ -284,6 +275,62 @@ func readRow(b []byte, n int, each func(i int, b []byte) ([]byte, error)) ([]byt
 		}
 	}
 	return b, nil
+}
+
+// rowHeader is a row's field count and null bitmap, read from its start.
+type rowHeader struct {
+	fields int64
+	nulls  []byte
+}
+
+// readRowHeader reads the header of a row of a schema of n fields and
+// returns what follows it.
+func readRowHeader(b []byte, n int) (rowHeader, []byte, error) {
+	nf, b, err := readVarint(b)
+	if err != nil {
+		return rowHeader{}, nil, fmt.Errorf("row: field count: %w", err)
+	}
+	if nf < 0 || nf > int64(n) {
+		return rowHeader{}, nil, fmt.Errorf("row: %d fields, the schema has %d", nf, n)
+	}
+	nulls, b, err := readBytes(b)
+	if err != nil {
+		return rowHeader{}, nil, fmt.Errorf("row: null bitmap: %w", err)
+	}
+	return rowHeader{nf, nulls}, b, nil
+}
+
+// null reports whether field i (in encoding order) is null: marked so,
+// or missing from a row of fewer fields (an older schema).
+func (h rowHeader) null(i int) bool {
+	return int64(i) >= h.fields || (i/8 < len(h.nulls) && h.nulls[i/8]>>(i%8)&1 == 1)
+}
+
+// appendRowHeader appends a row header of n fields, the fields null marks
+// null, to dst: the field count and the null bitmap (empty when none is
+// null, as the Go SDK writes it).
+func appendRowHeader(dst []byte, n int, null func(i int) bool) []byte {
+	dst = binary.AppendUvarint(dst, uint64(n))
+	var nulls []byte
+	for i := range n {
+		if null(i) {
+			if nulls == nil {
+				nulls = make([]byte, (n+7)/8)
+			}
+			nulls[i/8] |= 1 << (i % 8)
+		}
+	}
+	return appendBytes(dst, nulls)
+}
+
+// appendElement appends the encoding of row to dst as an element of a
+// row coder, length-prefixed when prefixed (the coder is wrapped in a
+// length prefix).
+func appendElement(dst, row []byte, prefixed bool) []byte {
+	if prefixed {
+		return appendBytes(dst, row)
+	}
+	return append(dst, row...)
 }
 
 // newHeaderReader reads a headers field: a list of rows with a key and a
