@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -345,7 +344,7 @@ func registryRead(r *reader, spec *translate.KafkaRead, url string) {
 		r.fail("confluent_schema_registry_url", "%v", err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), registryTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), kafkaio.RegistryTimeout)
 	defer cancel()
 	s, err := client.GetLatestSchema(ctx, subject)
 	if err != nil {
@@ -421,9 +420,6 @@ func compileProto(source string) ([]byte, error) {
 	add(files[0])
 	return proto.Marshal(set)
 }
-
-// registryTimeout bounds the expansion's fetch of a subject's schema.
-const registryTimeout = 30 * time.Second
 
 // schemaWrite maps a kafka_write schema transform's configuration to a
 // payload row write: format RAW, or JSON (which writes the input's rows

@@ -97,17 +97,28 @@ func parseJSONObject(b []byte) (map[string]any, error) {
 // jsonRowWriter writes JSON objects as rows of a schema.
 type jsonRowWriter struct {
 	fields []*pipepb.Field // in encoding order
+	// nested are the writers of nested rows' schemas, made once and
+	// shared by every writer of one encoder (a task's, one goroutine).
+	nested map[*pipepb.Schema]*jsonRowWriter
 }
 
 func newJSONRowWriter(s *pipepb.Schema) (*jsonRowWriter, error) {
+	return newNestedJSONRowWriter(s, map[*pipepb.Schema]*jsonRowWriter{})
+}
+
+func newNestedJSONRowWriter(s *pipepb.Schema, nested map[*pipepb.Schema]*jsonRowWriter) (*jsonRowWriter, error) {
+	if w := nested[s]; w != nil {
+		return w, nil
+	}
 	order, err := translate.EncodingOrder(s)
 	if err != nil {
 		return nil, err
 	}
-	w := &jsonRowWriter{fields: make([]*pipepb.Field, len(order))}
+	w := &jsonRowWriter{fields: make([]*pipepb.Field, len(order)), nested: nested}
 	for i, o := range order {
 		w.fields[i] = s.GetFields()[o]
 	}
+	nested[s] = w
 	return w, nil
 }
 
@@ -127,7 +138,7 @@ func (w *jsonRowWriter) append(dst []byte, obj map[string]any, path string) ([]b
 			continue
 		}
 		var err error
-		if dst, err = appendJSONValue(dst, f.GetType(), v, fieldPath(path, f.GetName())); err != nil {
+		if dst, err = w.appendValue(dst, f.GetType(), v, fieldPath(path, f.GetName())); err != nil {
 			return nil, err
 		}
 	}
@@ -141,8 +152,8 @@ func fieldPath(path, name string) string {
 	return path + "." + name
 }
 
-// appendJSONValue appends a non-null JSON value as a value of type t.
-func appendJSONValue(dst []byte, t *pipepb.FieldType, v any, path string) ([]byte, error) {
+// appendValue appends a non-null JSON value as a value of type t.
+func (w *jsonRowWriter) appendValue(dst []byte, t *pipepb.FieldType, v any, path string) ([]byte, error) {
 	mismatch := func(want string) error {
 		return fmt.Errorf("property %q: a JSON %s, want %s", path, jsonKind(v), want)
 	}
@@ -205,7 +216,7 @@ func appendJSONValue(dst []byte, t *pipepb.FieldType, v any, path string) ([]byt
 				dst = append(dst, 1)
 			}
 			var err error
-			if dst, err = appendJSONValue(dst, et, item, ip); err != nil {
+			if dst, err = w.appendValue(dst, et, item, ip); err != nil {
 				return nil, err
 			}
 		}
@@ -215,7 +226,7 @@ func appendJSONValue(dst []byte, t *pipepb.FieldType, v any, path string) ([]byt
 		if !ok {
 			return nil, mismatch("an object")
 		}
-		rw, err := newJSONRowWriter(ti.RowType.GetSchema())
+		rw, err := newNestedJSONRowWriter(ti.RowType.GetSchema(), w.nested)
 		if err != nil {
 			return nil, err
 		}

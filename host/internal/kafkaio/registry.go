@@ -55,8 +55,8 @@ func RedactURL(s string) string {
 
 func (e *RegistryError) Unwrap() error { return e.Err }
 
-// registryTimeout bounds one schema's fetch.
-const registryTimeout = 30 * time.Second
+// RegistryTimeout bounds one schema's fetch from a registry.
+const RegistryTimeout = 30 * time.Second
 
 // NewRegistryClient is the client of a registry read.
 func NewRegistryClient(url string) (*registry.Client, error) {
@@ -101,7 +101,7 @@ func NewRegistryPayloadEncoder(coders map[string]*pipepb.Coder, cid, text, url s
 		id := int(binary.BigEndian.Uint32(r.Value[1:5]))
 		plan := plans[id]
 		if plan == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), registryTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), RegistryTimeout)
 			ws, err := client.GetSchema(ctx, id)
 			cancel()
 			if err != nil {
