@@ -210,13 +210,20 @@ func setProtoRow(m protoreflect.Message, s *pipepb.Schema, b []byte, path string
 	}
 	for i, o := range order {
 		f := s.GetFields()[o]
-		if h.null(i) {
-			continue
-		}
 		fd := m.Descriptor().Fields().ByName(protoreflect.Name(f.GetName()))
 		fp := fieldPath(path, f.GetName())
 		if fd == nil { // CheckProtoWriteSchema refuses it
 			return nil, fmt.Errorf("field %q: not in message %s", fp, m.Descriptor().FullName())
+		}
+		if h.null(i) {
+			// Unset. A field without presence would read back as its
+			// default, not null: the row is not writable as is. (A null
+			// repeated field or map is empty, which protobuf cannot
+			// tell from null.)
+			if !fd.HasPresence() && !fd.IsList() && !fd.IsMap() {
+				return nil, fmt.Errorf("field %q: null, but %s's field %s has no presence (it would read back as %v)", fp, m.Descriptor().FullName(), fd.Name(), fd.Default().Interface())
+			}
+			continue
 		}
 		if b, err = setProtoField(m, fd, f.GetType(), b, fp); err != nil {
 			return nil, err

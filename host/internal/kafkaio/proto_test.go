@@ -179,6 +179,51 @@ func TestProtoWriteRoundTrip(t *testing.T) {
 	}
 }
 
+// A null in a row field whose message field has no presence cannot be
+// written (it would read back as the default): an error naming the field,
+// which makes the row a bad element; a null with presence is unset.
+func TestProtoWriteNullWithoutPresence(t *testing.T) {
+	set, _ := testkit.OrderProto(t)
+	rowSchema := base64.StdEncoding.EncodeToString(set)
+	type row struct {
+		Name  string   `beam:"name"`
+		Count *int64   `beam:"count"`
+		Price *float64 `beam:"price"`
+	}
+	s, err := schema.FromType(reflect.TypeOf(row{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := coder.RowEncoderForStruct(reflect.TypeOf(row{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := NewProtoPayloadDecoder(rowCoders(t, s), "row", rowSchema, "shop.Order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := int64(1)
+	for _, c := range []struct {
+		row  row
+		want string // "": written
+	}{
+		{row{Name: "a", Count: &one}, ""},
+		{row{Name: "b", Count: nil}, `field "count": null, but shop.Order's field count has no presence (it would read back as 0)`},
+	} {
+		var b bytes.Buffer
+		if err := enc(c.row, &b); err != nil {
+			t.Fatal(err)
+		}
+		_, err := dec(b.Bytes())
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%+v: %v", c.row, err)
+		case c.want != "" && (err == nil || err.Error() != c.want):
+			t.Errorf("%+v: %v, want %q", c.row, err, c.want)
+		}
+	}
+}
+
 // A PROTO write's rows must name the message's fields with their types;
 // a uint64 field and a recursive message have no row type.
 func TestProtoSchemaErrors(t *testing.T) {
