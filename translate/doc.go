@@ -21,8 +21,8 @@
 //     timer family in a time domain other than event or processing time, an
 //     on-window-expiration timer, user state or timers on a non-KV input,
 //     or requires time-sorted input without user state or timers, with side
-//     inputs, or while splittable; a splittable DoFn fails with side inputs,
-//     user state or timers, or stable input. So do an on-window-expiration
+//     inputs, or while splittable; a splittable DoFn fails with user state
+//     or timers, or stable input. So do an on-window-expiration
 //     or unknown pipeline requirement, a second TestStream and a TestStream
 //     reading its events from an endpoint. A ParDo requiring stable input
 //     gets a Redistribute of its main input (stableInput), so that it reads
@@ -35,7 +35,10 @@
 //     expansion. A splittable ParDo becomes pair with restriction → split
 //     and size → a Redistribute of the sized restrictions → process sized
 //     elements, which so heads a sub-topology of its own and reads a
-//     source's splits in parallel. Replaced expansions are removed from the
+//     source's splits in parallel. Each part keeps the ParDo's side inputs
+//     (the SDKs build every part from its payload); only pair with
+//     restriction gets a materialized main input to wait on them, as the
+//     others read what it made. Replaced expansions are removed from the
 //     pipeline and the original transform becomes the composite of its
 //     replacement. A Flatten or Redistribute input (or a TestStream
 //     output) whose coder differs from the output's (the events') gets a

@@ -148,9 +148,6 @@ func (t *translator) stableInput(id string, tr *pipepb.PTransform) {
 // The original transform becomes a composite of the three.
 func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParDoPayload) error {
 	name := tr.GetUniqueName()
-	if len(pd.GetSideInputs()) > 0 {
-		return fmt.Errorf("transform %q: a splittable DoFn with side inputs is not supported yet (side inputs %v)", name, sortedKeys(pd.GetSideInputs()))
-	}
 	inLocal, inID := mainInput(tr)
 	in := t.comps.GetPcollections()[inID]
 	if in == nil {
@@ -167,12 +164,21 @@ func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParD
 	pwr := t.addPCollection(id+"_pwr", in, cER)
 	sns := t.addPCollection(id+"_splitnsized", in, cERS)
 
+	// Each part gets the ParDo's side inputs, as Prism's expansion does:
+	// the SDKs build every part from the ParDo payload, which names them
+	// (Python's resolves them for each element; Java's restriction methods
+	// may take them). Only the first part waits for them on a topic of its
+	// own (layout); the others read what it made.
 	mk := func(suffix, nameSuffix, urn, from string, outputs map[string]string) string {
 		tid := uniqueID(id+suffix, func(s string) bool { return t.comps.GetTransforms()[s] != nil })
+		inputs := map[string]string{inLocal: from}
+		for local := range pd.GetSideInputs() {
+			inputs[local] = tr.GetInputs()[local]
+		}
 		t.comps.Transforms[tid] = &pipepb.PTransform{
 			UniqueName:    t.uniqueName(name + nameSuffix),
 			Spec:          &pipepb.FunctionSpec{Urn: urn, Payload: tr.GetSpec().GetPayload()},
-			Inputs:        map[string]string{inLocal: from},
+			Inputs:        inputs,
 			Outputs:       outputs,
 			EnvironmentId: tr.GetEnvironmentId(),
 			Annotations:   tr.GetAnnotations(),
@@ -202,6 +208,10 @@ func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParD
 	t.addLeaf(eSpread, kindRedistribute)
 	t.addLeaf(eProc, kindSDK)
 	t.forcedRoot[eProc] = true
+	if len(pd.GetSideInputs()) > 0 {
+		t.sidesUpstream[eSNS] = true
+		t.sidesUpstream[eProc] = true
+	}
 	return nil
 }
 

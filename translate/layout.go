@@ -279,13 +279,15 @@ func (t *translator) layout() (*Plan, error) {
 						Multimap: sides[l].GetAccessPattern().GetUrn() == urnSideInputMultimap,
 					})
 				}
-				tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-main", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}}
-				sinkTo(tp.Name, in)
-				nsb, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: in, WindowingStrategy: t.inWS(in)})
-				if err != nil {
-					return nil, err
+				if !t.sidesUpstream[id] {
+					tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-main", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}}
+					sinkTo(tp.Name, in)
+					nsb, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: in, WindowingStrategy: t.inWS(in)})
+					if err != nil {
+						return nil, err
+					}
+					sb = nsb
 				}
-				sb = nsb
 			}
 			sb.members = append(sb.members, id)
 			for _, pc := range tr.GetOutputs() {

@@ -51,6 +51,11 @@ type translator struct {
 	forcedRoot map[string]bool
 	// sideInputsOf lists the side inputs of each ParDo that has some.
 	sideInputsOf map[string][]SideInput
+	// sidesUpstream marks the parts of a splittable ParDo with side inputs
+	// after the first (split and size, process): their main input comes
+	// from the sub-topology the first part heads, downstream of every side
+	// input already, so they need no topic of their own to wait on them.
+	sidesUpstream map[string]bool
 	// timersOf lists the timer families of each stateful ParDo; statefulOf
 	// marks every ParDo with user state or timers.
 	timersOf   map[string][]TimerFamily
@@ -115,6 +120,7 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		kind:          map[string]leafKind{},
 		forcedRoot:    map[string]bool{},
 		sideInputsOf:  map[string][]SideInput{},
+		sidesUpstream: map[string]bool{},
 		timersOf:      map[string][]TimerFamily{},
 		statefulOf:    map[string]bool{},
 		timeSortedOf:  map[string]int64{},
@@ -293,10 +299,13 @@ func mainInput(tr *pipepb.PTransform) (local, global string) {
 	return "", ""
 }
 
-// sideInputs returns the side inputs of a ParDo (validated when it was added),
-// by local name; nil for other transforms.
+// sideInputs returns the side inputs of a ParDo or of a part of a
+// splittable one (validated when it was added), by local name; nil for other
+// transforms.
 func sideInputs(tr *pipepb.PTransform) map[string]*pipepb.SideInput {
-	if tr.GetSpec().GetUrn() != urnParDo {
+	switch tr.GetSpec().GetUrn() {
+	case urnParDo, urnSDFPairWithRestriction, urnSDFSplitAndSize, urnSDFProcessSizedElements:
+	default:
 		return nil
 	}
 	pd := &pipepb.ParDoPayload{}

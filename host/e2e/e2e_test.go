@@ -31,12 +31,16 @@ import (
 var pipelines = []struct {
 	name  string
 	build func(out string) *beam.Pipeline
+	// want, if set, is the exact output (sorted lines), which Prism's
+	// must be too.
+	want func() []string
 }{
-	{"wordcount", wordcountPipeline},
-	{"multi", multiPipeline},
-	{"readfiles", readFilesPipeline},
-	{"hotkey", hotKeyPipeline},
-	{"hotsessions", hotSessionsPipeline},
+	{"wordcount", wordcountPipeline, nil},
+	{"multi", multiPipeline, nil},
+	{"readfiles", readFilesPipeline, nil},
+	{"hotkey", hotKeyPipeline, nil},
+	{"hotsessions", hotSessionsPipeline, nil},
+	{"sdfside", sdfSidePipeline, sdfSideWant},
 }
 
 // runToLines runs build's pipeline on client and returns the sorted lines
@@ -188,6 +192,11 @@ func TestMatchesPrism(t *testing.T) {
 			if len(want) == 0 {
 				t.Fatal("Prism wrote no output")
 			}
+			if pl.want != nil {
+				if exact := pl.want(); strings.Join(want, "\n") != strings.Join(exact, "\n") {
+					t.Fatalf("Prism's output is not the pipeline's: %d lines, want %d (first %q, want %q)", len(want), len(exact), head(want), head(exact))
+				}
+			}
 			for _, b := range bs {
 				for _, par := range []int{1, 4} {
 					pack := recordPackBytes(par)
@@ -205,7 +214,7 @@ func TestMatchesPrism(t *testing.T) {
 						got := runToLines(ctx, t, ksrunner, pl.build, opts)
 						diffLines(t, got, want)
 						if b.bootstrap != "" {
-							if pl.name == "readfiles" && par > 1 {
+							if (pl.name == "readfiles" || pl.name == "sdfside") && par > 1 {
 								checkSpreadRestrictions(t, b.bootstrap, appID)
 							}
 							checkRepartitionTopics(ctx, t, b.bootstrap, appID, par) // deletes the topics
@@ -509,7 +518,7 @@ func checkSpreadRestrictions(t *testing.T, bootstrap, appID string) {
 			}
 		}
 		if used < 2 {
-			t.Errorf("the %d file restrictions went to %d partition(s) of %s: %v", readFiles, used, topic, parts)
+			t.Errorf("the restrictions went to %d partition(s) of %s: %v", used, topic, parts)
 		}
 		return
 	}

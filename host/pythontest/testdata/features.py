@@ -2,7 +2,8 @@
 Python tests (usage as windowfns.py): multiple outputs, side inputs (list,
 dict, singleton), CombineGlobally and CombinePerKey, Flatten, Reshuffle,
 CoGroupByKey, fixed and sliding windows, sessions, and a stateful DoFn with
-bag state and an event-time timer, and a GroupByKey of one 3 MB group.
+bag state and an event-time timer, a GroupByKey of one 3 MB group, and a
+splittable DoFn with a windowed side input that defers its remainders.
 Results are deterministic."""
 import random
 import sys
@@ -11,6 +12,8 @@ import threading
 import apache_beam as beam
 from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.io.restriction_trackers import OffsetRange
+from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
 from apache_beam.transforms import window
 from apache_beam.transforms import userstate
 from apache_beam.transforms.timeutil import TimeDomain
@@ -41,6 +44,34 @@ class BufferUntilWindowEnd(beam.DoFn):
         vals = list(buf.read())
         buf.clear()
         yield (key, (len(vals), sum(vals)))
+
+
+class PositionsRestriction(beam.transforms.core.RestrictionProvider):
+    """Element (k, v) has the positions [0, v % 5 + 2), split in pairs."""
+    def initial_restriction(self, element):
+        return OffsetRange(0, element[1] % 5 + 2)
+
+    def split(self, element, restriction):
+        return restriction.split(2)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size()
+
+
+class PositionsWithSide(beam.DoFn):
+    """Splittable: emits each position of its element with the side input's
+    value for the element's key in the element's window, and defers the
+    rest of its restriction after each position, so that resumed
+    remainders read the side input too."""
+    def process(self, kv, maxes, tracker=beam.DoFn.RestrictionParam(PositionsRestriction())):
+        pos = tracker.current_restriction().start
+        if tracker.try_claim(pos):
+            yield (kv[0], kv[1], pos, maxes[kv[0]])
+            if pos + 1 < tracker.current_restriction().stop:
+                tracker.defer_remainder()
 
 
 def data():
@@ -119,6 +150,13 @@ def main():
          | "HotGroup" >> beam.GroupByKey()
          | "HotSummary" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1]), sum(len(v) for v in kv[1])))
          | "WHot" >> beam.Map(write("hotkey")))
+        fixed = stamped | "SdfWindows" >> beam.WindowInto(window.FixedWindows(100))
+        window_maxes = fixed | "WindowMax" >> beam.CombinePerKey(max)
+        (fixed
+         | "SdfSome" >> beam.Filter(lambda kv: kv[1] % 7 == 0)
+         | "SdfSide" >> beam.ParDo(PositionsWithSide(), beam.pvalue.AsDict(window_maxes))
+         | "SdfWin" >> beam.Map(lambda r, w=beam.DoFn.WindowParam: (r, str(w)))
+         | "WSdfSide" >> beam.Map(write("sdfside")))
 
 
 if __name__ == "__main__":
