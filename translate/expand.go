@@ -206,6 +206,7 @@ func (t *translator) expandSDF(id string, tr *pipepb.PTransform, pd *pipepb.ParD
 	t.addLeaf(ePWR, kindSDK)
 	t.addLeaf(eSNS, kindSDK)
 	t.addLeaf(eSpread, kindRedistribute)
+	t.spreads[eSpread] = true
 	t.addLeaf(eProc, kindSDK)
 	t.forcedRoot[eProc] = true
 	if len(pd.GetSideInputs()) > 0 {

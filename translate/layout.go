@@ -215,7 +215,7 @@ func (t *translator) layout() (*Plan, error) {
 			if err := t.sameWire(tr.GetUniqueName(), out, in); err != nil {
 				return nil, err
 			}
-			tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-repartition", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}}
+			tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-repartition", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}, SpreadBySize: t.spreads[id]}
 			sinkTo(tp.Name, in)
 			if _, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: out, WindowingStrategy: t.inWS(in)}); err != nil {
 				return nil, err

@@ -85,6 +85,13 @@ type Topic struct {
 	// the single input; for a Flatten materialized here, all of its inputs
 	// that are produced in other sub-topologies. Empty for TopicImpulse.
 	Producers []string
+	// SpreadBySize marks a splittable DoFn's SpreadRestrictions topic: its
+	// elements are KV<KV<element, restriction>, size> with the size a
+	// Beam double, and each producing task sends each to the partition its
+	// restrictions so far weigh least in, so that the process tasks get
+	// equal work. Hashing the keys (the element and restriction) gave 16
+	// even splits 8, 1, 2 and 5 per partition of 4.
+	SpreadBySize bool
 }
 
 // RootKind says what a sub-topology does with the records of its input topic.

@@ -56,6 +56,13 @@ func TestSplittableSideInput(t *testing.T) {
 			mains++
 		case strings.HasSuffix(tp.Name, "SpreadRestrictions-repartition"):
 			spreads++
+			if !tp.SpreadBySize {
+				t.Errorf("topic %s: SpreadBySize unset", tp.Name)
+			}
+			continue
+		}
+		if tp.SpreadBySize {
+			t.Errorf("topic %s: SpreadBySize set on a topic that is not a splittable DoFn's restrictions", tp.Name)
 		}
 	}
 	if mains != 1 || sides != 1 || spreads != 1 {

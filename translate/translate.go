@@ -56,6 +56,9 @@ type translator struct {
 	// from the sub-topology the first part heads, downstream of every side
 	// input already, so they need no topic of their own to wait on them.
 	sidesUpstream map[string]bool
+	// spreads are the SpreadRestrictions Redistributes of splittable
+	// ParDos (Topic.SpreadBySize).
+	spreads map[string]bool
 	// timersOf lists the timer families of each stateful ParDo; statefulOf
 	// marks every ParDo with user state or timers.
 	timersOf   map[string][]TimerFamily
@@ -121,6 +124,7 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		forcedRoot:    map[string]bool{},
 		sideInputsOf:  map[string][]SideInput{},
 		sidesUpstream: map[string]bool{},
+		spreads:       map[string]bool{},
 		timersOf:      map[string][]TimerFamily{},
 		statefulOf:    map[string]bool{},
 		timeSortedOf:  map[string]int64{},

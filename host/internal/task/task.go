@@ -82,6 +82,9 @@ type Task struct {
 	cycleMetrics [][]*pipepb.MonitoringInfo
 
 	rr atomic.Int32 // round-robin partition for unkeyed redistribution
+	// spread picks the partitions of splittable DoFns' restrictions
+	// (spread.go).
+	spread spreader
 
 	packs packs // DATA_PACKED records being filled (pack.go)
 
@@ -472,9 +475,19 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 		if err != nil {
 			return fmt.Errorf("pcollection %s: %w", pcoll, err)
 		}
-		key, _, err := codec.SplitKV(wv.Elem)
+		key, value, err := codec.SplitKV(wv.Elem)
 		if err != nil {
 			return fmt.Errorf("pcollection %s: %w", pcoll, err)
+		}
+		if topic.SpreadBySize {
+			p := t.spread.pick(rec.Topic, n, t.partition, restrictionSize(value))
+			if packed {
+				t.pack(rec.Topic, p, n, raw)
+				return nil
+			}
+			rec.Partition = p
+			t.env.Produce(rec)
+			return nil
 		}
 		if packed {
 			// A packed record has no key: its values' readers find each
