@@ -191,6 +191,23 @@ func isDefaultStrategy(ws *pipepb.WindowingStrategy) bool {
 	return ws.GetAllowedLateness() <= 0
 }
 
+// severalPanes reports whether a PCollection of windowing strategy ws may
+// hold several panes of a window: a trigger that may fire more than once
+// (anything but the default or a bare AfterEndOfWindow), or allowed
+// lateness (late panes).
+func severalPanes(ws *pipepb.WindowingStrategy) bool {
+	if ws.GetAllowedLateness() > 0 {
+		return true
+	}
+	switch tr := ws.GetTrigger().GetTrigger().(type) {
+	case nil, *pipepb.Trigger_Default_:
+		return false
+	case *pipepb.Trigger_AfterEndOfWindow_:
+		return tr.AfterEndOfWindow.GetEarlyFirings() != nil || tr.AfterEndOfWindow.GetLateFirings() != nil
+	}
+	return true
+}
+
 // liftableStrategy reports whether a CombinePerKey over ws may be lifted
 // (precombined before the shuffle): the precombined accumulators must not
 // change what the trigger counts (AfterCount, Always: as Prism) nor the pane

@@ -269,7 +269,8 @@ func (t *translator) layout() (*Plan, error) {
 					pc := tr.GetInputs()[l]
 					name := sanitizeTopicName(t.comps.GetPcollections()[pc].GetUniqueName()) + "-side"
 					if topics[name] == nil {
-						if err := addTopic(&Topic{Name: name, Kind: TopicSideInput, PCollection: pc, Producers: []string{pc}}); err != nil {
+						latest := severalPanes(t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[pc].GetWindowingStrategyId()])
+						if err := addTopic(&Topic{Name: name, Kind: TopicSideInput, PCollection: pc, Producers: []string{pc}, LatestPane: latest}); err != nil {
 							return nil, err
 						}
 						sinkTo(name, pc)

@@ -92,6 +92,12 @@ type Topic struct {
 	// equal work. Hashing the keys (the element and restriction) gave 16
 	// even splits 8, 1, 2 and 5 per partition of 4.
 	SpreadBySize bool
+	// LatestPane marks a side input topic whose PCollection may hold several
+	// panes of a window (severalPanes: a trigger that fires more than once,
+	// or allowed lateness). Beam's side inputs show a window's latest
+	// firing, so the host keeps, per window (and per key for KV elements),
+	// only the elements of the highest pane index it has read.
+	LatestPane bool
 }
 
 // RootKind says what a sub-topology does with the records of its input topic.
