@@ -7,6 +7,8 @@ import (
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // subBuilder accumulates one sub-topology.
@@ -269,8 +271,11 @@ func (t *translator) layout() (*Plan, error) {
 					pc := tr.GetInputs()[l]
 					name := sanitizeTopicName(t.comps.GetPcollections()[pc].GetUniqueName()) + "-side"
 					if topics[name] == nil {
-						latest := severalPanes(t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[pc].GetWindowingStrategyId()])
-						if err := addTopic(&Topic{Name: name, Kind: TopicSideInput, PCollection: pc, Producers: []string{pc}, LatestPane: latest}); err != nil {
+						spc := t.comps.GetPcollections()[pc]
+						ws := t.comps.GetWindowingStrategies()[spc.GetWindowingStrategyId()]
+						latest := severalPanes(ws)
+						first := latest && spc.GetIsBounded() == pipepb.IsBounded_UNBOUNDED && ws.GetWindowFn().GetUrn() == windowing.URNGlobalWindows
+						if err := addTopic(&Topic{Name: name, Kind: TopicSideInput, PCollection: pc, Producers: []string{pc}, LatestPane: latest, ReadyAtFirstFiring: first}); err != nil {
 							return nil, err
 						}
 						sinkTo(name, pc)

@@ -98,6 +98,13 @@ type Topic struct {
 	// firing, so the host keeps, per window (and per key for KV elements),
 	// only the elements of the highest pane index it has read.
 	LatestPane bool
+	// ReadyAtFirstFiring marks a LatestPane side input topic of an
+	// unbounded PCollection in the global window, Beam's slowly updating
+	// side input: its window never closes while the source runs, so the
+	// side input is ready for every main input once its first firing is in
+	// the store (as Dataflow has it), and later firings replace it. Other
+	// side inputs are ready once their watermark passes the window.
+	ReadyAtFirstFiring bool
 }
 
 // RootKind says what a sub-topology does with the records of its input topic.

@@ -42,6 +42,10 @@ type sideTopic struct {
 	// (translate.Topic.LatestPane; nil otherwise), are the latest panes
 	// read, by window and, for KV elements, key (paneGroup).
 	panes map[string]*latestPane
+	// readyAtFirst: the topic's side input is ready once its first firing
+	// is in the store (translate.Topic.ReadyAtFirstFiring); fired says it
+	// is (run's goroutine only).
+	readyAtFirst, fired bool
 	// reports aggregates the producers' watermark reports; its watermark is
 	// published (watermark) only once the data it covers is in the store.
 	reports   *watermark.Aggregator
@@ -75,6 +79,7 @@ func newSideInputReader(inst *instance) (*sideInputReader, error) {
 		if tp.LatestPane {
 			st.panes = map[string]*latestPane{}
 		}
+		st.readyAtFirst = tp.ReadyAtFirstFiring
 		agg, err := watermark.NewAggregator(inst.topics.Producers[tp.Name])
 		if err != nil {
 			return nil, fmt.Errorf("side input topic %s: %w", tp.Name, err)
@@ -157,7 +162,13 @@ func (r *sideInputReader) run(ctx context.Context, brokers string, sec *kafkacon
 			r.cache.Invalidate() // after the commit: see state.SideCache
 		}
 		for st := range moved {
-			if wm := int64(st.reports.Watermark()); wm > st.watermark.Load() {
+			wm := int64(st.reports.Watermark())
+			if st.fired {
+				// Its window never closes while the source runs; the
+				// first firing, committed above, makes it ready.
+				wm = maxWatermark
+			}
+			if wm > st.watermark.Load() {
 				st.watermark.Store(wm)
 			}
 			r.countRead(st)
@@ -178,8 +189,10 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 		st.reports.ReportMillis(p, wm)
 		return nil
 	case shuffle.KindData:
+		st.fired = st.readyAtFirst
 		return r.applyValue(b, st, rec.Value[1:], shuffle.Position(rec.Offset, 0))
 	case shuffle.KindDataPacked:
+		st.fired = st.readyAtFirst
 		return st.codec.EachPacked(rec.Value, func(i int, raw []byte) error {
 			return r.applyValue(b, st, raw, shuffle.Position(rec.Offset, i))
 		})
