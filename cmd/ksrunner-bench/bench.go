@@ -41,6 +41,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "rescale" {
 		return runBenchRescale(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "scaling" {
+		return runBenchScaling(ctx, args[1:], stdout)
+	}
 	if len(args) > 0 && args[0] == "suite" {
 		return runBenchSuite(ctx, args[1:], stdout)
 	}

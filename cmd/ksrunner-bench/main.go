@@ -6,6 +6,7 @@
 //	ksrunner-bench wasm       compare the WASM executor with the harness and plain Go
 //	ksrunner-bench kafka      Kafka -> map -> Kafka, exactly once: WASM, harness and a plain copy loop
 //	ksrunner-bench rescale    windowed counts at a fixed rate while ksrunner instances are added and killed
+//	ksrunner-bench scaling    what a second core gives allocation-heavy Go code (a Go SDK worker's) here
 //
 // From the repository: go run ./cmd/ksrunner-bench gbk (the README's
 // Benchmarks section says what each one measures). `ksrunner-bench bench
@@ -32,7 +33,7 @@ func main() {
 		args = args[1:]
 	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Println("usage: ksrunner-bench gbk|wasm|kafka|rescale [flags]; ksrunner-bench COMMAND --help for its flags")
+		fmt.Println("usage: ksrunner-bench gbk|wasm|kafka|rescale|scaling [flags]; ksrunner-bench COMMAND --help for its flags")
 		return
 	}
 	stopProfile, err := profile.FromEnv("bench-" + args[0])
