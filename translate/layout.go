@@ -273,9 +273,8 @@ func (t *translator) layout() (*Plan, error) {
 					if topics[name] == nil {
 						spc := t.comps.GetPcollections()[pc]
 						ws := t.comps.GetWindowingStrategies()[spc.GetWindowingStrategyId()]
-						latest := severalPanes(ws)
-						first := latest && spc.GetIsBounded() == pipepb.IsBounded_UNBOUNDED && ws.GetWindowFn().GetUrn() == windowing.URNGlobalWindows
-						if err := addTopic(&Topic{Name: name, Kind: TopicSideInput, PCollection: pc, Producers: []string{pc}, LatestPane: latest, ReadyAtFirstFiring: first}); err != nil {
+						first := severalPanes(ws) && spc.GetIsBounded() == pipepb.IsBounded_UNBOUNDED && ws.GetWindowFn().GetUrn() == windowing.URNGlobalWindows
+						if err := addTopic(&Topic{Name: name, Kind: TopicSideInput, PCollection: pc, Producers: []string{pc}, ReadyAtFirstFiring: first}); err != nil {
 							return nil, err
 						}
 						sinkTo(name, pc)

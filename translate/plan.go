@@ -92,18 +92,13 @@ type Topic struct {
 	// equal work. Hashing the keys (the element and restriction) gave 16
 	// even splits 8, 1, 2 and 5 per partition of 4.
 	SpreadBySize bool
-	// LatestPane marks a side input topic whose PCollection may hold several
-	// panes of a window (severalPanes: a trigger that fires more than once,
-	// or allowed lateness). Beam's side inputs show a window's latest
-	// firing, so the host keeps, per window (and per key for KV elements),
-	// only the elements of the highest pane index it has read.
-	LatestPane bool
-	// ReadyAtFirstFiring marks a LatestPane side input topic of an
-	// unbounded PCollection in the global window, Beam's slowly updating
-	// side input: its window never closes while the source runs, so the
-	// side input is ready for every main input once its first firing is in
-	// the store (as Dataflow has it), and later firings replace it. Other
-	// side inputs are ready once their watermark passes the window.
+	// ReadyAtFirstFiring marks the side input topic of an unbounded
+	// PCollection in the global window whose trigger may fire more than
+	// once, Beam's slowly updating side input: its window never closes
+	// while the source runs, so the side input is ready for every main
+	// input once its first firing is in the store (as Dataflow has it), and
+	// later firings add to it. Other side inputs are ready once their
+	// watermark passes the window.
 	ReadyAtFirstFiring bool
 }
 

@@ -18,7 +18,7 @@ import (
 func init() {
 	register.Function1x2(tickOne)
 	register.Function2x1(countTicks)
-	register.DoFn3x0[context.Context, []byte, int64](&seeTicksFn{})
+	register.DoFn3x0[context.Context, []byte, func(*int64) bool](&seeTicksFn{})
 }
 
 func tickOne([]byte) (int, int64) { return 0, 1 }
@@ -34,36 +34,40 @@ func countTicks(_ int, ones func(*int64) bool) int64 {
 	return n
 }
 
-// sideSeen records, per token, the side input values seeTicksFn saw in
-// this process's LOOPBACK worker.
+// sideSeen records, per token, the side inputs seeTicksFn saw in this
+// process's LOOPBACK worker.
 var sideSeen sync.Map // token -> *seenValues
 
 type seenValues struct {
 	sync.Mutex
-	values []int64
+	seen [][]int64 // one per main element: the side input's values
 }
 
 type seeTicksFn struct{ Token string }
 
-func (f *seeTicksFn) ProcessElement(_ context.Context, _ []byte, ticks int64) {
+func (f *seeTicksFn) ProcessElement(_ context.Context, _ []byte, counts func(*int64) bool) {
+	var vs []int64
+	var c int64
+	for counts(&c) {
+		vs = append(vs, c)
+	}
 	v, _ := sideSeen.LoadOrStore(f.Token, &seenValues{})
 	s := v.(*seenValues)
 	s.Lock()
-	s.values = append(s.values, ticks)
+	s.seen = append(s.seen, vs)
 	s.Unlock()
 }
 
 // TestSlowlyUpdatingSideInput is Beam's slowly updating side input: an
 // unbounded side input in the global window whose trigger fires after
 // every element (a running count of a periodic impulse's 40 ticks over
-// 4 s), read as a singleton by a main input of 10 ticks over the first
-// second. The global window never closes while the side source runs, so
-// the side input is ready at its first firing and each firing replaces
-// the last (accumulating: the count so far): the main input is processed
-// while the side input still grows, so it sees counts below the final 40,
-// and every count it sees is one firing's (one value, never the union of
-// several). Waiting for the side input's window to close, every main
-// element would see 40.
+// 4 s, accumulating), read as an iterable by a main input of 10 ticks over
+// the first second. The global window never closes while the side source
+// runs, so the side input is ready at its first firing and each firing adds
+// its count: the main input is processed while the side input still grows,
+// so it sees fewer firings than the last one's count of 40, each list the
+// firings so far in order (increasing counts). Waiting for the side input's
+// window to close, every main element would see the count 40 last.
 func TestSlowlyUpdatingSideInput(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	token := kafkatest.UniqueName(t, "side")
@@ -83,17 +87,24 @@ func TestSlowlyUpdatingSideInput(t *testing.T) {
 	seen := v.(*seenValues)
 	seen.Lock()
 	defer seen.Unlock()
-	if len(seen.values) != 10 {
-		t.Errorf("the main input ran %d times, want 10 (1 s of 100 ms ticks): %v", len(seen.values), seen.values)
+	if len(seen.seen) != 10 {
+		t.Errorf("the main input ran %d times, want 10 (1 s of 100 ms ticks)", len(seen.seen))
 	}
 	early := false
-	for _, c := range seen.values {
-		if c < 1 || c > 40 {
-			t.Errorf("a main element saw a side count of %d, want one firing's count, 1 to 40: %v", c, seen.values)
+	for _, vs := range seen.seen {
+		if len(vs) == 0 {
+			t.Errorf("a main element saw an empty side input: it was not ready")
+			continue
 		}
-		early = early || c < 40
+		for i, c := range vs {
+			if c < 1 || c > 40 || i > 0 && c <= vs[i-1] {
+				t.Errorf("a main element saw side counts %v, want the firings so far, increasing, up to 40", vs)
+				break
+			}
+		}
+		early = early || vs[len(vs)-1] < 40
 	}
 	if !early {
-		t.Errorf("every main element saw the final count 40 (%v): the side input waited for its window to close", seen.values)
+		t.Errorf("every main element saw the final count 40 (%v): the side input waited for its window to close", seen.seen)
 	}
 }

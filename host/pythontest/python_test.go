@@ -82,11 +82,10 @@ func TestCustomWindowFns(t *testing.T) {
 // of different coders, Reshuffle, fixed, sliding and session windows, and a
 // stateful DoFn with bag state and an event-time timer, and a group of 3 MB
 // (paged: host/internal/task/gbkpages.go), and a splittable DoFn with a
-// windowed side input that defers its remainders, and side inputs of
-// combines that fire early panes (a side input shows the latest firing).
+// windowed side input that defers its remainders.
 func TestFeatures(t *testing.T) {
 	matchDirectRunner(t, "features.py", map[string]int{
-		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "sdfside": 500, "panes": 3,
+		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "sdfside": 500,
 	})
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/watermark"
 	"github.com/ksrunner/ksrunner/translate"
-	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // Side inputs. Every instance reads every side input topic whole, outside the
@@ -38,10 +37,6 @@ type sideTopic struct {
 	name, full string
 	codec      *shuffle.ElementCodec
 	multimap   bool // also index values by key
-	// panes, for a topic whose PCollection may fire a window several times
-	// (translate.Topic.LatestPane; nil otherwise), are the latest panes
-	// read, by window and, for KV elements, key (paneGroup).
-	panes map[string]*latestPane
 	// readyAtFirst: the topic's side input is ready once its first firing
 	// is in the store (translate.Topic.ReadyAtFirstFiring); fired says it
 	// is (run's goroutine only).
@@ -75,9 +70,6 @@ func newSideInputReader(inst *instance) (*sideInputReader, error) {
 			name:  tp.Name,
 			full:  inst.topics.Full(tp.Name),
 			codec: inst.codecs[tp.PCollection],
-		}
-		if tp.LatestPane {
-			st.panes = map[string]*latestPane{}
 		}
 		st.readyAtFirst = tp.ReadyAtFirstFiring
 		agg, err := watermark.NewAggregator(inst.topics.Producers[tp.Name])
@@ -204,6 +196,10 @@ func (r *sideInputReader) apply(b *pebble.Batch, st *sideTopic, rec *kgo.Record)
 
 // applyValue stores one windowed value of a side input at its position in
 // the topic (shuffle.Position), which keeps the entries in arrival order.
+// Every pane of a window stays: a side input fired several times holds
+// the elements of all its firings, as Beam's ValidatesRunner test
+// test_multi_triggered_gbk_side_input has it (an early sum and the on-time
+// one, both in the list).
 func (r *sideInputReader) applyValue(b *pebble.Batch, st *sideTopic, raw []byte, pos int64) error {
 	st.read++
 	wv, err := st.codec.Next(raw)
@@ -214,108 +210,22 @@ func (r *sideInputReader) applyValue(b *pebble.Batch, st *sideTopic, raw []byte,
 	if err != nil {
 		return err
 	}
-	var pane int64
-	if st.panes != nil {
-		p, err := windowing.DecodePane(wv.Pane)
-		if err != nil {
-			return err
-		}
-		pane = p.Index
-	}
 	off := binary.BigEndian.AppendUint64(nil, uint64(pos))
 	for _, win := range windows {
-		var lp *latestPane
-		if st.panes != nil {
-			if lp, err = st.latest(b, win, wv.Elem, pane); err != nil {
-				return err
-			}
-			if lp == nil {
-				continue // an older pane than the group's latest
-			}
-		}
-		sk := state.SideKey('S', st.name, win, nil, off)
-		if err := b.Set(sk, wv.Elem, nil); err != nil {
+		if err := b.Set(state.SideKey('S', st.name, win, nil, off), wv.Elem, nil); err != nil {
 			return err
 		}
-		lp.add(sk)
 		if st.multimap {
 			k, v, err := st.codec.SplitKV(wv.Elem)
 			if err != nil {
 				return fmt.Errorf("multimap side input: %w", err)
 			}
-			mk := state.SideKey('M', st.name, win, k, off)
-			if err := b.Set(mk, v, nil); err != nil {
+			if err := b.Set(state.SideKey('M', st.name, win, k, off), v, nil); err != nil {
 				return err
 			}
-			lp.add(mk)
 		}
 	}
 	return nil
-}
-
-// Side inputs of a PCollection that may fire a window several times
-// (translate.Topic.LatestPane). Beam's model shows a side input's latest
-// firing, not the union of its panes: a CombineGlobally with early firings
-// read as a singleton is its last sum. The reader keeps, per pane group (a
-// window, and the key for KV elements, whose panes a GroupByKey fired per
-// key), the elements of the highest pane index read:
-//   - a higher index deletes the group's stored elements (those of its
-//     previous pane) before storing its own;
-//   - the same index adds to the pane (a ParDo after the GroupByKey may
-//     emit several elements per pane);
-//   - a lower index (an older pane arriving late, from another producer) is
-//     dropped.
-//
-// A group's panes come from one producing task, in order, and the reader
-// reads the topic from its start at every start, so the map (memory of the
-// size of the side input's latest panes) is rebuilt as it was and the
-// store's deletes are redone alike. Elements that are not KVs form one group
-// per window, so a non-KV PCollection whose panes a GroupByKey fired per key
-// (a ParDo dropping the keys) keeps the panes of the highest index only.
-
-// latestPane is the latest pane of a pane group: its index and the store
-// keys of its elements.
-type latestPane struct {
-	index int64
-	keys  [][]byte
-}
-
-// add records a store key of the pane's elements; p may be nil (a topic
-// without pane groups).
-func (p *latestPane) add(key []byte) {
-	if p != nil {
-		p.keys = append(p.keys, key)
-	}
-}
-
-// latest returns the latest pane of elem's group in window win for an
-// element of pane index pane, starting a new one (and deleting the old
-// one's elements in b) when pane is later; nil when pane is older.
-func (st *sideTopic) latest(b *pebble.Batch, win, elem []byte, pane int64) (*latestPane, error) {
-	group := state.AppendLP(nil, win)
-	if st.codec.IsKV() {
-		k, _, err := st.codec.SplitKV(elem)
-		if err != nil {
-			return nil, err
-		}
-		group = append(group, k...)
-	}
-	lp := st.panes[string(group)]
-	switch {
-	case lp != nil && pane < lp.index:
-		return nil, nil
-	case lp != nil && pane == lp.index:
-		return lp, nil
-	case lp != nil:
-		for _, k := range lp.keys {
-			if err := b.Delete(k, nil); err != nil {
-				return nil, err
-			}
-		}
-	}
-	lp = &latestPane{index: pane}
-	st.panes[string(group)] = lp
-	return lp, nil
 }
 
 // countRead adds the values of st stored since the last call to the job's

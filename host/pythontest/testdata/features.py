@@ -2,9 +2,8 @@
 Python tests (usage as windowfns.py): multiple outputs, side inputs (list,
 dict, singleton), CombineGlobally and CombinePerKey, Flatten, Reshuffle,
 CoGroupByKey, fixed and sliding windows, sessions, and a stateful DoFn with
-bag state and an event-time timer, a GroupByKey of one 3 MB group, a
-splittable DoFn with a windowed side input that defers its remainders, and
-side inputs of combines that fire early panes (a side input shows the latest).
+bag state and an event-time timer, a GroupByKey of one 3 MB group, and a
+splittable DoFn with a windowed side input that defers its remainders.
 Results are deterministic."""
 import random
 import sys
@@ -15,7 +14,6 @@ from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.io.restriction_trackers import OffsetRange
 from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
-from apache_beam.transforms import trigger
 from apache_beam.transforms import window
 from apache_beam.transforms import userstate
 from apache_beam.transforms.timeutil import TimeDomain
@@ -152,18 +150,6 @@ def main():
          | "HotGroup" >> beam.GroupByKey()
          | "HotSummary" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1]), sum(len(v) for v in kv[1])))
          | "WHot" >> beam.Map(write("hotkey")))
-        # Side inputs fired several times (early panes, accumulating): a
-        # side input is its latest firing, per key for a dict.
-        early = raw | "EarlyWin" >> beam.WindowInto(
-            window.GlobalWindows(), trigger=trigger.Repeatedly(trigger.AfterCount(50)),
-            accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
-        early_total = early | "EarlyValues" >> beam.Map(lambda e: e[1]) | "EarlyTotal" >> beam.CombineGlobally(sum).without_defaults()
-        early_sums = early | "EarlyKV" >> beam.Map(lambda e: (e[0], e[1])) | "EarlySums" >> beam.CombinePerKey(sum)
-        (p
-         | "PaneProbe" >> beam.Create(["k01", "k07", "k13"])
-         | "Panes" >> beam.Map(lambda k, totals, sums: (k, sorted(totals), sums[k]),
-                               totals=beam.pvalue.AsList(early_total), sums=beam.pvalue.AsDict(early_sums))
-         | "WPanes" >> beam.Map(write("panes")))
         fixed = stamped | "SdfWindows" >> beam.WindowInto(window.FixedWindows(100))
         window_maxes = fixed | "WindowMax" >> beam.CombinePerKey(max)
         (fixed
