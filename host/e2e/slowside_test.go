@@ -61,19 +61,21 @@ func (f *seeTicksFn) ProcessElement(_ context.Context, _ []byte, counts func(*in
 // TestSlowlyUpdatingSideInput is Beam's slowly updating side input: an
 // unbounded side input in the global window whose trigger fires after
 // every element (a running count of a periodic impulse's 40 ticks over
-// 4 s, accumulating), read as an iterable by a main input of 10 ticks over
+// 8 s, accumulating), read as an iterable by a main input of 10 ticks over
 // the first second. The global window never closes while the side source
 // runs, so the side input is ready at its first firing and each firing adds
 // its count: the main input is processed while the side input still grows,
 // so it sees fewer firings than the last one's count of 40, each list the
 // firings so far in order (increasing counts). Waiting for the side input's
-// window to close, every main element would see the count 40 last.
+// window to close, every main element would see the count 40 last. (The
+// side source runs 7 s longer than the main one, so that a slow start
+// under -race still leaves the main input firings to see before the last.)
 func TestSlowlyUpdatingSideInput(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	token := kafkatest.UniqueName(t, "side")
 	p, s := beam.NewPipelineWithRoot()
 	start := time.Now()
-	side := periodic.Impulse(s.Scope("SideTicks"), start, start.Add(4*time.Second), 100*time.Millisecond, false)
+	side := periodic.Impulse(s.Scope("SideTicks"), start, start.Add(8*time.Second), 200*time.Millisecond, false)
 	counted := beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, tickOne, side),
 		beam.Trigger(trigger.Repeat(trigger.AfterCount(1))), beam.PanesAccumulate())
 	count := beam.ParDo(s, countTicks, beam.GroupByKey(s, counted))
