@@ -539,9 +539,9 @@ func (j *job) execute(ctx context.Context) error {
 		err        error
 	)
 	if j.spec.Origin == originSubmitted {
-		execs, closeExecs, err = executor.Start(ctx, j.plan, j.wasm, hc)
+		execs, closeExecs, err = executor.Start(ctx, j.plan, j.wasm, hc, opts.SDKWorkerParallelism)
 	} else {
-		execs, unrunnable, closeExecs, err = executor.StartAvailable(ctx, j.plan, j.wasm, hc)
+		execs, unrunnable, closeExecs, err = executor.StartAvailable(ctx, j.plan, j.wasm, hc, opts.SDKWorkerParallelism)
 	}
 	if err != nil {
 		return err

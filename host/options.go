@@ -129,6 +129,13 @@ type Options struct {
 	// changelog's tail. Zero: none (a moved task restores from its last
 	// local position, or all of its changelog).
 	NumStandbyReplicas int `koanf:"num_standby_replicas"`
+	// SDKWorkerParallelism is how many workers an environment gets whose
+	// SDK runs one bundle at a time per process (it does not declare
+	// beam:protocol:multi_core_bundle_processing:v1: Python's bundles
+	// share an interpreter); each task runs its bundles on one of them.
+	// 0: one per CPU core. SDKs that use every core in one worker (Go,
+	// Java) get one whatever it is. Beam's own option of that name.
+	SDKWorkerParallelism int `koanf:"sdk_worker_parallelism"`
 
 	// GroupProtocol is the consumer-group protocol of the application's
 	// instances: "classic" (JoinGroup/SyncGroup with the cooperative-sticky
@@ -164,6 +171,7 @@ func DefaultOptions() Options {
 		CommitIntervalMs:       100,
 		SourceIdleTimeoutMs:    1000,
 		ProcessingGuarantee:    ExactlyOnce,
+		SDKWorkerParallelism:   1,
 		WASMInterruptible:      true,
 		WASMMemoryLimitMB:      DefaultWASMMemoryLimitMB,
 		WASMBundleDeadline:     5 * time.Minute,
@@ -227,6 +235,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("option processing_guarantee: %q, must be %s or %s", o.ProcessingGuarantee, ExactlyOnce, AtLeastOnce)
 	case o.NumStandbyReplicas < 0:
 		return fmt.Errorf("option num_standby_replicas: %d, must not be negative", o.NumStandbyReplicas)
+	case o.SDKWorkerParallelism < 0:
+		return fmt.Errorf("option sdk_worker_parallelism: %d, must not be negative (0: one worker per CPU core)", o.SDKWorkerParallelism)
 	}
 	if _, err := o.stageWASM(); err != nil {
 		return err
@@ -491,6 +501,11 @@ func (o Options) stageWASM() (map[string]string, error) {
 // setting. (A job server meant for localhost:9092 is configured so.)
 const sdkDefaultBootstrapServers = "localhost:9092"
 
+// sdkDefaultWorkerParallelism is the Python SDK's declared default of its
+// sdk_worker_parallelism option, which it sends with every job like
+// bootstrap_servers': it cannot override the job server's setting.
+const sdkDefaultWorkerParallelism = "1"
+
 // WithPipelineOptions returns o overridden by a job's pipeline options.
 func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	str := func(name string, dst *string) {
@@ -510,6 +525,13 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 	}
 	if v, ok := pipelineOption(opts, "bootstrap_servers"); ok && v != sdkDefaultBootstrapServers {
 		o.BootstrapServers = v
+	}
+	if v, ok := pipelineOption(opts, "sdk_worker_parallelism"); ok && v != sdkDefaultWorkerParallelism {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return o, fmt.Errorf("pipeline option sdk_worker_parallelism: %q is not an integer", v)
+		}
+		o.SDKWorkerParallelism = n
 	}
 	str("application_id", &o.ApplicationID)
 	str("state_dir", &o.StateDir)
@@ -611,6 +633,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("read_max_poll_time_ms", ReadMaxPollTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.ReadMaxPollTimeMs)),
 		d("transaction_timeout_ms", TransactionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.TransactionTimeoutMs)),
 		d("num_standby_replicas", NumStandbyReplicasHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.NumStandbyReplicas)),
+		d("sdk_worker_parallelism", SDKWorkerParallelismHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SDKWorkerParallelism)),
 		d("group_protocol", GroupProtocolHelp, jobpb.PipelineOptionType_STRING, def.GroupProtocol),
 		d("session_timeout_ms", SessionTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SessionTimeoutMs)),
 		d("broker_unavailable_timeout_ms", BrokerUnavailableTimeoutMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.BrokerUnavailableTimeoutMs)),
@@ -627,6 +650,7 @@ const (
 	RecordPackBytesHelp            = "pack the elements a task writes to an internal shuffle topic into records of up to this many bytes, one per destination partition (0: one element per record; changelogs and the user's topics always keep one per record)"
 	SourceMaxDelayMsHelp           = "how far a Kafka read's watermark stays behind the largest record timestamp of its partition: records out of order by up to this much are on time (0: none, as Java KafkaIO's withCreateTime(Duration.ZERO) that a cross-language read gets)"
 	MaxBundleTimeMsHelp            = "a bundle open this long closes at the next batch of input handed to its stage (every bundle closes before a commit anyway)"
+	SDKWorkerParallelismHelp       = "workers of each environment whose SDK runs one bundle at a time per process (Python), the tasks' bundles spread over them (0: one per CPU core; Go and Java SDKs, which use every core, get one)"
 	NumStandbyReplicasHelp         = "how many other instances keep a warm copy of each stateful task's store (following its changelog), so that a task moving to one of them restores only the changelog's tail (0: none)"
 	GroupProtocolHelp              = "consumer-group protocol of the application's instances: classic (cooperative-sticky balancer, as Kafka Streams) or consumer (KIP-848, the broker assigns partitions; Kafka 4.0+); the same for every instance"
 	SessionTimeoutMsHelp           = "how long the group waits for a silent instance before moving its tasks to the others; classic: the member's session timeout (within the broker's group.min/max.session.timeout.ms); consumer: set, if not the default, as the group's consumer.session.timeout.ms (within group.consumer.min/max.session.timeout.ms)"

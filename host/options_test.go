@@ -354,3 +354,40 @@ func TestSourceMaxDelayOption(t *testing.T) {
 		t.Error("no descriptor of source_max_delay_ms with default 0")
 	}
 }
+
+// TestSDKWorkerParallelismOption: sdk_worker_parallelism defaults to one
+// worker; Python's pipeline option of that name sets it (0: one per core),
+// except its declared default 1, which Python sends with every job and so
+// leaves the job server's setting; a negative one is refused naming the
+// option.
+func TestSDKWorkerParallelismOption(t *testing.T) {
+	if d := DefaultOptions(); d.SDKWorkerParallelism != 1 {
+		t.Errorf("default sdk_worker_parallelism %d, want 1", d.SDKWorkerParallelism)
+	}
+	server := DefaultOptions()
+	server.SDKWorkerParallelism = 3
+	for _, tc := range []struct {
+		js   string
+		want int
+		err  string
+	}{
+		{`{"beam:option:sdk_worker_parallelism:v1": 2}`, 2, ""},
+		{`{"beam:option:sdk_worker_parallelism:v1": "0"}`, 0, ""},
+		{`{"beam:option:sdk_worker_parallelism:v1": "1"}`, 3, ""},
+		{`{}`, 3, ""},
+		{`{"beam:option:sdk_worker_parallelism:v1": -1}`, 0, "option sdk_worker_parallelism: -1, must not be negative"},
+		{`{"beam:option:sdk_worker_parallelism:v1": "two"}`, 0, `pipeline option sdk_worker_parallelism: "two" is not an integer`},
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(tc.js), &s); err != nil {
+			t.Fatal(err)
+		}
+		o, err := server.WithPipelineOptions(&s)
+		switch {
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: %v, want an error containing %q", tc.js, err, tc.err)
+		case tc.err == "" && (err != nil || o.SDKWorkerParallelism != tc.want):
+			t.Errorf("%s: %d, %v; want %d", tc.js, o.SDKWorkerParallelism, err, tc.want)
+		}
+	}
+}

@@ -132,6 +132,7 @@ func jobServerFlags() *pflag.FlagSet {
 	fs.Int("read_max_poll_time_ms", def.ReadMaxPollTimeMs, host.ReadMaxPollTimeMsHelp)
 	fs.Int("transaction_timeout_ms", def.TransactionTimeoutMs, host.TransactionTimeoutMsHelp)
 	fs.Int("num_standby_replicas", def.NumStandbyReplicas, host.NumStandbyReplicasHelp)
+	fs.Int("sdk_worker_parallelism", def.SDKWorkerParallelism, host.SDKWorkerParallelismHelp)
 	fs.String("group_protocol", def.GroupProtocol, host.GroupProtocolHelp)
 	fs.Int("session_timeout_ms", def.SessionTimeoutMs, host.SessionTimeoutMsHelp)
 	fs.Int("broker_unavailable_timeout_ms", def.BrokerUnavailableTimeoutMs, host.BrokerUnavailableTimeoutMsHelp)

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
@@ -99,6 +100,39 @@ type Residual struct {
 
 // Harness runs a stage registered with an SDK harness.
 func Harness(stage *harness.Stage) Executor { return harnessExecutor{stage: stage} }
+
+// harnessWorkers runs a stage registered with several workers of one
+// environment (sdk_worker_parallelism): each task's bundles go to one
+// worker, the tasks taking the workers in turn, so that the workers of an
+// SDK that runs one bundle at a time per process (Python's share an
+// interpreter) run the tasks in parallel.
+func harnessWorkers(stages []*harness.Stage) Executor {
+	if len(stages) == 1 {
+		return Harness(stages[0])
+	}
+	return &workerSpread{stages: stages}
+}
+
+type workerSpread struct {
+	stages []*harness.Stage
+	next   atomic.Uint64 // the worker of the next task, modulo len(stages)
+}
+
+// StartBundle runs on the first worker: tasks get their own (ForTask).
+func (w *workerSpread) StartBundle(ctx context.Context, emit func(string, []byte) error, io BundleIO) (Bundle, error) {
+	return harnessExecutor{stage: w.stages[0]}.StartBundle(ctx, emit, io)
+}
+
+func (w *workerSpread) newTaskExecutor() taskExecutor {
+	i := (w.next.Add(1) - 1) % uint64(len(w.stages))
+	return workerTaskExecutor{harnessExecutor{stage: w.stages[i]}}
+}
+
+// workerTaskExecutor is a task's worker of a workerSpread; nothing to
+// release when the task ends (the worker serves the other tasks).
+type workerTaskExecutor struct{ harnessExecutor }
+
+func (workerTaskExecutor) close() {}
 
 type harnessExecutor struct {
 	stage *harness.Stage
