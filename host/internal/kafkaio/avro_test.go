@@ -72,14 +72,7 @@ func TestAvroRowDecodesWithSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := schema.ToType(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := coder.RowDecoderForStruct(rt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dec := sdkRowDecoder(t, s)
 	as := avro.MustParse(orderAvro)
 	coders := rowCoders(t, s)
 	note := "n"
@@ -164,11 +157,7 @@ func TestAvroReadErrors(t *testing.T) {
 			t.Errorf("%s: read", c.name)
 			continue
 		}
-		for _, w := range append(c.want, "Avro schema") {
-			if !strings.Contains(err.Error(), w) {
-				t.Errorf("%s: error %q does not say %q", c.name, err, w)
-			}
-		}
+		errorSays(t, c.name, err, append(c.want, "Avro schema")...)
 	}
 	if _, err := enc(nil, &kgo.Record{}); err == nil || !strings.Contains(err.Error(), "tombstone") {
 		t.Errorf("a tombstone: %v", err)

@@ -21,14 +21,7 @@ import (
 func TestPayloadRowDecodesWithSDK(t *testing.T) {
 	for _, format := range []string{translate.KafkaByteArray, translate.KafkaString} {
 		s := translate.KafkaPayloadSchema(format)
-		rt, err := schema.ToType(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec, err := coder.RowDecoderForStruct(rt)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dec := sdkRowDecoder(t, s)
 		coders := rowCoders(t, s)
 		for _, cid := range []string{"row", "lp"} {
 			enc, err := NewPayloadEncoder(coders, cid, format)

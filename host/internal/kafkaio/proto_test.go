@@ -64,14 +64,7 @@ func TestProtoRowDecodesWithSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := schema.ToType(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := coder.RowDecoderForStruct(rt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dec := sdkRowDecoder(t, s)
 	full, fullWant := orderMessage(t, md)
 	empty := dynamicpb.NewMessage(md)
 	emptyWant := map[string]any{"name": "", "count": int64(0), "small": int64(0), "big": int64(0), "ratio": float32(0), "price": nil,

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +30,32 @@ func rowCoders(t testing.TB, s *pipepb.Schema) map[string]*pipepb.Coder {
 	return map[string]*pipepb.Coder{
 		"row": {Spec: &pipepb.FunctionSpec{Urn: "beam:coder:row:v1", Payload: b}},
 		"lp":  {Spec: &pipepb.FunctionSpec{Urn: URNLengthPrefix}, ComponentCoderIds: []string{"row"}},
+	}
+}
+
+// sdkRowDecoder is the Beam Go SDK's row decoder of s (of the schema's Go
+// type), the reference the tests check ksrunner's rows against.
+func sdkRowDecoder(t testing.TB, s *pipepb.Schema) func(io.Reader) (any, error) {
+	t.Helper()
+	rt, err := schema.ToType(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec, err := coder.RowDecoderForStruct(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dec
+}
+
+// errorSays reports, as test errors, each of words that err (the error of
+// case name) does not contain.
+func errorSays(t testing.TB, name string, err error, words ...string) {
+	t.Helper()
+	for _, w := range words {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: error %q does not say %q", name, err, w)
+		}
 	}
 }
 
@@ -77,14 +105,7 @@ func plainValue(v reflect.Value) any {
 // length prefix over 127 bytes) and both timestamp types; length-prefixed
 // alike.
 func TestRecordRowDecodesWithSDK(t *testing.T) {
-	rt, err := schema.ToType(translate.KafkaRecordSchema())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec, err := coder.RowDecoderForStruct(rt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dec := sdkRowDecoder(t, translate.KafkaRecordSchema())
 	coders := rowCoders(t, translate.KafkaRecordSchema())
 	lp, err := NewRecordEncoder(coders, "lp")
 	if err != nil {
