@@ -24,6 +24,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import window
 
+from submitted_job import run_and_await
+
 
 def decode(kv):
     k, v = kv
@@ -63,21 +65,7 @@ def main():
             producer_config={'bootstrap.servers': bootstrap},
             topic=out_topic,
             expansion_service=expansion))
-    result = p.run()
-    with open(jobid_file + '.tmp', 'w') as f:
-        f.write(result._job_id)
-    os.rename(jobid_file + '.tmp', jobid_file)
-    print('submitted job', result._job_id, flush=True)
-    expect = os.environ.get('KSRUNNER_EXPECT_END', PipelineState.CANCELLED)
-    try:
-        result.wait_until_finish()
-    except RuntimeError as e:
-        print('wait_until_finish:', e, flush=True)
-        if expect == PipelineState.DONE:
-            sys.exit(1)
-    state = result.state
-    print('job ended', state, flush=True)
-    sys.exit(0 if state == expect else 1)
+    run_and_await(p, jobid_file, os.environ.get('KSRUNNER_EXPECT_END', PipelineState.CANCELLED))
 
 
 if __name__ == '__main__':

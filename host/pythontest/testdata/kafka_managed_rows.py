@@ -23,15 +23,15 @@ Usage: kafka_managed_rows.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
 """
 
 import json
-import os
 import sys
 import typing
 
 import apache_beam as beam
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import managed
+
+from submitted_job import run_and_await
 
 JSON_SCHEMA = {
     'type': 'object',
@@ -149,18 +149,7 @@ def main():
             managed.KAFKA,
             config=dict({'bootstrap_servers': bootstrap, 'topic': out_topic, 'format': write_format}, **write_config),
             expansion_service=expansion))
-    result = p.run()
-    with open(jobid_file + '.tmp', 'w') as f:
-        f.write(result._job_id)
-    os.rename(jobid_file + '.tmp', jobid_file)
-    print('submitted job', result._job_id, flush=True)
-    try:
-        result.wait_until_finish()
-    except RuntimeError as e:
-        print('wait_until_finish:', e, flush=True)
-    state = result.state
-    print('job ended', state, flush=True)
-    sys.exit(0 if state == PipelineState.CANCELLED else 1)
+    run_and_await(p, jobid_file)
 
 
 if __name__ == '__main__':

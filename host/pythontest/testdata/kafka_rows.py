@@ -12,7 +12,6 @@ Usage: kafka_rows.py JOBID_FILE IN_TOPIC OUT_TOPIC BOOTSTRAP EXPANSION
          [pipeline options]
 """
 
-import os
 import sys
 import typing
 
@@ -20,7 +19,8 @@ import apache_beam as beam
 from apache_beam import coders
 from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.runner import PipelineState
+
+from submitted_job import run_and_await
 
 
 class Header(typing.NamedTuple):
@@ -71,18 +71,7 @@ def main():
             topic=out_topic,
             with_headers=True,
             expansion_service=expansion))
-    result = p.run()
-    with open(jobid_file + '.tmp', 'w') as f:
-        f.write(result._job_id)
-    os.rename(jobid_file + '.tmp', jobid_file)
-    print('submitted job', result._job_id, flush=True)
-    try:
-        result.wait_until_finish()
-    except RuntimeError as e:
-        print('wait_until_finish:', e, flush=True)
-    state = result.state
-    print('job ended', state, flush=True)
-    sys.exit(0 if state == PipelineState.CANCELLED else 1)
+    run_and_await(p, jobid_file)
 
 
 if __name__ == '__main__':
