@@ -48,7 +48,12 @@ func startPythonJob(ctx context.Context, t *testing.T, endpoint, jobIDFile, py s
 	for jobID == "" {
 		select {
 		case err := <-exited:
-			t.Fatalf("%s exited before submitting the job: %v", script, err)
+			// A job that fails at once can end the script before this
+			// loop's next look at the file: the file decides.
+			if _, rerr := os.Stat(jobIDFile); rerr != nil {
+				t.Fatalf("%s exited before submitting the job: %v", script, err)
+			}
+			exited <- err // the caller's to read
 		case <-ctx.Done():
 			t.Fatalf("%s: no job submitted by the deadline", script)
 		case <-time.After(200 * time.Millisecond):

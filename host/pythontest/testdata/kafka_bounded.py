@@ -13,6 +13,7 @@ import apache_beam as beam
 from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
+from script_exit import exit_now
 
 
 def main():
@@ -32,8 +33,9 @@ def main():
     result = p.run()
     result.wait_until_finish()
     print('job ended', result.state, flush=True)
-    sys.exit(0 if result.state == PipelineState.DONE else 1)
+    exit_now(0 if result.state == PipelineState.DONE else 1)
 
 
 if __name__ == '__main__':
     main()
+    exit_now(0)

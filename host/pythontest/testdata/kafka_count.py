@@ -25,6 +25,7 @@ from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import window
 
 from submitted_job import run_and_await
+from script_exit import exit_now
 
 
 def decode(kv):
@@ -70,3 +71,4 @@ def main():
 
 if __name__ == '__main__':
     main()
+    exit_now(0)

@@ -19,6 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import managed
 
 from submitted_job import run_and_await
+from script_exit import exit_now
 
 
 class Value(typing.NamedTuple):
@@ -55,3 +56,4 @@ def main():
 
 if __name__ == '__main__':
     main()
+    exit_now(0)

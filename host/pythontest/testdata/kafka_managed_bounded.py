@@ -15,6 +15,7 @@ from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import managed
+from script_exit import exit_now
 
 
 class Value(typing.NamedTuple):
@@ -45,8 +46,9 @@ def main():
     result = p.run()
     result.wait_until_finish()
     print('job ended', result.state, flush=True)
-    sys.exit(0 if result.state == PipelineState.DONE else 1)
+    exit_now(0 if result.state == PipelineState.DONE else 1)
 
 
 if __name__ == '__main__':
     main()
+    exit_now(0)

@@ -21,6 +21,7 @@ from apache_beam.io.kafka import ReadFromKafka, WriteToKafka
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from submitted_job import run_and_await
+from script_exit import exit_now
 
 
 class Header(typing.NamedTuple):
@@ -76,3 +77,4 @@ def main():
 
 if __name__ == '__main__':
     main()
+    exit_now(0)

@@ -13,6 +13,7 @@ import apache_beam as beam
 from apache_beam import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import managed
+from script_exit import exit_now
 
 
 class Out(typing.NamedTuple):
@@ -57,3 +58,4 @@ def main():
 
 if __name__ == '__main__':
     main()
+    exit_now(0)

@@ -3,9 +3,9 @@ for the Go test (which cancels or awaits it), wait for it to end, and exit 0
 only if it ended in the expected state."""
 
 import os
-import sys
 
 from apache_beam.runners.runner import PipelineState
+from script_exit import exit_now
 
 
 def run_and_await(p, jobid_file, expect=PipelineState.CANCELLED):
@@ -22,7 +22,7 @@ def run_and_await(p, jobid_file, expect=PipelineState.CANCELLED):
     except RuntimeError as e:
         print('wait_until_finish:', e, flush=True)
         if expect == PipelineState.DONE:
-            sys.exit(1)
+            exit_now(1)
     state = result.state
     print('job ended', state, flush=True)
-    sys.exit(0 if state == expect else 1)
+    exit_now(0 if state == expect else 1)

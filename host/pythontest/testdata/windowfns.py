@@ -17,6 +17,7 @@ from apache_beam.coders import coders
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Duration
+from script_exit import exit_now
 
 
 class ValueSizedWindows(window.NonMergingWindowFn):
@@ -113,3 +114,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now(0)

@@ -11,6 +11,7 @@ import tempfile
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from script_exit import exit_now
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
 
@@ -39,3 +40,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now(0)

@@ -8,6 +8,7 @@ import threading
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from script_exit import exit_now
 
 _lock = threading.Lock()
 
@@ -43,3 +44,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now(0)
