@@ -80,12 +80,13 @@ func TestCustomWindowFns(t *testing.T) {
 // The model's main features from Python: multiple outputs, side inputs
 // (singleton, list, dict), combines, Flatten and CoGroupByKey over inputs
 // of different coders, Reshuffle, fixed, sliding and session windows, and a
-// stateful DoFn with bag state and an event-time timer, and a group of 3 MB
-// (paged: host/internal/task/gbkpages.go), and a splittable DoFn with a
+// stateful DoFn with bag state and an event-time timer, a group of 3 MB
+// (paged: host/internal/task/gbkpages.go), an ordered list state of 3 MB
+// (paged: host/internal/state/user.go), and a splittable DoFn with a
 // windowed side input that defers its remainders.
 func TestFeatures(t *testing.T) {
 	matchDirectRunner(t, "features.py", map[string]int{
-		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "sdfside": 500,
+		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "ordered": 1, "sdfside": 500,
 	})
 }
 

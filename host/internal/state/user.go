@@ -203,12 +203,19 @@ func (s *StageHandler) prefix(key *fnpb.StateKey) (store Kind, prefix []byte, ke
 // at.
 const userPageBytes = 1 << 20
 
-// Get implements harness.StateHandler. Bag and multimap values are served
-// in pages (bundles see their own writes: the pages read the user batch),
-// ordered lists and multimap keys whole, side inputs in pages.
+// Get implements harness.StateHandler. Every read is served in pages of
+// about userPageBytes (bundles see their own writes: the pages read the
+// user batch); a continuation token is the store key the next page starts
+// at, and must lie in the state it was given for.
 func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte) ([]byte, []byte, error) {
 	if k := key.GetOrderedListUserState(); k != nil && s.user != nil {
 		lower, upper := s.orderedRange(k)
+		if len(token) > 0 {
+			if bytes.Compare(token, lower) < 0 || bytes.Compare(token, upper) >= 0 {
+				return nil, nil, fmt.Errorf("%s state: continuation token does not belong to this range", harness.StateKeyType(key))
+			}
+			lower = token
+		}
 		s.user.mu.Lock()
 		defer s.user.mu.Unlock()
 		it, err := s.user.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
@@ -218,6 +225,9 @@ func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte
 		defer it.Close()
 		var out []byte
 		for it.First(); it.Valid(); it.Next() {
+			if len(out) >= userPageBytes {
+				return out, slices.Clone(it.Key()), it.Error()
+			}
 			out = append(out, it.Value()...)
 		}
 		return out, nil, it.Error()
@@ -236,7 +246,7 @@ func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte
 		lower = s.user.bagLower(prefix)
 	}
 	if len(token) > 0 {
-		if keysOnly || !bytes.HasPrefix(token, prefix) {
+		if !bytes.HasPrefix(token, prefix) {
 			return nil, nil, fmt.Errorf("%s state: continuation token does not belong to this state", harness.StateKeyType(key))
 		}
 		if bytes.Compare(token, lower) > 0 {
@@ -265,6 +275,11 @@ func (s *StageHandler) Get(ctx context.Context, key *fnpb.StateKey, token []byte
 		}
 		if last != nil && bytes.Equal(mk, last) {
 			continue
+		}
+		// A page ends before a map key's first entry, so the next page
+		// starts with that key and no key is listed twice.
+		if len(out) >= userPageBytes {
+			return out, slices.Clone(it.Key()), it.Error()
 		}
 		last = append(last[:0], mk...)
 		out = append(out, mk...)

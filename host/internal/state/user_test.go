@@ -599,3 +599,109 @@ func TestMultimapRewrite(t *testing.T) {
 		t.Errorf("m2 after clearing the map: %x", got)
 	}
 }
+
+// Ordered list ranges and multimap key lists of several MB are read in
+// pages of about userPageBytes, each whole entries (whole map keys), that
+// together are what one read returns: the range in order, each map key
+// once. A token is refused by a read it did not come from.
+func TestOrderedAndMultimapKeysPaging(t *testing.T) {
+	base, nb := cells(t)
+	const n, size = 40, 100 << 10
+	letter := func(i int) string { return strings.Repeat(string(rune('a'+i%26))+string(rune('a'+i/26)), size/2) }
+	tests := []struct {
+		name  string
+		fill  func(h *StageHandler)
+		read  *fnpb.StateKey
+		want  []byte
+		other *fnpb.StateKey // a read the tokens must not be good for
+	}{
+		{
+			name: "ordered list, whole range",
+			fill: func(h *StageHandler) {
+				for i := n - 1; i >= 0; i-- { // appended in reverse, read sorted
+					mustAppend(t, h, base.ordered(0, 0), orderedEntries(t, entry{int64(i), letter(i)}))
+				}
+			},
+			read: base.ordered(0, n),
+			want: func() []byte {
+				var es []entry
+				for i := range n {
+					es = append(es, entry{int64(i), letter(i)})
+				}
+				return orderedEntries(t, es...)
+			}(),
+			other: base.ordered(n, 2*n),
+		},
+		{
+			name: "ordered list, part of the range",
+			fill: func(h *StageHandler) {
+				for i := range n {
+					mustAppend(t, h, base.ordered(0, 0), orderedEntries(t, entry{int64(i), letter(i)}))
+				}
+			},
+			read: base.ordered(5, 35),
+			want: func() []byte {
+				var es []entry
+				for i := 5; i < 35; i++ {
+					es = append(es, entry{int64(i), letter(i)})
+				}
+				return orderedEntries(t, es...)
+			}(),
+			other: nb["other key"].ordered(0, n),
+		},
+		{
+			name: "multimap keys",
+			fill: func(h *StageHandler) {
+				for i := range n {
+					// Two values each: a key is listed once, in one page.
+					mustAppend(t, h, base.multimap(str(t, letter(i))), str(t, "v1"))
+					mustAppend(t, h, base.multimap(str(t, letter(i))), str(t, "v2"))
+				}
+			},
+			read: base.multimapKeys(),
+			want: func() []byte {
+				var ks []string
+				for i := range n {
+					ks = append(ks, letter(i))
+				}
+				slices.Sort(ks) // keys of one length: store order is byte order
+				return strs(t, ks...)
+			}(),
+			other: nb["other key"].multimapKeys(),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewStageHandler(newUser(t, memDB(t), testPrefix), nil, testOrdered(t))
+			tc.fill(h)
+			var got, token, firstToken []byte
+			pages := 0
+			for {
+				data, next, err := h.Get(context.Background(), tc.read, token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pages++; len(data) > userPageBytes+size+16 {
+					t.Errorf("page %d of %d bytes", pages, len(data))
+				}
+				got = append(got, data...)
+				if next == nil {
+					break
+				}
+				if firstToken == nil {
+					firstToken = next
+				}
+				token = next
+			}
+			if !bytes.Equal(got, tc.want) {
+				t.Errorf("read in %d pages: %d bytes, want %d", pages, len(got), len(tc.want))
+			}
+			if pages < 3 {
+				t.Errorf("%d bytes read in %d pages", len(tc.want), pages)
+			}
+			if _, _, err := h.Get(context.Background(), tc.other, firstToken); err == nil {
+				t.Errorf("a token of %v accepted by a read of %v", tc.read, tc.other)
+			}
+		})
+	}
+}

@@ -17,6 +17,8 @@ from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
 from apache_beam.transforms import window
 from apache_beam.transforms import userstate
 from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.utils.timestamp import Timestamp
+from script_exit import exit_now
 
 
 class SplitParity(beam.DoFn):
@@ -44,6 +46,26 @@ class BufferUntilWindowEnd(beam.DoFn):
         vals = list(buf.read())
         buf.clear()
         yield (key, (len(vals), sum(vals)))
+
+
+class OrderedUntilEnd(beam.DoFn):
+    """Ordered list state: adds each value under its index and, when the
+    input ends, reads the list whole and one range of it (3 MB and 1 MB:
+    ksrunner serves them in pages) and emits what it saw."""
+    LIST = userstate.OrderedListStateSpec("list", coders.StrUtf8Coder())
+    END = userstate.TimerSpec("end", TimeDomain.WATERMARK)
+
+    def process(self, kv, w=beam.DoFn.WindowParam,
+                lst=beam.DoFn.StateParam(LIST), end=beam.DoFn.TimerParam(END)):
+        lst.add((Timestamp(micros=int(kv[1][:6])), kv[1]))
+        end.set(w.max_timestamp())
+
+    @userstate.on_timer(END)
+    def report(self, key=beam.DoFn.KeyParam, lst=beam.DoFn.StateParam(LIST)):
+        whole = [v for _, v in lst.read()]
+        part = [v for _, v in lst.read_range(Timestamp(micros=1000), Timestamp(micros=2000))]
+        yield (key, len(whole), whole == sorted(whole), sum(len(v) for v in whole),
+               len(part), part[0][:6], part[-1][:6])
 
 
 class PositionsRestriction(beam.transforms.core.RestrictionProvider):
@@ -150,6 +172,11 @@ def main():
          | "HotGroup" >> beam.GroupByKey()
          | "HotSummary" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1]), sum(len(v) for v in kv[1])))
          | "WHot" >> beam.Map(write("hotkey")))
+        (p
+         | "OrderedIndices" >> beam.Create(random.Random(5).sample(range(3000), 3000))
+         | "OrderedPair" >> beam.Map(lambda i: ("ordered", "%06d%s" % (i, "v" * 1000)))
+         | "Ordered" >> beam.ParDo(OrderedUntilEnd())
+         | "WOrdered" >> beam.Map(write("ordered")))
         fixed = stamped | "SdfWindows" >> beam.WindowInto(window.FixedWindows(100))
         window_maxes = fixed | "WindowMax" >> beam.CombinePerKey(max)
         (fixed
@@ -161,3 +188,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    exit_now(0)
