@@ -3,7 +3,7 @@ package kafkaio
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/translate"
@@ -35,7 +36,7 @@ func NewJSONPayloadEncoder(coders map[string]*pipepb.Coder, cid, jsonSchema stri
 	if err != nil {
 		return nil, err
 	}
-	rw, err := newJSONRowWriter(s)
+	jr, err := newJSONReader(s)
 	if err != nil {
 		return nil, err
 	}
@@ -45,14 +46,11 @@ func NewJSONPayloadEncoder(coders map[string]*pipepb.Coder, cid, jsonSchema stri
 		if r.Value == nil {
 			return nil, fmt.Errorf("the record has no value (a tombstone), and a JSON read's row needs a JSON object")
 		}
-		obj, err := parseJSONObject(r.Value)
-		if err != nil {
-			return nil, err
-		}
 		if !prefixed {
-			return rw.append(dst, obj, "")
+			return jr.appendRow(dst, r.Value)
 		}
-		if scratch, err = rw.append(scratch[:0], obj, ""); err != nil {
+		var err error
+		if scratch, err = jr.appendRow(scratch[:0], r.Value); err != nil {
 			return nil, err
 		}
 		return appendBytes(dst, scratch), nil
@@ -76,138 +74,248 @@ func readRowSchema(coders map[string]*pipepb.Coder, cid string, spec *translate.
 	return s, nil
 }
 
-// parseJSONObject parses one JSON object, numbers kept as json.Number.
-func parseJSONObject(b []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
+// jsonReader reads one encoder's JSON values into rows. It is not safe
+// for concurrent use: an encoder serves one task's goroutine.
+//
+// A value is read as a stream of tokens (jsontext), never as a whole
+// map: each property the schema names is encoded as it is read, into its
+// row reader's buf, and the row is assembled from those encodings in the
+// schema's encoding order when the object ends, because properties come
+// in any order. Errors carry the property's path, built on the way out
+// (propertyError), so reading a good value builds no paths.
+type jsonReader struct {
+	dec  *jsontext.Decoder
+	rd   bytes.Reader
+	root *jsonRowReader
+	str  []byte // an unquoted string or name
+}
+
+// jsonOptions are the reader's JSON rules, those of encoding/json's: a
+// later duplicate property wins, invalid UTF-8 in a string becomes
+// U+FFFD.
+var jsonOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+func newJSONReader(s *pipepb.Schema) (*jsonReader, error) {
+	root, err := newJSONRowReader(s, map[*pipepb.Schema]*jsonRowReader{})
+	if err != nil {
+		return nil, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	return &jsonReader{dec: jsontext.NewDecoder(bytes.NewReader(nil), jsonOptions...), root: root}, nil
+}
+
+// appendRow appends the row of value, which must be one JSON object.
+func (r *jsonReader) appendRow(dst []byte, value []byte) ([]byte, error) {
+	r.rd.Reset(value)
+	r.dec.Reset(&r.rd, jsonOptions...)
+	out, err := r.appendObjectRow(dst, r.root)
+	if err == nil {
+		if _, err = r.dec.ReadToken(); err == io.EOF {
+			return out, nil
+		}
 		return nil, fmt.Errorf("not JSON: data after its value")
 	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("a JSON %s, want an object", jsonKind(v))
+	var pe *propertyError
+	if errors.As(err, &pe) && pe.path == "" { // the value itself
+		return nil, errors.New(pe.msg)
 	}
-	return obj, nil
+	return nil, err
 }
 
-// jsonRowWriter writes JSON objects as rows of a schema.
-type jsonRowWriter struct {
+// jsonRowReader reads JSON objects into rows of one schema.
+type jsonRowReader struct {
 	fields []*pipepb.Field // in encoding order
-	// nested are the writers of nested rows' schemas, made once and
-	// shared by every writer of one encoder (a task's, one goroutine).
-	nested map[*pipepb.Schema]*jsonRowWriter
+	index  map[string]int  // a field's place in fields, by name
+	// nested are the readers of nested rows' schemas, made once and
+	// shared by every reader of one encoder.
+	nested map[*pipepb.Schema]*jsonRowReader
+
+	// Of the object being read: each field's encoding in buf, or
+	// {-1, -1} while it is missing, null or not the schema's (errs).
+	// Errors wait for the object's end, as a later duplicate property
+	// wins, and are reported as encoding/json's whole-value reader did:
+	// a missing required field first, then the first field in order.
+	spans []span
+	errs  []error
+	buf   []byte
 }
 
-func newJSONRowWriter(s *pipepb.Schema) (*jsonRowWriter, error) {
-	return newNestedJSONRowWriter(s, map[*pipepb.Schema]*jsonRowWriter{})
-}
+type span struct{ start, end int }
 
-func newNestedJSONRowWriter(s *pipepb.Schema, nested map[*pipepb.Schema]*jsonRowWriter) (*jsonRowWriter, error) {
-	if w := nested[s]; w != nil {
-		return w, nil
+func newJSONRowReader(s *pipepb.Schema, nested map[*pipepb.Schema]*jsonRowReader) (*jsonRowReader, error) {
+	if rr := nested[s]; rr != nil {
+		return rr, nil
 	}
 	order, err := translate.EncodingOrder(s)
 	if err != nil {
 		return nil, err
 	}
-	w := &jsonRowWriter{fields: make([]*pipepb.Field, len(order)), nested: nested}
+	rr := &jsonRowReader{fields: make([]*pipepb.Field, len(order)), index: map[string]int{}, nested: nested,
+		spans: make([]span, len(order)), errs: make([]error, len(order))}
 	for i, o := range order {
-		w.fields[i] = s.GetFields()[o]
+		rr.fields[i] = s.GetFields()[o]
+		rr.index[rr.fields[i].GetName()] = i
 	}
-	nested[s] = w
-	return w, nil
+	nested[s] = rr
+	for _, f := range rr.fields {
+		t := f.GetType()
+		if at := t.GetArrayType(); at != nil {
+			t = at.GetElementType()
+		}
+		if rt := t.GetRowType(); rt != nil {
+			if _, err := newJSONRowReader(rt.GetSchema(), nested); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return rr, nil
 }
 
-// append appends obj as a row: the field count, the null bitmap (empty
-// when no field is null, as the Go SDK writes it), the non-null fields.
-func (w *jsonRowWriter) append(dst []byte, obj map[string]any, path string) ([]byte, error) {
-	n := len(w.fields)
-	for _, f := range w.fields {
-		if obj[f.GetName()] == nil && !f.GetType().GetNullable() {
-			return nil, fmt.Errorf("property %q: missing or null, and the schema requires it", fieldPath(path, f.GetName()))
-		}
+// appendObjectRow reads the next value, which must be an object, and
+// appends it as a row of rr's schema: the field count, the null bitmap
+// (empty when no field is null, as the Go SDK writes it), the non-null
+// fields.
+func (r *jsonReader) appendObjectRow(dst []byte, rr *jsonRowReader) ([]byte, error) {
+	if k := r.dec.PeekKind(); k != '{' {
+		return nil, r.mismatch(k, "an object")
 	}
-	dst = appendRowHeader(dst, n, func(i int) bool { return obj[w.fields[i].GetName()] == nil })
-	for _, f := range w.fields {
-		v := obj[f.GetName()]
-		if v == nil {
+	if _, err := r.dec.ReadToken(); err != nil {
+		return nil, notJSON(err)
+	}
+	for i := range rr.spans {
+		rr.spans[i], rr.errs[i] = span{-1, -1}, nil
+	}
+	rr.buf = rr.buf[:0]
+	for r.dec.PeekKind() != '}' {
+		name, err := r.dec.ReadValue()
+		if err != nil {
+			return nil, notJSON(err)
+		}
+		r.str, _ = jsontext.AppendUnquote(r.str[:0], name) // the decoder checked it; invalid UTF-8 is mangled
+		i, ok := rr.index[string(r.str)]
+		if !ok { // a property the schema does not name
+			if err := r.dec.SkipValue(); err != nil {
+				return nil, notJSON(err)
+			}
 			continue
 		}
-		var err error
-		if dst, err = w.appendValue(dst, f.GetType(), v, fieldPath(path, f.GetName())); err != nil {
+		if r.dec.PeekKind() == 'n' {
+			if _, err := r.dec.ReadToken(); err != nil {
+				return nil, notJSON(err)
+			}
+			rr.spans[i], rr.errs[i] = span{-1, -1}, nil
+			continue
+		}
+		start, depth := len(rr.buf), r.dec.StackDepth()
+		rr.spans[i], rr.errs[i] = span{-1, -1}, nil
+		buf, err := r.appendValue(rr.buf, rr.fields[i].GetType())
+		if err != nil {
+			if _, ok := err.(*propertyError); !ok {
+				return nil, err
+			}
+			// Kept until the object ends, the rest of the value
+			// skipped: a later property of the same name replaces it.
+			rr.errs[i] = underField(err, rr.fields[i].GetName())
+			if err := r.skipTo(depth); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		rr.buf, rr.spans[i] = buf, span{start, len(buf)}
+	}
+	if _, err := r.dec.ReadToken(); err != nil {
+		return nil, notJSON(err)
+	}
+	for i, f := range rr.fields {
+		if rr.spans[i].start < 0 && rr.errs[i] == nil && !f.GetType().GetNullable() {
+			return nil, &propertyError{path: f.GetName(), msg: "missing or null, and the schema requires it"}
+		}
+	}
+	for _, err := range rr.errs {
+		if err != nil {
 			return nil, err
+		}
+	}
+	dst = appendRowHeader(dst, len(rr.fields), func(i int) bool { return rr.spans[i].start < 0 })
+	for _, sp := range rr.spans {
+		if sp.start >= 0 {
+			dst = append(dst, rr.buf[sp.start:sp.end]...)
 		}
 	}
 	return dst, nil
 }
 
-func fieldPath(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
-// appendValue appends a non-null JSON value as a value of type t.
-func (w *jsonRowWriter) appendValue(dst []byte, t *pipepb.FieldType, v any, path string) ([]byte, error) {
-	mismatch := func(want string) error {
-		return fmt.Errorf("property %q: a JSON %s, want %s", path, jsonKind(v), want)
-	}
+// appendValue reads the next value, not null, as a value of type t.
+func (r *jsonReader) appendValue(dst []byte, t *pipepb.FieldType) ([]byte, error) {
+	k := r.dec.PeekKind()
 	switch ti := t.GetTypeInfo().(type) {
 	case *pipepb.FieldType_AtomicType:
 		switch ti.AtomicType {
 		case pipepb.AtomicType_STRING:
-			s, ok := v.(string)
-			if !ok {
-				return nil, mismatch("a string")
+			if k != '"' {
+				return nil, r.mismatch(k, "a string")
 			}
-			return appendBytes(dst, s), nil
+			v, err := r.dec.ReadValue()
+			if err != nil {
+				return nil, notJSON(err)
+			}
+			r.str, _ = jsontext.AppendUnquote(r.str[:0], v)
+			return appendBytes(dst, r.str), nil
 		case pipepb.AtomicType_BOOLEAN:
-			b, ok := v.(bool)
-			if !ok {
-				return nil, mismatch("a boolean")
+			if k != 't' && k != 'f' {
+				return nil, r.mismatch(k, "a boolean")
 			}
-			if b {
+			if _, err := r.dec.ReadToken(); err != nil {
+				return nil, notJSON(err)
+			}
+			if k == 't' {
 				return append(dst, 1), nil
 			}
 			return append(dst, 0), nil
 		case pipepb.AtomicType_INT64:
-			num, ok := v.(json.Number)
-			if !ok {
-				return nil, mismatch("an integer")
+			if k != '0' {
+				return nil, r.mismatch(k, "an integer")
 			}
-			i, err := strconv.ParseInt(string(num), 10, 64)
+			v, err := r.dec.ReadValue()
 			if err != nil {
-				return nil, fmt.Errorf("property %q: %s is not an integer of 64 bits", path, num)
+				return nil, notJSON(err)
+			}
+			i, err := strconv.ParseInt(string(v), 10, 64)
+			if err != nil {
+				return nil, &propertyError{msg: string(v) + " is not an integer of 64 bits"}
 			}
 			return binary.AppendUvarint(dst, uint64(i)), nil
 		case pipepb.AtomicType_DOUBLE:
-			num, ok := v.(json.Number)
-			if !ok {
-				return nil, mismatch("a number")
+			if k != '0' {
+				return nil, r.mismatch(k, "a number")
 			}
-			f, err := strconv.ParseFloat(string(num), 64)
+			v, err := r.dec.ReadValue()
 			if err != nil {
-				return nil, fmt.Errorf("property %q: %s is out of a double's range", path, num)
+				return nil, notJSON(err)
+			}
+			f, err := strconv.ParseFloat(string(v), 64)
+			if err != nil {
+				return nil, &propertyError{msg: string(v) + " is out of a double's range"}
 			}
 			return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
 		}
 	case *pipepb.FieldType_ArrayType:
-		items, ok := v.([]any)
-		if !ok {
-			return nil, mismatch("an array")
+		if k != '[' {
+			return nil, r.mismatch(k, "an array")
+		}
+		if _, err := r.dec.ReadToken(); err != nil {
+			return nil, notJSON(err)
 		}
 		et := ti.ArrayType.GetElementType()
-		dst = binary.BigEndian.AppendUint32(dst, uint32(len(items)))
-		for i, item := range items {
-			ip := path + "[" + strconv.Itoa(i) + "]"
-			if item == nil {
+		at := len(dst)
+		dst = append(dst, 0, 0, 0, 0) // the item count, once known
+		n := 0
+		for ; r.dec.PeekKind() != ']'; n++ {
+			if r.dec.PeekKind() == 'n' {
 				if !et.GetNullable() {
-					return nil, fmt.Errorf("property %q: null, and the schema's items are not nullable", ip)
+					return nil, &propertyError{path: "[" + strconv.Itoa(n) + "]", msg: "null, and the schema's items are not nullable"}
+				}
+				if _, err := r.dec.ReadToken(); err != nil {
+					return nil, notJSON(err)
 				}
 				dst = append(dst, 0)
 				continue
@@ -216,42 +324,112 @@ func (w *jsonRowWriter) appendValue(dst []byte, t *pipepb.FieldType, v any, path
 				dst = append(dst, 1)
 			}
 			var err error
-			if dst, err = w.appendValue(dst, et, item, ip); err != nil {
-				return nil, err
+			if dst, err = r.appendValue(dst, et); err != nil {
+				return nil, underItem(err, n)
 			}
 		}
+		if _, err := r.dec.ReadToken(); err != nil {
+			return nil, notJSON(err)
+		}
+		binary.BigEndian.PutUint32(dst[at:], uint32(n))
 		return dst, nil
 	case *pipepb.FieldType_RowType:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			return nil, mismatch("an object")
-		}
-		rw, err := newNestedJSONRowWriter(ti.RowType.GetSchema(), w.nested)
-		if err != nil {
-			return nil, err
-		}
-		return rw.append(dst, obj, path)
+		return r.appendObjectRow(dst, r.root.nested[ti.RowType.GetSchema()])
 	}
-	return nil, fmt.Errorf("property %q: a JSON read has no values of type %s", path, translate.FieldTypeString(t))
+	return nil, &propertyError{msg: "a JSON read has no values of type " + translate.FieldTypeString(t)}
 }
 
-// jsonKind names a parsed JSON value's kind in messages.
-func jsonKind(v any) string {
-	switch v := v.(type) {
-	case map[string]any:
-		return "object"
-	case []any:
-		return "array"
-	case string:
-		return "string " + strconv.Quote(v)
-	case json.Number:
-		return "number " + string(v)
-	case bool:
-		return "boolean " + strconv.FormatBool(v)
-	case nil:
-		return "null"
+// skipTo reads the rest of a value left at nesting depth below depth.
+func (r *jsonReader) skipTo(depth int) error {
+	for r.dec.StackDepth() > depth {
+		if _, err := r.dec.ReadToken(); err != nil {
+			return notJSON(err)
+		}
 	}
-	return fmt.Sprintf("%T", v)
+	return nil
+}
+
+// mismatch reads the next value, of kind k, and says that it is not what
+// the schema wants.
+func (r *jsonReader) mismatch(k jsontext.Kind, want string) error {
+	v, err := r.dec.ReadValue()
+	if err != nil {
+		return notJSON(err)
+	}
+	var what string
+	switch k {
+	case '{':
+		what = "object"
+	case '[':
+		what = "array"
+	case '"':
+		r.str, _ = jsontext.AppendUnquote(r.str[:0], v)
+		what = "string " + strconv.Quote(string(r.str))
+	case '0':
+		what = "number " + string(v)
+	case 't', 'f':
+		what = "boolean " + string(v)
+	case 'n':
+		what = "null"
+	}
+	return &propertyError{msg: "a JSON " + what + ", want " + want}
+}
+
+// propertyError is a JSON value that is not what the schema wants at
+// path, a path of property names and item indexes ("address.city",
+// "tags[1]"; "" the value read itself), which the readers of the
+// enclosing values complete as the error goes out through them.
+type propertyError struct{ path, msg string }
+
+func (e *propertyError) Error() string { return fmt.Sprintf("property %q: %s", e.path, e.msg) }
+
+// underField is err of a value read as property name's.
+func underField(err error, name string) error {
+	pe, ok := err.(*propertyError)
+	if !ok {
+		return err
+	}
+	switch {
+	case pe.path == "":
+		pe.path = name
+	case pe.path[0] == '[':
+		pe.path = name + pe.path
+	default:
+		pe.path = name + "." + pe.path
+	}
+	return pe
+}
+
+// underItem is err of a value read as item i of an array.
+func underItem(err error, i int) error {
+	pe, ok := err.(*propertyError)
+	if !ok {
+		return err
+	}
+	at := "[" + strconv.Itoa(i) + "]"
+	switch {
+	case pe.path == "", pe.path[0] == '[':
+		pe.path = at + pe.path
+	default:
+		pe.path = at + "." + pe.path
+	}
+	return pe
+}
+
+// notJSON is a syntax error of the value (which jsontext reports with its
+// offset).
+func notJSON(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return fmt.Errorf("not JSON: unexpected end of the value")
+	}
+	return fmt.Errorf("not JSON: %w", err)
+}
+
+func fieldPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
 }
 
 // NewJSONPayloadDecoder returns the decoder of JSON write rows in coder
