@@ -129,6 +129,25 @@ func sameFieldType(g, w *pipepb.FieldType) error {
 		if err := sameFieldType(ga.ArrayType.GetElementType(), wt.ArrayType.GetElementType()); err != nil {
 			return fmt.Errorf("element: %w", err)
 		}
+	case *pipepb.FieldType_IterableType:
+		gi, ok := g.GetTypeInfo().(*pipepb.FieldType_IterableType)
+		if !ok {
+			return fmt.Errorf("type %s, want %s", FieldTypeString(g), FieldTypeString(w))
+		}
+		if err := sameFieldType(gi.IterableType.GetElementType(), wt.IterableType.GetElementType()); err != nil {
+			return fmt.Errorf("element: %w", err)
+		}
+	case *pipepb.FieldType_MapType:
+		gm, ok := g.GetTypeInfo().(*pipepb.FieldType_MapType)
+		if !ok {
+			return fmt.Errorf("type %s, want %s", FieldTypeString(g), FieldTypeString(w))
+		}
+		if err := sameFieldType(gm.MapType.GetKeyType(), wt.MapType.GetKeyType()); err != nil {
+			return fmt.Errorf("key: %w", err)
+		}
+		if err := sameFieldType(gm.MapType.GetValueType(), wt.MapType.GetValueType()); err != nil {
+			return fmt.Errorf("value: %w", err)
+		}
 	case *pipepb.FieldType_RowType:
 		gr, ok := g.GetTypeInfo().(*pipepb.FieldType_RowType)
 		if !ok {

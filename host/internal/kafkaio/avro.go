@@ -308,7 +308,9 @@ func appendZigzag(dst []byte, v int64) []byte {
 // length-prefixed: each row's datum of translate.AvroWriteSchema, the
 // record's value.
 func NewAvroPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDecoder, error) {
-	return newStructuredDecoder(coders, cid, translate.CheckKafkaAvroWriteSchema, appendRowAvro)
+	return newStructuredDecoder(coders, cid, translate.CheckKafkaAvroWriteSchema, func(s *pipepb.Schema) (rowWriter, error) {
+		return func(dst, b []byte) ([]byte, []byte, error) { return appendRowAvro(dst, s, b, "") }, nil
+	})
 }
 
 // appendRowAvro appends the row at the start of b as an Avro record datum

@@ -82,7 +82,7 @@ func readRowSchema(coders map[string]*pipepb.Coder, cid string, spec *translate.
 // row reader's buf, and the row is assembled from those encodings in the
 // schema's encoding order when the object ends, because properties come
 // in any order. Errors carry the property's path, built on the way out
-// (propertyError), so reading a good value builds no paths.
+// (pathError), so reading a good value builds no paths.
 type jsonReader struct {
 	dec  *jsontext.Decoder
 	rd   bytes.Reader
@@ -114,7 +114,7 @@ func (r *jsonReader) appendRow(dst []byte, value []byte) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("not JSON: data after its value")
 	}
-	var pe *propertyError
+	var pe *pathError
 	if errors.As(err, &pe) && pe.path == "" { // the value itself
 		return nil, errors.New(pe.msg)
 	}
@@ -209,12 +209,12 @@ func (r *jsonReader) appendObjectRow(dst []byte, rr *jsonRowReader) ([]byte, err
 		rr.spans[i], rr.errs[i] = span{-1, -1}, nil
 		buf, err := r.appendValue(rr.buf, rr.fields[i].GetType())
 		if err != nil {
-			if _, ok := err.(*propertyError); !ok {
+			if _, ok := err.(*pathError); !ok {
 				return nil, err
 			}
 			// Kept until the object ends, the rest of the value
 			// skipped: a later property of the same name replaces it.
-			rr.errs[i] = underField(err, rr.fields[i].GetName())
+			rr.errs[i] = underName(err, rr.fields[i].GetName())
 			if err := r.skipTo(depth); err != nil {
 				return nil, err
 			}
@@ -227,7 +227,7 @@ func (r *jsonReader) appendObjectRow(dst []byte, rr *jsonRowReader) ([]byte, err
 	}
 	for i, f := range rr.fields {
 		if rr.spans[i].start < 0 && rr.errs[i] == nil && !f.GetType().GetNullable() {
-			return nil, &propertyError{path: f.GetName(), msg: "missing or null, and the schema requires it"}
+			return nil, &pathError{noun: "property", path: f.GetName(), msg: "missing or null, and the schema requires it"}
 		}
 	}
 	for _, err := range rr.errs {
@@ -281,7 +281,7 @@ func (r *jsonReader) appendValue(dst []byte, t *pipepb.FieldType) ([]byte, error
 			}
 			i, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
-				return nil, &propertyError{msg: string(v) + " is not an integer of 64 bits"}
+				return nil, &pathError{noun: "property", msg: string(v) + " is not an integer of 64 bits"}
 			}
 			return binary.AppendUvarint(dst, uint64(i)), nil
 		case pipepb.AtomicType_DOUBLE:
@@ -294,7 +294,7 @@ func (r *jsonReader) appendValue(dst []byte, t *pipepb.FieldType) ([]byte, error
 			}
 			f, err := strconv.ParseFloat(string(v), 64)
 			if err != nil {
-				return nil, &propertyError{msg: string(v) + " is out of a double's range"}
+				return nil, &pathError{noun: "property", msg: string(v) + " is out of a double's range"}
 			}
 			return binary.BigEndian.AppendUint64(dst, math.Float64bits(f)), nil
 		}
@@ -312,7 +312,7 @@ func (r *jsonReader) appendValue(dst []byte, t *pipepb.FieldType) ([]byte, error
 		for ; r.dec.PeekKind() != ']'; n++ {
 			if r.dec.PeekKind() == 'n' {
 				if !et.GetNullable() {
-					return nil, &propertyError{path: "[" + strconv.Itoa(n) + "]", msg: "null, and the schema's items are not nullable"}
+					return nil, &pathError{noun: "property", path: "[" + strconv.Itoa(n) + "]", msg: "null, and the schema's items are not nullable"}
 				}
 				if _, err := r.dec.ReadToken(); err != nil {
 					return nil, notJSON(err)
@@ -325,7 +325,7 @@ func (r *jsonReader) appendValue(dst []byte, t *pipepb.FieldType) ([]byte, error
 			}
 			var err error
 			if dst, err = r.appendValue(dst, et); err != nil {
-				return nil, underItem(err, n)
+				return nil, underIndex(err, n)
 			}
 		}
 		if _, err := r.dec.ReadToken(); err != nil {
@@ -336,7 +336,7 @@ func (r *jsonReader) appendValue(dst []byte, t *pipepb.FieldType) ([]byte, error
 	case *pipepb.FieldType_RowType:
 		return r.appendObjectRow(dst, r.root.nested[ti.RowType.GetSchema()])
 	}
-	return nil, &propertyError{msg: "a JSON read has no values of type " + translate.FieldTypeString(t)}
+	return nil, &pathError{noun: "property", msg: "a JSON read has no values of type " + translate.FieldTypeString(t)}
 }
 
 // skipTo reads the rest of a value left at nesting depth below depth.
@@ -372,48 +372,7 @@ func (r *jsonReader) mismatch(k jsontext.Kind, want string) error {
 	case 'n':
 		what = "null"
 	}
-	return &propertyError{msg: "a JSON " + what + ", want " + want}
-}
-
-// propertyError is a JSON value that is not what the schema wants at
-// path, a path of property names and item indexes ("address.city",
-// "tags[1]"; "" the value read itself), which the readers of the
-// enclosing values complete as the error goes out through them.
-type propertyError struct{ path, msg string }
-
-func (e *propertyError) Error() string { return fmt.Sprintf("property %q: %s", e.path, e.msg) }
-
-// underField is err of a value read as property name's.
-func underField(err error, name string) error {
-	pe, ok := err.(*propertyError)
-	if !ok {
-		return err
-	}
-	switch {
-	case pe.path == "":
-		pe.path = name
-	case pe.path[0] == '[':
-		pe.path = name + pe.path
-	default:
-		pe.path = name + "." + pe.path
-	}
-	return pe
-}
-
-// underItem is err of a value read as item i of an array.
-func underItem(err error, i int) error {
-	pe, ok := err.(*propertyError)
-	if !ok {
-		return err
-	}
-	at := "[" + strconv.Itoa(i) + "]"
-	switch {
-	case pe.path == "", pe.path[0] == '[':
-		pe.path = at + pe.path
-	default:
-		pe.path = at + "." + pe.path
-	}
-	return pe
+	return &pathError{noun: "property", msg: "a JSON " + what + ", want " + want}
 }
 
 // notJSON is a syntax error of the value (which jsontext reports with its
@@ -436,19 +395,30 @@ func fieldPath(path, name string) string {
 // cid of coders (translate.CheckKafkaJSONWriteSchema), possibly
 // length-prefixed: each row's JSON object, the record's value.
 func NewJSONPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDecoder, error) {
-	return newStructuredDecoder(coders, cid, translate.CheckKafkaJSONWriteSchema, appendRowJSON)
+	return newStructuredDecoder(coders, cid, translate.CheckKafkaJSONWriteSchema, func(s *pipepb.Schema) (rowWriter, error) {
+		return func(dst, b []byte) ([]byte, []byte, error) { return appendRowJSON(dst, s, b, "") }, nil
+	})
 }
+
+// rowWriter appends the record value of the row at the start of b and
+// returns what follows the row.
+type rowWriter func(dst, b []byte) ([]byte, []byte, error)
 
 // newStructuredDecoder returns the decoder of a structured write's rows
 // in coder cid of coders, whose schema check accepts, possibly
-// length-prefixed: write turns a row into the record's value.
+// length-prefixed: build makes, once, the writer of rows of the schema
+// into records' values.
 func newStructuredDecoder(coders map[string]*pipepb.Coder, cid string, check func(*pipepb.Schema) error,
-	write func(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte, []byte, error)) (PayloadDecoder, error) {
+	build func(*pipepb.Schema) (rowWriter, error)) (PayloadDecoder, error) {
 	s, err := translate.RowCoderSchema(coders, cid)
 	if err != nil {
 		return nil, err
 	}
 	if err := check(s); err != nil {
+		return nil, err
+	}
+	write, err := build(s)
+	if err != nil {
 		return nil, err
 	}
 	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
@@ -459,7 +429,7 @@ func newStructuredDecoder(coders map[string]*pipepb.Coder, cid string, check fun
 				return nil, err
 			}
 		}
-		out, rest, err := write(nil, s, b, "")
+		out, rest, err := write(nil, b)
 		if err != nil {
 			return nil, err
 		}
