@@ -309,37 +309,49 @@ func appendZigzag(dst []byte, v int64) []byte {
 // record's value.
 func NewAvroPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDecoder, error) {
 	return newStructuredDecoder(coders, cid, translate.CheckKafkaAvroWriteSchema, func(s *pipepb.Schema) (rowWriter, error) {
-		return func(dst, b []byte) ([]byte, []byte, error) { return appendRowAvro(dst, s, b, "") }, nil
+		w, err := newAvroRowWriter(s, map[*pipepb.Schema]*avroRowWriter{})
+		if err != nil {
+			return nil, err
+		}
+		return w.appendRow, nil
 	})
 }
 
-// appendRowAvro appends the row at the start of b as an Avro record datum
-// (fields in encoding order, as AvroWriteSchema lists them) and returns
-// what follows it.
-func appendRowAvro(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte, []byte, error) {
-	order, err := translate.EncodingOrder(s)
+// avroRowWriter writes rows of one schema as Avro record datums. Made
+// once per decoder, so a row computes no encoding order.
+type avroRowWriter struct {
+	fields []*pipepb.Field // in encoding order, as AvroWriteSchema lists them
+	// nested are the writers of nested rows' schemas, shared by one
+	// decoder's writers.
+	nested map[*pipepb.Schema]*avroRowWriter
+}
+
+func newAvroRowWriter(s *pipepb.Schema, nested map[*pipepb.Schema]*avroRowWriter) (*avroRowWriter, error) {
+	return buildRowWriter(s, nested, func(fields []*pipepb.Field) *avroRowWriter {
+		return &avroRowWriter{fields: fields, nested: nested}
+	})
+}
+
+// appendRow appends the row at the start of b as an Avro record datum
+// and returns what follows it.
+func (w *avroRowWriter) appendRow(dst, b []byte) ([]byte, []byte, error) {
+	h, b, err := readRowHeader(b, len(w.fields))
 	if err != nil {
 		return nil, nil, err
 	}
-	h, b, err := readRowHeader(b, len(order))
-	if err != nil {
-		return nil, nil, err
-	}
-	for i, o := range order {
-		f := s.GetFields()[o]
-		fp := fieldPath(path, f.GetName())
+	for i, f := range w.fields {
 		null := h.null(i)
 		switch {
 		case null && !f.GetType().GetNullable():
-			return nil, nil, fmt.Errorf("field %q: null, and its type is not nullable", fp)
+			return nil, nil, &pathError{noun: "field", path: f.GetName(), msg: "null, and its type is not nullable"}
 		case null:
 			dst = appendZigzag(dst, 0) // the union's null branch
 			continue
 		case f.GetType().GetNullable():
 			dst = appendZigzag(dst, 1)
 		}
-		if dst, b, err = appendValueAvro(dst, f.GetType(), b, fp); err != nil {
-			return nil, nil, err
+		if dst, b, err = w.appendValue(dst, f.GetType(), b); err != nil {
+			return nil, nil, underName(err, f.GetName())
 		}
 	}
 	return dst, b, nil
@@ -347,9 +359,9 @@ func appendRowAvro(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte,
 
 // appendValueAvro appends the non-null row value of type t at the start
 // of b as an Avro datum and returns what follows it.
-func appendValueAvro(dst []byte, t *pipepb.FieldType, b []byte, path string) ([]byte, []byte, error) {
+func (w *avroRowWriter) appendValue(dst []byte, t *pipepb.FieldType, b []byte) ([]byte, []byte, error) {
 	fail := func(err error) ([]byte, []byte, error) {
-		return nil, nil, fmt.Errorf("field %q: %w", path, err)
+		return nil, nil, &pathError{noun: "field", msg: err.Error()}
 	}
 	switch ti := t.GetTypeInfo().(type) {
 	case *pipepb.FieldType_AtomicType:
@@ -401,7 +413,9 @@ func appendValueAvro(dst []byte, t *pipepb.FieldType, b []byte, path string) ([]
 			if et.GetNullable() {
 				items = appendZigzag(items, 1)
 			}
-			items, rest, err = appendValueAvro(items, et, b, path+"["+strconv.Itoa(i)+"]")
+			if items, rest, err = w.appendValue(items, et, b); err != nil {
+				return nil, underIndex(err, i)
+			}
 			n, i = n+1, i+1
 			return rest, err
 		}, func() error {
@@ -443,13 +457,13 @@ func appendValueAvro(dst []byte, t *pipepb.FieldType, b []byte, path string) ([]
 				}
 				entries = appendZigzag(entries, 1)
 			}
-			if entries, b, err = appendValueAvro(entries, vt, b, path+"["+strconv.Quote(string(k))+"]"); err != nil {
-				return nil, nil, err
+			if entries, b, err = w.appendValue(entries, vt, b); err != nil {
+				return nil, nil, underBracket(err, strconv.Quote(string(k)))
 			}
 		}
 		return appendAvroBlock(dst, int(n), entries), b, nil
 	case *pipepb.FieldType_RowType:
-		return appendRowAvro(dst, ti.RowType.GetSchema(), b, path)
+		return w.nested[ti.RowType.GetSchema()].appendRow(dst, b)
 	}
 	return fail(fmt.Errorf("values of type %s have no Avro datum here", translate.FieldTypeString(t)))
 }

@@ -396,7 +396,11 @@ func fieldPath(path, name string) string {
 // length-prefixed: each row's JSON object, the record's value.
 func NewJSONPayloadDecoder(coders map[string]*pipepb.Coder, cid string) (PayloadDecoder, error) {
 	return newStructuredDecoder(coders, cid, translate.CheckKafkaJSONWriteSchema, func(s *pipepb.Schema) (rowWriter, error) {
-		return func(dst, b []byte) ([]byte, []byte, error) { return appendRowJSON(dst, s, b, "") }, nil
+		w, err := newJSONRowWriter(s, map[*pipepb.Schema]*jsonRowWriter{})
+		if err != nil {
+			return nil, err
+		}
+		return w.appendRow, nil
 	})
 }
 
@@ -440,41 +444,103 @@ func newStructuredDecoder(coders map[string]*pipepb.Coder, cid string, check fun
 	}, nil
 }
 
-// appendRowJSON appends the row at the start of b as a JSON object and
-// returns what follows it.
-func appendRowJSON(dst []byte, s *pipepb.Schema, b []byte, path string) ([]byte, []byte, error) {
+// jsonRowWriter writes rows of one schema as JSON objects. Made once per
+// decoder, so a row computes no encoding order and quotes no names.
+type jsonRowWriter struct {
+	fields []*pipepb.Field // in encoding order
+	keys   [][]byte        // each field's quoted name and colon
+	// nested are the writers of nested rows' schemas, shared by one
+	// decoder's writers.
+	nested map[*pipepb.Schema]*jsonRowWriter
+}
+
+func newJSONRowWriter(s *pipepb.Schema, nested map[*pipepb.Schema]*jsonRowWriter) (*jsonRowWriter, error) {
+	return buildRowWriter(s, nested, func(fields []*pipepb.Field) *jsonRowWriter {
+		w := &jsonRowWriter{fields: fields, nested: nested}
+		for _, f := range fields {
+			w.keys = append(w.keys, append(appendJSONString(nil, f.GetName()), ':'))
+		}
+		return w
+	})
+}
+
+// buildRowWriter returns nested's writer of rows of s, making it with mk
+// (from s's fields in encoding order) if there is none, and those of the
+// rows its fields nest.
+func buildRowWriter[W any](s *pipepb.Schema, nested map[*pipepb.Schema]*W, mk func(fields []*pipepb.Field) *W) (*W, error) {
+	if w := nested[s]; w != nil {
+		return w, nil
+	}
 	order, err := translate.EncodingOrder(s)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	h, b, err := readRowHeader(b, len(order))
+	fields := make([]*pipepb.Field, len(order))
+	for i, o := range order {
+		fields[i] = s.GetFields()[o]
+	}
+	w := mk(fields)
+	nested[s] = w
+	for _, f := range fields {
+		if err := prepareNestedRows(f.GetType(), func(s *pipepb.Schema) error {
+			_, err := buildRowWriter(s, nested, mk)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// prepareNestedRows calls prepare with the schema of every row type that
+// values of type t hold (in arrays, iterables, maps), not looking inside
+// those rows.
+func prepareNestedRows(t *pipepb.FieldType, prepare func(*pipepb.Schema) error) error {
+	switch ti := t.GetTypeInfo().(type) {
+	case *pipepb.FieldType_RowType:
+		return prepare(ti.RowType.GetSchema())
+	case *pipepb.FieldType_ArrayType:
+		return prepareNestedRows(ti.ArrayType.GetElementType(), prepare)
+	case *pipepb.FieldType_IterableType:
+		return prepareNestedRows(ti.IterableType.GetElementType(), prepare)
+	case *pipepb.FieldType_MapType:
+		if err := prepareNestedRows(ti.MapType.GetKeyType(), prepare); err != nil {
+			return err
+		}
+		return prepareNestedRows(ti.MapType.GetValueType(), prepare)
+	}
+	return nil
+}
+
+// appendRow appends the row at the start of b as a JSON object and
+// returns what follows it.
+func (w *jsonRowWriter) appendRow(dst, b []byte) ([]byte, []byte, error) {
+	h, b, err := readRowHeader(b, len(w.fields))
 	if err != nil {
 		return nil, nil, err
 	}
 	dst = append(dst, '{')
-	for i, o := range order {
-		f := s.GetFields()[o]
+	for i, f := range w.fields {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, f.GetName())
-		dst = append(dst, ':')
+		dst = append(dst, w.keys[i]...)
 		if h.null(i) {
 			dst = append(dst, "null"...)
 			continue
 		}
-		if dst, b, err = appendValueJSON(dst, f.GetType(), b, fieldPath(path, f.GetName())); err != nil {
-			return nil, nil, err
+		if dst, b, err = w.appendValue(dst, f.GetType(), b); err != nil {
+			return nil, nil, underName(err, f.GetName())
 		}
 	}
 	return append(dst, '}'), b, nil
 }
 
-// appendValueJSON appends the non-null value of type t at the start of b
+// appendValue appends the non-null value of type t at the start of b
 // as JSON and returns what follows it.
-func appendValueJSON(dst []byte, t *pipepb.FieldType, b []byte, path string) ([]byte, []byte, error) {
+func (w *jsonRowWriter) appendValue(dst []byte, t *pipepb.FieldType, b []byte) ([]byte, []byte, error) {
 	fail := func(err error) ([]byte, []byte, error) {
-		return nil, nil, fmt.Errorf("field %q: %w", path, err)
+		return nil, nil, &pathError{noun: "field", msg: err.Error()}
 	}
 	fixed := func(n int) ([]byte, error) {
 		if len(b) < n {
@@ -550,9 +616,11 @@ func appendValueJSON(dst []byte, t *pipepb.FieldType, b []byte, path string) ([]
 			item()
 			var rest []byte
 			var err error
-			dst, rest, err = appendValueJSON(dst, et, b, path+"["+strconv.Itoa(i)+"]")
+			if dst, rest, err = w.appendValue(dst, et, b); err != nil {
+				return nil, underIndex(err, i)
+			}
 			i++
-			return rest, err
+			return rest, nil
 		}, func() error {
 			item()
 			dst = append(dst, "null"...)
@@ -564,7 +632,7 @@ func appendValueJSON(dst []byte, t *pipepb.FieldType, b []byte, path string) ([]
 		}
 		return append(dst, ']'), rest, nil
 	case *pipepb.FieldType_RowType:
-		return appendRowJSON(dst, ti.RowType.GetSchema(), b, path)
+		return w.nested[ti.RowType.GetSchema()].appendRow(dst, b)
 	}
 	return fail(fmt.Errorf("values of type %s have no JSON", translate.FieldTypeString(t)))
 }
