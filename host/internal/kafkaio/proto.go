@@ -10,9 +10,7 @@ import (
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -35,33 +33,17 @@ func NewProtoPayloadEncoder(coders map[string]*pipepb.Coder, cid, rowSchema, nam
 		return nil, err
 	}
 	prefixed := coders[cid].GetSpec().GetUrn() == URNLengthPrefix
+	reader := newProtoRowReader(md, map[protoreflect.FullName]*protoRowReader{})
 	var scratch []byte
 	return func(dst []byte, r *kgo.Record) ([]byte, error) {
 		// A tombstone is the empty message, as protobuf reads no bytes.
-		m := dynamicpb.NewMessage(md)
-		if err := unmarshalProto(r.Value, m); err != nil {
-			return nil, fmt.Errorf("not a %s message: %w", md.FullName(), err)
-		}
-		row, err := appendProtoMessage(scratch[:0], m, "")
+		row, err := reader.appendRow(scratch[:0], r.Value)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("not a %s message: %w", md.FullName(), err)
 		}
 		scratch = row
 		return appendElement(dst, row, prefixed), nil
 	}, nil
-}
-
-// unmarshalProto parses b into m. protobuf-go (v1.36) panics on some
-// malformed input into a dynamicpb message (a map entry whose key is of
-// the wrong wire type: "cannot convert nil to map key", found by
-// FuzzProtoRoundTrip); that is an error about the record, not a crash.
-func unmarshalProto(b []byte, m *dynamicpb.Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("protobuf could not parse it: %v", p)
-		}
-	}()
-	return proto.Unmarshal(b, m)
 }
 
 func protoDescriptor(rowSchema, name string) (protoreflect.MessageDescriptor, error) {

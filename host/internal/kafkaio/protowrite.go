@@ -481,18 +481,7 @@ func (w *protoRowWriter) appendValue(dst []byte, f *protoField, fd protoreflect.
 
 // appendProtoTag appends the tag of one value of fd.
 func appendProtoTag(dst []byte, fd protoreflect.FieldDescriptor) []byte {
-	wt := protowire.VarintType
-	switch fd.Kind() {
-	case protoreflect.Sfixed32Kind, protoreflect.Fixed32Kind, protoreflect.FloatKind:
-		wt = protowire.Fixed32Type
-	case protoreflect.Sfixed64Kind, protoreflect.Fixed64Kind, protoreflect.DoubleKind:
-		wt = protowire.Fixed64Type
-	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.MessageKind:
-		wt = protowire.BytesType
-	case protoreflect.GroupKind:
-		wt = protowire.StartGroupType
-	}
-	return protowire.AppendTag(dst, fd.Number(), wt)
+	return protowire.AppendTag(dst, fd.Number(), wireType(fd.Kind()))
 }
 
 // enforceUTF8 reports whether fd's strings must be valid UTF-8, as
