@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/hamba/avro/v2"
@@ -73,7 +74,7 @@ func NewAvroPayloadEncoder(coders map[string]*pipepb.Coder, cid, text string) (P
 		if r.Value == nil {
 			return nil, fmt.Errorf("the record has no value (a tombstone), and an Avro read's row needs a datum")
 		}
-		row, rest, err := appendAvroRecord(scratch[:0], rec, r.Value, "")
+		row, rest, err := appendAvroRecord(scratch[:0], rec, r.Value)
 		if err != nil {
 			return nil, fmt.Errorf("not a datum of the read's Avro schema: %w", err)
 		}
@@ -87,15 +88,20 @@ func NewAvroPayloadEncoder(coders map[string]*pipepb.Coder, cid, text string) (P
 
 // appendAvroRecord appends the record datum at the start of b as a row
 // and returns what follows it.
-func appendAvroRecord(dst []byte, rec *avro.RecordSchema, b []byte, path string) ([]byte, []byte, error) {
-	var fv avroFields
-	rest, err := fv.read(rec, b, path)
+func appendAvroRecord(dst []byte, rec *avro.RecordSchema, b []byte) ([]byte, []byte, error) {
+	fv := avroFieldsPool.Get().(*avroFields)
+	defer avroFieldsPool.Put(fv)
+	rest, err := fv.read(rec, b)
 	if err != nil {
 		return nil, nil, err
 	}
 	dst = appendRowHeader(dst, len(fv.nulls), func(i int) bool { return fv.nulls[i] })
 	return append(dst, fv.vals...), rest, nil
 }
+
+// avroFieldsPool holds avroFields to read records into: a record nests
+// others (itself, even), so a reader cannot keep just one.
+var avroFieldsPool = sync.Pool{New: func() any { return new(avroFields) }}
 
 // avroFields are a record datum's fields as row values: field i's value is
 // vals[ends[i-1]:ends[i]], empty when nulls[i]. A row's header needs to
@@ -108,13 +114,13 @@ type avroFields struct {
 }
 
 // read reads the record datum at the start of b and returns what follows.
-func (fv *avroFields) read(rec *avro.RecordSchema, b []byte, path string) ([]byte, error) {
+func (fv *avroFields) read(rec *avro.RecordSchema, b []byte) ([]byte, error) {
 	fv.vals, fv.ends, fv.nulls = fv.vals[:0], fv.ends[:0], fv.nulls[:0]
 	for _, f := range rec.Fields() {
 		var err error
 		var null bool
-		if fv.vals, b, null, err = appendAvroValue(fv.vals, f.Type(), b, fieldPath(path, f.Name())); err != nil {
-			return nil, err
+		if fv.vals, b, null, err = appendAvroValue(fv.vals, f.Type(), b); err != nil {
+			return nil, underName(err, f.Name())
 		}
 		fv.ends = append(fv.ends, len(fv.vals))
 		fv.nulls = append(fv.nulls, null)
@@ -134,13 +140,13 @@ func (fv *avroFields) value(i int) []byte {
 // appendAvroValue appends the datum of schema s at the start of b as a row
 // value and returns what follows it; a null (of a nullable union) appends
 // nothing and reports null.
-func appendAvroValue(dst []byte, s avro.Schema, b []byte, path string) (out, rest []byte, null bool, err error) {
+func appendAvroValue(dst []byte, s avro.Schema, b []byte) (out, rest []byte, null bool, err error) {
 	fail := func(err error) ([]byte, []byte, bool, error) {
-		return nil, nil, false, fmt.Errorf("field %q: %w", path, err)
+		return nil, nil, false, &pathError{noun: "field", msg: err.Error()}
 	}
 	switch s := s.(type) {
 	case *avro.RefSchema:
-		return appendAvroValue(dst, s.Schema(), b, path)
+		return appendAvroValue(dst, s.Schema(), b)
 	case *avro.UnionSchema:
 		idx, rest, err := readZigzag(b)
 		if err != nil {
@@ -153,22 +159,30 @@ func appendAvroValue(dst []byte, s avro.Schema, b []byte, path string) (out, res
 		if branch.Type() == avro.Null {
 			return dst, rest, true, nil
 		}
-		return appendAvroValue(dst, branch, rest, path)
+		return appendAvroValue(dst, branch, rest)
 	case *avro.RecordSchema:
-		out, rest, err := appendAvroRecord(dst, s, b, path)
+		out, rest, err := appendAvroRecord(dst, s, b)
 		return out, rest, false, err
 	case *avro.ArraySchema:
-		return appendAvroBlocks(dst, b, path, func(dst, b []byte, i int) ([]byte, []byte, error) {
-			return appendAvroItem(dst, s.Items(), b, path+"["+strconv.Itoa(i)+"]")
+		return appendAvroBlocks(dst, b, func(dst, b []byte, i int) ([]byte, []byte, error) {
+			out, rest, err := appendAvroItem(dst, s.Items(), b)
+			if err != nil {
+				return nil, nil, underIndex(err, i)
+			}
+			return out, rest, nil
 		})
 	case *avro.MapSchema:
-		return appendAvroBlocks(dst, b, path, func(dst, b []byte, i int) ([]byte, []byte, error) {
+		return appendAvroBlocks(dst, b, func(dst, b []byte, i int) ([]byte, []byte, error) {
 			k, rest, err := readAvroBytes(b)
 			if err != nil {
-				return nil, nil, fmt.Errorf("field %q: key %d: %w", path, i, err)
+				return nil, nil, &pathError{noun: "field", msg: fmt.Sprintf("key %d: %v", i, err)}
 			}
 			dst = appendBytes(dst, k)
-			return appendAvroItem(dst, s.Values(), rest, path+"["+strconv.Quote(string(k))+"]")
+			out, rest, err := appendAvroItem(dst, s.Values(), rest)
+			if err != nil {
+				return nil, nil, underBracket(err, strconv.Quote(string(k)))
+			}
+			return out, rest, nil
 		})
 	case *avro.EnumSchema:
 		idx, rest, err := readZigzag(b)
@@ -224,11 +238,11 @@ func appendAvroValue(dst []byte, s avro.Schema, b []byte, path string) (out, res
 
 // appendAvroItem appends an array item or map value: a nullable one with
 // the row list's null marker.
-func appendAvroItem(dst []byte, s avro.Schema, b []byte, path string) ([]byte, []byte, error) {
+func appendAvroItem(dst []byte, s avro.Schema, b []byte) ([]byte, []byte, error) {
 	if u, ok := s.(*avro.UnionSchema); ok && u.Nullable() {
 		mark := len(dst)
 		dst = append(dst, 1)
-		out, rest, null, err := appendAvroValue(dst, s, b, path)
+		out, rest, null, err := appendAvroValue(dst, s, b)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -237,9 +251,9 @@ func appendAvroItem(dst []byte, s avro.Schema, b []byte, path string) ([]byte, [
 		}
 		return out, rest, nil
 	}
-	out, rest, null, err := appendAvroValue(dst, s, b, path)
+	out, rest, null, err := appendAvroValue(dst, s, b)
 	if err == nil && null {
-		err = fmt.Errorf("field %q: a null item", path)
+		err = &pathError{noun: "field", msg: "a null item"}
 	}
 	return out, rest, err
 }
@@ -247,14 +261,14 @@ func appendAvroItem(dst []byte, s avro.Schema, b []byte, path string) ([]byte, [
 // appendAvroBlocks reads an Avro array or map, blocks of a count (its
 // negation followed by the block's size in bytes) ending with a 0 count,
 // and appends the row list's int32 count and each item's values.
-func appendAvroBlocks(dst, b []byte, path string, item func(dst, b []byte, i int) ([]byte, []byte, error)) ([]byte, []byte, bool, error) {
+func appendAvroBlocks(dst, b []byte, item func(dst, b []byte, i int) ([]byte, []byte, error)) ([]byte, []byte, bool, error) {
 	countAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	n := 0
 	for {
 		c, rest, err := readZigzag(b)
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("field %q: block count: %w", path, err)
+			return nil, nil, false, &pathError{noun: "field", msg: "block count: " + err.Error()}
 		}
 		b = rest
 		if c == 0 {
@@ -262,12 +276,12 @@ func appendAvroBlocks(dst, b []byte, path string, item func(dst, b []byte, i int
 		}
 		if c < 0 {
 			if _, b, err = readZigzag(b); err != nil { // the block's size
-				return nil, nil, false, fmt.Errorf("field %q: block size: %w", path, err)
+				return nil, nil, false, &pathError{noun: "field", msg: "block size: " + err.Error()}
 			}
 			c = -c
 		}
 		if c > int64(len(b)) { // every item takes a byte at least
-			return nil, nil, false, fmt.Errorf("field %q: a block of %d items in %d bytes", path, c, len(b))
+			return nil, nil, false, &pathError{noun: "field", msg: fmt.Sprintf("a block of %d items in %d bytes", c, len(b))}
 		}
 		for range c {
 			if dst, b, err = item(dst, b, n); err != nil {
@@ -277,7 +291,7 @@ func appendAvroBlocks(dst, b []byte, path string, item func(dst, b []byte, i int
 		}
 	}
 	if n > math.MaxInt32 {
-		return nil, nil, false, fmt.Errorf("field %q: %d items", path, n)
+		return nil, nil, false, &pathError{noun: "field", msg: fmt.Sprintf("%d items", n)}
 	}
 	binary.BigEndian.PutUint32(dst[countAt:], uint32(n))
 	return dst, b, false, nil

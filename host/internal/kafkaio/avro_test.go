@@ -151,6 +151,7 @@ func TestAvroReadErrors(t *testing.T) {
 		{"enum index", []byte{2, 0, 2}, []string{`field "e"`, "enum index 1"}},
 		{"string length", []byte{2, 2, 100, 'x'}, []string{`field "u"`, "bad length"}},
 		{"block count", []byte{2, 0, 0, 0x7f}, []string{`field "l"`, "block"}},
+		{"array item", []byte{2, 0, 0, 2, 0x80}, []string{`field "l[0]"`, "bad varint"}},
 	} {
 		_, err := enc(nil, &kgo.Record{Value: c.value})
 		if err == nil {

@@ -113,7 +113,7 @@ func NewRegistryPayloadEncoder(coders map[string]*pipepb.Coder, cid, text, url s
 		if plan.err != nil {
 			return nil, fmt.Errorf("schema id %d: %w", id, plan.err)
 		}
-		rest, err := fv.read(plan.writer, r.Value[5:], "")
+		rest, err := fv.read(plan.writer, r.Value[5:])
 		if err != nil {
 			return nil, fmt.Errorf("not a datum of its writer's schema (id %d): %w", id, err)
 		}
