@@ -384,13 +384,6 @@ func notJSON(err error) error {
 	return fmt.Errorf("not JSON: %w", err)
 }
 
-func fieldPath(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
-}
-
 // NewJSONPayloadDecoder returns the decoder of JSON write rows in coder
 // cid of coders (translate.CheckKafkaJSONWriteSchema), possibly
 // length-prefixed: each row's JSON object, the record's value.

@@ -254,3 +254,11 @@ func FuzzJSONRead(f *testing.F) {
 		}
 	})
 }
+
+// fieldPath is the path of field name of the value at path.
+func fieldPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}

@@ -16,7 +16,7 @@ import (
 
 // A PROTO read reads each value's wire format straight into the row of
 // its message type (ProtoRowSchema: every field, in declaration order),
-// as proto.Unmarshal into a dynamicpb message and appendProtoMessage
+// as proto.Unmarshal into a dynamicpb message and a walk of its fields
 // would (a dynamicpb message per value cost 5 µs and 66 allocations). It
 // keeps protobuf-go's (v1.36) rules for a message without fast-path
 // methods:
@@ -459,8 +459,7 @@ func (r *protoRowReader) emitMap(dst []byte, f *protoReadField, s *protoSeen) ([
 // appendDefaultRow appends the row value of fd's default, which a field
 // without presence reads as when absent.
 func appendDefaultRow(dst []byte, fd protoreflect.FieldDescriptor) []byte {
-	out, _ := appendProtoValue(dst, fd, fd.Default(), "")
-	return out
+	return appendScalarValue(dst, fd, fd.Default())
 }
 
 // appendScalarRow appends the row value of fd's wire value v: a varint's
@@ -477,8 +476,7 @@ func appendScalarRow(dst []byte, fd protoreflect.FieldDescriptor, v []byte) []by
 		}
 		return appendBytes(dst, strconv.Itoa(int(n)))
 	}
-	out, _ := appendProtoValue(dst, fd, scalarValue(fd, v), "")
-	return out
+	return appendScalarValue(dst, fd, scalarValue(fd, v))
 }
 
 // scalarValue decodes fd's raw wire value v (not a string, bytes or

@@ -2,6 +2,7 @@ package kafkaio
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
@@ -248,7 +249,7 @@ func referenceProtoEncoder(rowSchema, name string) (PayloadEncoder, error) {
 		if err := unmarshalProto(r.Value, m); err != nil {
 			return nil, fmt.Errorf("not a %s message: %w", md.FullName(), err)
 		}
-		return appendProtoMessage(dst, m, "")
+		return refAppendProtoMessage(dst, m, "")
 	}, nil
 }
 
@@ -492,4 +493,107 @@ func sameOutcome(t *testing.T, what string, in, got []byte, err error, want []by
 	case err == nil || wantErr == nil:
 		t.Fatalf("%s %x: error %v, the oracle's %v", what, in, err, wantErr)
 	}
+}
+
+// refAppendProtoMessage appends m as a row: a field with presence that m
+// lacks is null.
+func refAppendProtoMessage(dst []byte, m protoreflect.Message, path string) ([]byte, error) {
+	fields := m.Descriptor().Fields()
+	n := fields.Len()
+	dst = appendRowHeader(dst, n, func(i int) bool { fd := fields.Get(i); return fd.HasPresence() && !m.Has(fd) })
+	for i := range n {
+		fd := fields.Get(i)
+		if fd.HasPresence() && !m.Has(fd) {
+			continue
+		}
+		fp := fieldPath(path, string(fd.Name()))
+		v := m.Get(fd)
+		var err error
+		switch {
+		case fd.IsList():
+			l := v.List()
+			dst = binary.BigEndian.AppendUint32(dst, uint32(l.Len()))
+			for j := range l.Len() {
+				if dst, err = refAppendProtoValue(dst, fd, l.Get(j), fp+"["+strconv.Itoa(j)+"]"); err != nil {
+					return nil, err
+				}
+			}
+		case fd.IsMap():
+			mp := v.Map()
+			keys := make([]protoreflect.MapKey, 0, mp.Len())
+			mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool {
+				keys = append(keys, k)
+				return true
+			})
+			slices.SortFunc(keys, refCompareMapKeys)
+			dst = binary.BigEndian.AppendUint32(dst, uint32(len(keys)))
+			for _, k := range keys {
+				kp := fp + "[" + k.String() + "]"
+				if dst, err = refAppendProtoValue(dst, fd.MapKey(), k.Value(), kp); err != nil {
+					return nil, err
+				}
+				if dst, err = refAppendProtoValue(dst, fd.MapValue(), mp.Get(k), kp); err != nil {
+					return nil, err
+				}
+			}
+		default:
+			dst, err = refAppendProtoValue(dst, fd, v, fp)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+func refCompareMapKeys(a, b protoreflect.MapKey) int {
+	switch x := a.Interface().(type) {
+	case string:
+		return cmp.Compare(x, b.Interface().(string))
+	case bool:
+		y := b.Interface().(bool)
+		switch {
+		case x == y:
+			return 0
+		case !x:
+			return -1
+		}
+		return 1
+	case int32, int64:
+		return cmp.Compare(a.Int(), b.Int())
+	}
+	return cmp.Compare(a.Uint(), b.Uint())
+}
+
+// refAppendProtoValue appends one value of field fd (an element of a
+// repeated one) as its row value.
+func refAppendProtoValue(dst []byte, fd protoreflect.FieldDescriptor, v protoreflect.Value, path string) ([]byte, error) {
+	switch fd.Kind() {
+	case protoreflect.BoolKind:
+		if v.Bool() {
+			return append(dst, 1), nil
+		}
+		return append(dst, 0), nil
+	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind,
+		protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
+		return binary.AppendUvarint(dst, uint64(v.Int())), nil
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return binary.AppendUvarint(dst, v.Uint()), nil
+	case protoreflect.FloatKind:
+		return binary.BigEndian.AppendUint32(dst, math.Float32bits(float32(v.Float()))), nil
+	case protoreflect.DoubleKind:
+		return binary.BigEndian.AppendUint64(dst, math.Float64bits(v.Float())), nil
+	case protoreflect.StringKind:
+		return appendBytes(dst, v.String()), nil
+	case protoreflect.BytesKind:
+		return appendBytes(dst, v.Bytes()), nil
+	case protoreflect.EnumKind:
+		if ev := fd.Enum().Values().ByNumber(v.Enum()); ev != nil {
+			return appendBytes(dst, string(ev.Name())), nil
+		}
+		return appendBytes(dst, strconv.Itoa(int(v.Enum()))), nil
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return refAppendProtoMessage(dst, v.Message(), path)
+	}
+	return nil, fmt.Errorf("field %q: type %s has no row value", path, fd.Kind())
 }
