@@ -333,21 +333,26 @@ func (r *protoRowReader) emit(dst []byte) ([]byte, error) {
 }
 
 // emitMessage appends the row of the message whose occurrences are
-// parts (merged: read as their concatenation).
+// parts, merged: read as their concatenation.
 func (r *protoRowReader) emitMessage(dst []byte, f *protoReadField, parts [][]byte) ([]byte, error) {
-	b := []byte(nil)
-	switch len(parts) {
-	case 0:
-	case 1:
-		b = parts[0]
-	default:
-		start := len(r.merged)
-		for _, p := range parts {
-			r.merged = append(r.merged, p...)
+	if len(parts) <= 1 {
+		var b []byte
+		if len(parts) == 1 {
+			b = parts[0]
 		}
-		b = r.merged[start:]
-		defer func() { r.merged = r.merged[:start] }()
+		return r.emitNested(dst, f, b)
 	}
+	start := len(r.merged)
+	for _, p := range parts {
+		r.merged = append(r.merged, p...)
+	}
+	dst, err := r.emitNested(dst, f, r.merged[start:])
+	r.merged = r.merged[:start]
+	return dst, err
+}
+
+// emitNested appends the row of message b of field f's message type.
+func (r *protoRowReader) emitNested(dst []byte, f *protoReadField, b []byte) ([]byte, error) {
 	if err := f.nested.scan(b); err != nil {
 		return nil, err
 	}
@@ -371,7 +376,7 @@ func (r *protoRowReader) emitList(dst []byte, f *protoReadField, s *protoSeen) (
 		}
 		var err error
 		if fd.Message() != nil {
-			if dst, err = r.emitMessage(dst, f, p2(p)); err != nil {
+			if dst, err = r.emitNested(dst, f, p); err != nil {
 				return nil, err
 			}
 		} else {
@@ -382,10 +387,6 @@ func (r *protoRowReader) emitList(dst []byte, f *protoReadField, s *protoSeen) (
 	binary.BigEndian.PutUint32(dst[at:], uint32(count))
 	return dst, nil
 }
-
-// p2 is one part as a parts list (no allocation: a stack array would
-// escape through emitMessage's defer otherwise).
-func p2(p []byte) [][]byte { return [][]byte{p} }
 
 func (r *protoRowReader) emitMap(dst []byte, f *protoReadField, s *protoSeen) ([]byte, error) {
 	kfd, vfd := f.fd.MapKey(), f.fd.MapValue()
@@ -442,7 +443,7 @@ func (r *protoRowReader) emitMap(dst []byte, f *protoReadField, s *protoSeen) ([
 		var err error
 		switch {
 		case vfd.Message() != nil:
-			if dst, err = r.emitMessage(dst, f, p2(r.merged[e.msg.start:e.msg.end])); err != nil {
+			if dst, err = r.emitNested(dst, f, r.merged[e.msg.start:e.msg.end]); err != nil {
 				return nil, err
 			}
 		case !e.hasValue:
