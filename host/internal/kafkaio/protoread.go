@@ -1,6 +1,7 @@
 package kafkaio
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -400,40 +401,20 @@ func (r *protoRowReader) emitMap(dst []byte, f *protoReadField, s *protoSeen) ([
 		r.entries = append(r.entries, e)
 	}
 	entries := r.entries[first:]
-	keyOf := func(e protoReadEntry) (string, int64, uint64) {
-		if !e.hasKey {
-			return "", 0, 0
-		}
+	// A missing key is the default: "", false or 0.
+	compareKeys := func(x, y protoReadEntry) int {
 		if kfd.Kind() == protoreflect.StringKind {
-			return string(e.key), 0, 0
+			return bytes.Compare(x.key, y.key)
 		}
-		v := scalarValue(kfd, e.key)
-		switch kfd.Kind() {
-		case protoreflect.BoolKind:
-			if v.Bool() {
-				return "", 1, 0
-			}
-			return "", 0, 0
-		case protoreflect.Uint32Kind, protoreflect.Fixed32Kind, protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-			return "", 0, v.Uint()
-		}
-		return "", v.Int(), 0
+		return cmp.Compare(mapKeyNumber(kfd, x), mapKeyNumber(kfd, y))
 	}
-	slices.SortStableFunc(entries, func(x, y protoReadEntry) int {
-		xs, xi, xu := keyOf(x)
-		ys, yi, yu := keyOf(y)
-		return cmp.Or(cmp.Compare(xs, ys), cmp.Compare(xi, yi), cmp.Compare(xu, yu))
-	})
+	slices.SortStableFunc(entries, compareKeys)
 	n := 0
 	at := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	for k, e := range entries {
-		if k+1 < len(entries) {
-			xs, xi, xu := keyOf(e)
-			ys, yi, yu := keyOf(entries[k+1])
-			if xs == ys && xi == yi && xu == yu {
-				continue // a later entry of the key replaces it
-			}
+		if k+1 < len(entries) && compareKeys(e, entries[k+1]) == 0 {
+			continue // a later entry of the key replaces it
 		}
 		if !e.hasKey {
 			dst = appendDefaultRow(dst, kfd)
@@ -455,6 +436,25 @@ func (r *protoRowReader) emitMap(dst []byte, f *protoReadField, s *protoSeen) ([
 	}
 	binary.BigEndian.PutUint32(dst[at:], uint32(n))
 	return dst, nil
+}
+
+// mapKeyNumber orders a map entry's key of a kind other than string:
+// false before true, numbers ascending (uint32 keys fit in an int64).
+func mapKeyNumber(kfd protoreflect.FieldDescriptor, e protoReadEntry) int64 {
+	if !e.hasKey {
+		return 0
+	}
+	v := scalarValue(kfd, e.key)
+	switch kfd.Kind() {
+	case protoreflect.BoolKind:
+		if v.Bool() {
+			return 1
+		}
+		return 0
+	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
+		return int64(v.Uint())
+	}
+	return v.Int()
 }
 
 // appendDefaultRow appends the row value of fd's default, which a field
