@@ -36,8 +36,8 @@
 // non-nullable payload would); a write's input is a row of one BYTES
 // field whose value becomes the record's value, with a null key.
 //
-// JSON rows (json.go): the schema transforms' JSON format. A read parses
-// each record's value as a JSON object into a row of the read's schema
+// JSON rows (json.go): the schema transforms' JSON format. A read streams
+// each record's value, a JSON object, into a row of the read's schema
 // (translate.JSONRowSchema), as Beam's RowJson deserializer reads it; a
 // value that is not the schema's JSON is an error naming the property, a
 // bad record to the task. A write turns each input row, whatever its
@@ -48,6 +48,13 @@
 // record schema (translate.AvroRowSchema) and of the schema derived from a
 // write's rows (translate.AvroWriteSchema); registry.go reads Confluent's
 // wire format, fetching writers' schemas from a registry. Protobuf rows
-// (proto.go): messages of a FileDescriptorSet's type, both ways, through
-// dynamicpb.
+// (proto.go): messages of a FileDescriptorSet's type, both ways, read
+// (protoread.go) and written (protowrite.go) in the wire format directly,
+// as protobuf-go's dynamicpb messages would be.
+//
+// Readers and writers are made once per schema and reused by one task's
+// goroutine; an error about a value names its path (pathError, paths.go),
+// built only when there is an error. The tests keep the readers and
+// writers these replaced (encoding/json maps, dynamicpb messages) as the
+// oracles of their fuzz tests (jsonref_test.go, protoref_test.go).
 package kafkaio
