@@ -337,8 +337,27 @@ func startAppInstance(t *testing.T, name string) *appInstance {
 		pool.Stop(context.Background())
 		cancel()
 		lf.Close()
+		if t.Failed() {
+			logFileTail(t, "instance "+name, a.logFile, 200)
+		}
 	})
 	return a
+}
+
+// logFileTail logs the last n lines of the log file at path, what the test's
+// output keeps of an instance that failed it (the file is a temporary
+// one).
+func logFileTail(t *testing.T, what, path string, n int) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("%s: no log: %v", what, err)
+		return
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	t.Logf("%s: the last %d lines of its log:\n%s", what, len(lines), strings.Join(lines, "\n"))
 }
 
 func (a *appInstance) onRestored(sub int, partition int32, records int) {
