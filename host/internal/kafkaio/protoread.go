@@ -48,9 +48,12 @@ var errUnknownField = errors.New("unknown field")
 // protoRowReader reads messages of one type into rows. It is not safe for
 // concurrent use: an encoder serves one task's goroutine.
 type protoRowReader struct {
-	md       protoreflect.MessageDescriptor
-	fields   []protoReadField // md's, in declaration order
-	byNumber map[protowire.Number]int
+	md     protoreflect.MessageDescriptor
+	fields []protoReadField // md's, in declaration order
+	// byNumber finds a field by number: dense for the small numbers
+	// most messages use (-1: none), a map beyond.
+	byNumber []int
+	bySparse map[protowire.Number]int
 	required []int
 
 	// Of the message being read: what each field's occurrences left.
@@ -64,6 +67,9 @@ type protoRowReader struct {
 type protoReadField struct {
 	fd     protoreflect.FieldDescriptor
 	nested *protoRowReader // the reader of its message values
+	// oneof is the field's oneof's index in the message, -1 outside
+	// one (what scanField compares, cheaper than descriptors).
+	oneof int
 }
 
 // protoSeen is what a field's occurrences left: a scalar's last value, a
@@ -91,11 +97,14 @@ func newProtoRowReader(md protoreflect.MessageDescriptor, readers map[protorefle
 		return r
 	}
 	fds := md.Fields()
-	r := &protoRowReader{md: md, byNumber: map[protowire.Number]int{}, seen: make([]protoSeen, fds.Len())}
+	r := &protoRowReader{md: md, bySparse: map[protowire.Number]int{}, seen: make([]protoSeen, fds.Len())}
 	readers[md.FullName()] = r
 	for i := range fds.Len() {
 		fd := fds.Get(i)
-		f := protoReadField{fd: fd}
+		f := protoReadField{fd: fd, oneof: -1}
+		if od := fd.ContainingOneof(); od != nil {
+			f.oneof = od.Index()
+		}
 		vfd := fd
 		if fd.IsMap() {
 			vfd = fd.MapValue()
@@ -104,12 +113,33 @@ func newProtoRowReader(md protoreflect.MessageDescriptor, readers map[protorefle
 			f.nested = newProtoRowReader(vfd.Message(), readers)
 		}
 		r.fields = append(r.fields, f)
-		r.byNumber[fd.Number()] = i
+		if n := int(fd.Number()); n < maxDenseFieldNumber {
+			for len(r.byNumber) <= n {
+				r.byNumber = append(r.byNumber, -1)
+			}
+			r.byNumber[n] = i
+		} else {
+			r.bySparse[fd.Number()] = i
+		}
 		if fd.Cardinality() == protoreflect.Required {
 			r.required = append(r.required, i)
 		}
 	}
 	return r
+}
+
+// maxDenseFieldNumber bounds the field numbers byNumber holds.
+const maxDenseFieldNumber = 1024
+
+// field is the index of the field numbered num, or -1.
+func (r *protoRowReader) field(num protowire.Number) int {
+	if int(num) < len(r.byNumber) {
+		return r.byNumber[num]
+	}
+	if i, ok := r.bySparse[num]; ok {
+		return i
+	}
+	return -1
 }
 
 // appendRow reads the message b and appends its row.
@@ -136,7 +166,7 @@ func (r *protoRowReader) scan(b []byte) error {
 			return fmt.Errorf("protobuf could not parse it: field number %d", num)
 		}
 		b = b[n:]
-		if i, ok := r.byNumber[num]; ok {
+		if i := r.field(num); i >= 0 {
 			n, err := r.scanField(i, typ, b)
 			if err == nil {
 				b = b[n:]
@@ -201,9 +231,9 @@ func (r *protoRowReader) scanField(i int, typ protowire.Type, b []byte) (int, er
 	if err != nil {
 		return 0, err
 	}
-	if od := fd.ContainingOneof(); od != nil {
+	if f.oneof >= 0 {
 		for j := range r.fields {
-			if j != i && r.fields[j].fd.ContainingOneof() == od {
+			if j != i && r.fields[j].oneof == f.oneof {
 				o := &r.seen[j]
 				o.set, o.last, o.parts = false, nil, o.parts[:0]
 			}
