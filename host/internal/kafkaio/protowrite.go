@@ -69,11 +69,9 @@ type protoRowWriter struct {
 	md     protoreflect.MessageDescriptor
 	fields []protoField // the row's, in encoding order
 	order  []int        // fields, in the order the marshal writes them
-	// required are md's required fields, as indexes into fields (-1: the
-	// row has no such field, so no row can be written), and requiredFDs
-	// the fields themselves.
-	required    []int
-	requiredFDs []protoreflect.FieldDescriptor
+	// required are md's required fields, each with its index in fields
+	// (-1: the row has no such field, so no row can be written).
+	required []protoRequired
 
 	// Of the row being written: each field's wire bytes in buf, or
 	// {-1, -1} while it is null or cleared by another of its oneof.
@@ -82,6 +80,11 @@ type protoRowWriter struct {
 	// Of the map being written: its entries' wire bytes in entryBuf.
 	entries  []protoMapEntry
 	entryBuf []byte
+}
+
+type protoRequired struct {
+	fd    protoreflect.FieldDescriptor
+	field int
 }
 
 type protoField struct {
@@ -156,8 +159,7 @@ func newProtoRowWriter(md protoreflect.MessageDescriptor, s *pipepb.Schema, writ
 	nums := md.RequiredNumbers()
 	for i := range nums.Len() {
 		fd := md.Fields().ByNumber(nums.Get(i))
-		w.required = append(w.required, slices.IndexFunc(w.fields, func(f protoField) bool { return f.fd == fd }))
-		w.requiredFDs = append(w.requiredFDs, fd)
+		w.required = append(w.required, protoRequired{fd, slices.IndexFunc(w.fields, func(f protoField) bool { return f.fd == fd })})
 	}
 	return w, nil
 }
@@ -200,9 +202,9 @@ func (w *protoRowWriter) appendMessage(dst, b []byte) ([]byte, []byte, error) {
 		}
 		w.spans[i] = span{start, len(w.buf)}
 	}
-	for k, i := range w.required {
-		if i < 0 || w.spans[i].start < 0 {
-			return nil, nil, &pathError{noun: "field", path: string(w.requiredFDs[k].Name()), msg: fmt.Sprintf("null or missing, and %s requires it", w.md.FullName())}
+	for _, r := range w.required {
+		if r.field < 0 || w.spans[r.field].start < 0 {
+			return nil, nil, &pathError{noun: "field", path: string(r.fd.Name()), msg: fmt.Sprintf("null or missing, and %s requires it", w.md.FullName())}
 		}
 	}
 	for _, i := range w.order {
