@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/xlangx"
@@ -303,8 +304,12 @@ func ConfigRead(payload []byte, withMetadata bool) (*translate.KafkaRead, []stri
 	}
 	r.int("redistribute_num_keys")
 	r.bool("allow_duplicates")
-	if v := r.int("dynamic_read_poll_interval_seconds"); v != nil {
-		warn = append(warn, fmt.Sprintf("%s: %d ignored: ksrunner reads the partitions the topics have when the job starts", r.name("dynamic_read_poll_interval_seconds"), *v))
+	// Java's dynamic read looks for added partitions this often; the
+	// host's client does when its metadata ages out (metadata.max.age.ms),
+	// and starts them at their beginning.
+	dynamicPoll := r.int("dynamic_read_poll_interval_seconds")
+	if dynamicPoll != nil && (*dynamicPoll < 1 || *dynamicPoll > 3600) {
+		r.fail("dynamic_read_poll_interval_seconds", "%d: want 1 to 3600 seconds", *dynamicPoll)
 	}
 	r.rest()
 	if r.err != nil {
@@ -322,6 +327,16 @@ func ConfigRead(payload []byte, withMetadata bool) (*translate.KafkaRead, []stri
 			}
 			spec.ConsumerConfig[k] = v
 		}
+	}
+	if dynamicPoll != nil {
+		ms := *dynamicPoll * 1000
+		if given, err := strconv.ParseInt(spec.ConsumerConfig["metadata.max.age.ms"], 10, 64); err == nil && given < ms {
+			ms = given // the shorter serves both
+		}
+		if spec.ConsumerConfig == nil {
+			spec.ConsumerConfig = map[string]string{}
+		}
+		spec.ConsumerConfig["metadata.max.age.ms"] = strconv.FormatInt(ms, 10)
 	}
 	if _, err := kafkaio.ParseSecurity(spec.ConsumerConfig, r.name("consumer_config")); err != nil {
 		return nil, nil, err

@@ -162,6 +162,7 @@ type snakeStyleRead struct {
 	ConsumerFactory   *string           `beam:"consumer_factory_fn_class"`
 	PollingTimeout    *int64            `beam:"consumer_polling_timeout"`
 	Redistribute      *bool             `beam:"redistribute"`
+	DynamicPoll       *int64            `beam:"dynamic_read_poll_interval_seconds"`
 }
 
 type unknownFieldRead struct {
@@ -226,6 +227,17 @@ func TestConfigRead(t *testing.T) {
 		{name: "custom consumer factory",
 			row: snakeStyleRead{Topics: []string{"t"}, ConsumerFactory: &factory},
 			err: []string{"consumer_factory_fn_class", factory}},
+		{name: "dynamic read: its interval is the metadata's max age",
+			row:  snakeStyleRead{Topics: []string{"t"}, DynamicPoll: ptr(30)},
+			want: &translate.KafkaRead{Topics: []string{"t"}, KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", ConsumerConfig: map[string]string{"metadata.max.age.ms": "30000"}}},
+		{name: "dynamic read: a shorter metadata.max.age.ms stays",
+			row:  snakeStyleRead{Topics: []string{"t"}, DynamicPoll: ptr(30), ConsumerConfig: map[string]string{"metadata.max.age.ms": "2000"}},
+			want: &translate.KafkaRead{Topics: []string{"t"}, KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", ConsumerConfig: map[string]string{"metadata.max.age.ms": "2000"}}},
+		{name: "dynamic read: a longer metadata.max.age.ms gives way",
+			row:  snakeStyleRead{Topics: []string{"t"}, DynamicPoll: ptr(30), ConsumerConfig: map[string]string{"metadata.max.age.ms": "300000"}},
+			want: &translate.KafkaRead{Topics: []string{"t"}, KeyFormat: "ByteArray", ValueFormat: "ByteArray", TimestampPolicy: "ProcessingTime", ConsumerConfig: map[string]string{"metadata.max.age.ms": "30000"}}},
+		{name: "dynamic read: zero", row: snakeStyleRead{Topics: []string{"t"}, DynamicPoll: ptr(0)},
+			err: []string{"dynamic_read_poll_interval_seconds", "0: want 1 to 3600 seconds"}},
 		{name: "unknown field", row: unknownFieldRead{Topics: []string{"t"}}, err: []string{"bogus_field", "not a field"}},
 		{name: "no topics", row: goStyleRead{}, err: []string{"no topics"}},
 		{name: "bad timestamp policy", row: goStyleRead{Topics: []string{"t"}, TimestampPolicy: "EventTime"}, err: []string{`"EventTime"`}},

@@ -78,12 +78,13 @@ type instance struct {
 	// began (reach.troubleSince; only the loop touches it); prevMark when
 	// the cycle before it began.
 	cycleMark, prevMark int64
-	observed            observed    // what observe measured last (observe.go)
-	pollSize            pollSize    // records a poll takes for the cycle's elements (only the loop touches it)
-	watch               *cycleWatch // names the loop's step; run's goroutine warns when one lasts
-	offsets             offsetWait  // assigned partitions whose committed offsets have not come yet
-	hangCheck           time.Time   // when checkOffsetWait last looked for a hanging transaction
-	hangFound           string      // what it found then
+	observed            observed     // what observe measured last (observe.go)
+	pollSize            pollSize     // records a poll takes for the cycle's elements (only the loop touches it)
+	watch               *cycleWatch  // names the loop's step; run's goroutine warns when one lasts
+	offsets             offsetWait   // assigned partitions whose committed offsets have not come yet
+	starts              startCommits // Kafka read partitions started without a commit, to commit (kafkaio.go)
+	hangCheck           time.Time    // when checkOffsetWait last looked for a hanging transaction
+	hangFound           string       // what it found then
 	// writtenLookDue and writtenLookMark say when reconcileWritten must
 	// look before End: at the instance's first, after an End that did not
 	// commit, after a broker failure since the mark (hangingdata.go).
@@ -466,6 +467,10 @@ func (i *instance) onAssigned(ctx context.Context, _ *kgo.Client, assigned map[s
 		i.watch.enterQuiet(stepRestore)
 		defer i.watch.enter(stepPoll)
 	}
+	if err := i.growChangelogs(ctx, ids); err != nil {
+		i.setProduceErr(err)
+		return
+	}
 	if err := i.restoreTasks(ctx, ids); err != nil {
 		i.setProduceErr(err)
 		return
@@ -702,6 +707,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			i.cfg.Logger.Debug("cycle cut to its bound; the rest is fetched again", "polled_elements", elements, "kept_elements", keptElements, "read_max_elements_per_poll", maxElements)
 			fetches, elements = kept, keptElements
 		}
+		i.commitStarts()
 		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
 		if err != nil {

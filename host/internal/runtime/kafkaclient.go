@@ -33,6 +33,9 @@ import (
 //
 // auto.offset.reset and isolation.level are honoured elsewhere
 // (startOffsets; translate refuses all but read_committed);
+// metadata.max.age.ms is how often the client looks for partitions added
+// to the topics it reads: reads giving different values get the shortest
+// (metadataMaxAge), which serves every one of them;
 // bootstrap.servers is checked by checkKafkaIO; the security settings
 // (security.*, sasl.*, ssl.*) are the connection of every client of the
 // job (kafkaio.JobSecurity).
@@ -152,6 +155,9 @@ type clientConfig struct {
 	batchMaxBytes int32
 	// bufferBytes is the producer's MaxBufferedBytes (buffer.memory).
 	bufferBytes int
+	// metadataMaxAge is the shortest metadata.max.age.ms of the reads;
+	// 0: none gave one (franz-go's default, 5 minutes).
+	metadataMaxAge time.Duration
 }
 
 // kafkaClientConfig collects the settings of the plan's Kafka reads and
@@ -199,8 +205,17 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 	}
 	for _, st := range plan.SubTopologies {
 		if r := st.Root.KafkaRead; r != nil {
-			if err := add("consumer", st.Root.TransformID, r.ConsumerConfig, consumerSettings, "auto.offset.reset", "isolation.level", "bootstrap.servers"); err != nil {
+			if err := add("consumer", st.Root.TransformID, r.ConsumerConfig, consumerSettings, "auto.offset.reset", "isolation.level", "bootstrap.servers", "metadata.max.age.ms"); err != nil {
 				return nil, err
+			}
+			if v, ok := r.ConsumerConfig["metadata.max.age.ms"]; ok {
+				d, err := metadataMaxAge(v)
+				if err != nil {
+					return nil, fmt.Errorf("transform %s: consumer config metadata.max.age.ms=%q: %w", st.Root.TransformID, v, err)
+				}
+				if cc.metadataMaxAge == 0 || d < cc.metadataMaxAge {
+					cc.metadataMaxAge = d
+				}
 			}
 		}
 		for _, sk := range st.Sinks {
@@ -228,7 +243,27 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 		cc.bufferBytes = int(n)
 	}
 	cc.opts = append(cc.opts, kgo.MaxBufferedBytes(cc.bufferBytes))
+	if d := cc.metadataMaxAge; d > 0 {
+		// franz-go refuses a max age below its min age (5 s by default),
+		// which also spaces the refreshes its errors trigger.
+		cc.opts = append(cc.opts, kgo.MetadataMaxAge(d), kgo.MetadataMinAge(min(d, 5*time.Second)))
+	}
 	return cc, nil
+}
+
+// metadataMaxAge parses metadata.max.age.ms: how long the client keeps
+// its metadata before it asks again, and so how soon it finds partitions
+// added to a topic it reads (Kafka's consumer default and franz-go's: 5
+// minutes). franz-go takes 10 ms to an hour.
+func metadataMaxAge(v string) (time.Duration, error) {
+	d, err := millis(v)
+	if err != nil {
+		return 0, err
+	}
+	if d < 10*time.Millisecond || d > time.Hour {
+		return 0, fmt.Errorf("want 10 to 3600000 milliseconds")
+	}
+	return d, nil
 }
 
 // DefaultProducerBufferBytes is the producer's buffer when no Kafka write

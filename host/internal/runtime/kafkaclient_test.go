@@ -168,3 +168,48 @@ func TestKafkaClientSettingsRefused(t *testing.T) {
 		})
 	}
 }
+
+// metadata.max.age.ms: the shortest the reads give is the client's (it
+// serves them all), with franz-go's min age lowered to it when below 5 s;
+// none keeps franz-go's 5 minutes; a bad value names the transform.
+func TestMetadataMaxAge(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		c1, c2       map[string]string
+		max, minimum time.Duration
+		want         string
+	}{
+		{name: "none", max: 5 * time.Minute, minimum: 5 * time.Second},
+		{name: "one", c2: map[string]string{"metadata.max.age.ms": "30000"}, max: 30 * time.Second, minimum: 5 * time.Second},
+		{name: "shortest of two", c1: map[string]string{"metadata.max.age.ms": "60000"}, c2: map[string]string{"metadata.max.age.ms": "1000"}, max: time.Second, minimum: time.Second},
+		{name: "not a number", c1: map[string]string{"metadata.max.age.ms": "soon"}, want: `transform read1: consumer config metadata.max.age.ms="soon": want milliseconds`},
+		{name: "above an hour", c2: map[string]string{"metadata.max.age.ms": "3600001"}, want: `transform read2: consumer config metadata.max.age.ms="3600001": want 10 to 3600000 milliseconds`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cc, err := kafkaClientConfig(clientPlan(tc.c1, tc.c2, nil, nil), true)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cc.notApplied) != 0 {
+				t.Errorf("not applied: %v, want none", cc.notApplied)
+			}
+			cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, cc.opts...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			if got := cl.OptValue(kgo.MetadataMaxAge); got != tc.max {
+				t.Errorf("max age %v, want %v", got, tc.max)
+			}
+			if got := cl.OptValue(kgo.MetadataMinAge); got != tc.minimum {
+				t.Errorf("min age %v, want %v", got, tc.minimum)
+			}
+		})
+	}
+}

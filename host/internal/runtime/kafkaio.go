@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -27,19 +29,35 @@ import (
 // latest (Kafka's default), or none, which makes a partition without a
 // committed offset fail the job (Kafka's NoOffsetForPartitionException):
 // checkResetNone at Run, startOffsets for a partition assigned later
-// without one (added to the topic since, or its commit expired).
-// startOffsets applies this when the group assigns the partition;
-// readBounds applies the same rule at Run to split max_num_records.
+// without one (added to the topic since, or its commit expired). A
+// partition added to the topic after the application began reading it
+// (knownReadPartitions) starts at its beginning instead, unless the reset
+// is none. startOffsets applies this when the group assigns the partition,
+// and commitStarts commits where it started; readBounds applies the same
+// rule at Run to split max_num_records.
+//
+// Partitions added while a job runs: the group assigns them once the
+// instances' clients see them, which they look for every
+// metadata.max.age.ms (5 minutes by default; Java's
+// dynamic_read_poll_interval_seconds sets it at expansion). Their tasks'
+// changelog partitions are added first (growChangelogs). The tasks
+// downstream count the new tasks' watermark reports as they come
+// (watermark.Aggregator: more producers than expected each count).
 
 // startOffsets is the group's AdjustFetchOffsetsFn: a partition without a
 // committed offset starts at the start (the consumer's reset offset), which
 // internal topics need; a Kafka read's partition starts at its
-// start_read_time or per its auto.offset.reset instead.
+// start_read_time or per its auto.offset.reset instead, unless it was
+// added to the topic after the application began reading it
+// (addedPartition): that one starts at its beginning.
 //
 // A Kafka read's partition without a commit starts at an exact offset,
 // listed here (with the admin client, read_committed for the end), not at
 // a reset the client resolves: sourceEnds needs the position of a task
-// that has handled nothing to tell when its partition is caught up.
+// that has handled nothing to tell when its partition is caught up. The
+// next cycle commits that offset (commitStarts), so that wherever the
+// partition goes next, and a later run of the job, starts there rather
+// than resolving auto.offset.reset again at another end offset.
 //
 // Only the first assignment goes through here: an offset out of range
 // later (the committed offset deleted by retention) resets to the start.
@@ -50,60 +68,258 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 		if st == nil || st.Root.Kind != translate.RootKafkaSource {
 			continue
 		}
-		var uncommitted []int32
+		var uncommitted, added []int32
 		for p, o := range ps {
-			if o.EpochOffset().Offset == -2 { // no commit: the reset offset, AtStart
+			if o.EpochOffset().Offset != -2 { // -2: no commit, the reset offset (AtStart)
+				continue
+			}
+			if i.addedPartition(topic, p) {
+				added = append(added, p)
+			} else {
 				uncommitted = append(uncommitted, p)
 			}
 		}
-		if len(uncommitted) == 0 {
+		if len(uncommitted) == 0 && len(added) == 0 {
 			continue
 		}
+		slices.Sort(added)
+		slices.Sort(uncommitted)
 		r := st.Root.KafkaRead
-		if resetNone(r) {
+		admin := kadm.NewClient(i.admin)
+		started := map[int32]int64{}
+		if len(added) > 0 {
+			i.cfg.Logger.Info("partitions added to a topic the job reads: they start at their beginning", "transform", st.Root.TransformID, "topic", topic, "partitions", added)
+			if err := i.listStarts(ctx, st, topic, added, "the start offsets (partitions added since the job started)", admin.ListStartOffsets, ps, started); err != nil {
+				return nil, err
+			}
+		}
+		if len(uncommitted) > 0 && resetNone(r) {
 			// Nothing of these partitions may be read: they leave the
 			// assignment, and the instance fails.
 			for _, p := range uncommitted {
 				delete(ps, p)
 			}
-			slices.Sort(uncommitted)
 			i.setProduceErr(noOffsetError(st.Root.TransformID, topic, uncommitted, i.cfg.ApplicationID))
+			uncommitted = nil
+		}
+		if len(uncommitted) > 0 {
+			var (
+				what string
+				list func(context.Context, ...string) (kadm.ListedOffsets, error)
+			)
+			switch {
+			case r.StartReadTimeMs != nil:
+				what = fmt.Sprintf("the offsets after start_read_time %d", *r.StartReadTimeMs)
+				list = func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
+					return admin.ListOffsetsAfterMilli(ctx, *r.StartReadTimeMs, t...)
+				}
+			case r.ConsumerConfig["auto.offset.reset"] == "earliest":
+				what, list = "the start offsets (auto.offset.reset earliest)", admin.ListStartOffsets
+			default:
+				what, list = "the end offsets (auto.offset.reset latest)", admin.ListCommittedOffsets
+			}
+			if err := i.listStarts(ctx, st, topic, uncommitted, what, list, ps, started); err != nil {
+				return nil, err
+			}
+		}
+		if len(started) == 0 {
 			continue
-		}
-		var (
-			what  string
-			list  func(context.Context, ...string) (kadm.ListedOffsets, error)
-			admin = kadm.NewClient(i.admin)
-		)
-		switch {
-		case r.StartReadTimeMs != nil:
-			what = fmt.Sprintf("the offsets after start_read_time %d", *r.StartReadTimeMs)
-			list = func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
-				return admin.ListOffsetsAfterMilli(ctx, *r.StartReadTimeMs, t...)
-			}
-		case r.ConsumerConfig["auto.offset.reset"] == "earliest":
-			what, list = "the start offsets (auto.offset.reset earliest)", admin.ListStartOffsets
-		default:
-			what, list = "the end offsets (auto.offset.reset latest)", admin.ListCommittedOffsets
-		}
-		listed, err := list(ctx, topic)
-		if err != nil {
-			return nil, fmt.Errorf("transform %s: topic %s: listing %s: %w", st.Root.TransformID, topic, what, err)
-		}
-		started := map[int32]int64{}
-		for _, p := range uncommitted {
-			o, ok := listed.Lookup(topic, p)
-			if !ok || o.Err != nil {
-				return nil, fmt.Errorf("transform %s: topic %s partition %d: listing %s: %v", st.Root.TransformID, topic, p, what, cmp.Or(o.Err, errors.New("not listed")))
-			}
-			ps[p] = kgo.NewOffset().At(o.Offset)
-			started[p] = o.Offset
 		}
 		if i.sourceEnds != nil {
 			i.sourceEnds.started(topic, started)
 		}
+		i.starts.add(topic, started)
 	}
 	return offsets, nil
+}
+
+// listStarts lists where each of the partitions parts of topic starts,
+// with list (what names it in errors), and sets it in ps and started. The
+// admin client lists the partitions its metadata knows: one added to the
+// topic a moment ago may not be there yet, so it looks again, with fresh
+// metadata, for a while.
+func (i *instance) listStarts(ctx context.Context, st *translate.SubTopology, topic string, parts []int32, what string, list func(context.Context, ...string) (kadm.ListedOffsets, error), ps map[int32]kgo.Offset, started map[int32]int64) error {
+	deadline := time.Now().Add(addedPartitionWait)
+	for {
+		listed, err := list(ctx, topic)
+		if err != nil {
+			return fmt.Errorf("transform %s: topic %s: listing %s: %w", st.Root.TransformID, topic, what, err)
+		}
+		var missing bool
+		for _, p := range parts {
+			o, ok := listed.Lookup(topic, p)
+			if !ok && time.Now().Before(deadline) {
+				missing = true
+				break
+			}
+			if !ok || o.Err != nil {
+				return fmt.Errorf("transform %s: topic %s partition %d: listing %s: %v", st.Root.TransformID, topic, p, what, cmp.Or(o.Err, errors.New("not listed")))
+			}
+			ps[p] = kgo.NewOffset().At(o.Offset)
+			started[p] = o.Offset
+		}
+		if !missing {
+			return nil
+		}
+		i.admin.ForceMetadataRefresh()
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// addedPartitionWait bounds how long listStarts waits for the admin
+// client's metadata to show a partition the group assigned.
+const addedPartitionWait = 30 * time.Second
+
+// addedPartition says whether partition p of a topic the job reads was
+// added to it after the application began reading it: it is above every
+// partition the application had read when this Run began
+// (knownReadPartitions). The group assigns such a partition once the
+// client's metadata shows it (metadata.max.age.ms).
+func (i *instance) addedPartition(topic string, p int32) bool {
+	return i.cfg.addedReadPartition(topic, p)
+}
+
+func (c Config) addedReadPartition(topic string, p int32) bool {
+	n, ok := c.readPartitions[topic]
+	return ok && p >= n
+}
+
+// knownReadPartitions is, per topic the plan's Kafka reads read, how many
+// of its partitions the application knows: partitions are only ever added
+// to a topic, after the others, so those it has read are the ones below
+// the highest with a committed offset in the group (every partition a
+// read starts gets its start offset committed, commitStarts); an
+// application that has committed none of the topic's partitions knows
+// those the topic has now (Discover). A partition above is new: written
+// to only after the application began reading the topic, it starts at
+// its beginning, whatever auto.offset.reset says (but none, which fails on
+// a partition without a committed offset, new or not, as Kafka's consumer
+// does), so that what was written to it before a job's client noticed it,
+// or while no job ran, is read.
+//
+// The one other way a partition above them lacks a commit: the group's
+// offsets of some partitions were deleted by hand (kafka-consumer-groups
+// --delete-offsets); it starts at its beginning too.
+func knownReadPartitions(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client) (map[string]int32, error) {
+	known := map[string]int32{}
+	var committed kadm.OffsetResponses
+	fetched := false
+	for _, st := range cfg.Plan.SubTopologies {
+		if st.Root.Kind != translate.RootKafkaSource || resetNone(st.Root.KafkaRead) {
+			// auto.offset.reset none: a partition without a committed
+			// offset fails the job, new or not, as in Kafka's consumer.
+			continue
+		}
+		if !fetched {
+			var err error
+			if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
+				return nil, fmt.Errorf("transform %s: the committed offsets of group %s: %w", st.Root.TransformID, cfg.ApplicationID, err)
+			}
+			fetched = true
+		}
+		n := int32(-1)
+		for p, c := range committed[st.Input] {
+			if c.Err == nil && c.At >= 0 {
+				n = max(n, p+1)
+			}
+		}
+		if n < 0 {
+			n = ts.Partitions[st.Input]
+		}
+		known[st.Input] = n
+	}
+	return known, nil
+}
+
+// growChangelogs gives the tasks of partitions added to a topic the job
+// reads (addedPartition) their changelog partitions, before they restore:
+// a source sub-topology's changelog has a partition per partition of its
+// topic as the job found it at Run, and grows with it here (and at the
+// next Run, topics.Set.Create).
+func (i *instance) growChangelogs(ctx context.Context, ids []taskID) error {
+	need := map[int]int32{} // sub-topology -> partitions
+	for _, id := range ids {
+		if isSource(i.subByTopic[id.topic]) && id.partition >= i.topics.Partitions[id.topic] {
+			sub := i.subByTopic[id.topic].ID
+			need[sub] = max(need[sub], id.partition+1)
+		}
+	}
+	for sub, n := range need {
+		if err := i.topics.GrowChangelog(ctx, i.admin, sub, n); err != nil {
+			return fmt.Errorf("sub-topology %d: %w", sub, err)
+		}
+	}
+	return nil
+}
+
+// startCommits are the start offsets startOffsets chose for partitions
+// without a commit, until a cycle commits them (commitStarts). It is
+// filled from the client's goroutine and drained by the loop.
+type startCommits struct {
+	mu      sync.Mutex
+	pending map[string]map[int32]int64
+}
+
+func (s *startCommits) add(topic string, started map[int32]int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending == nil {
+		s.pending = map[string]map[int32]int64{}
+	}
+	if s.pending[topic] == nil {
+		s.pending[topic] = map[int32]int64{}
+	}
+	maps.Copy(s.pending[topic], started)
+}
+
+func (s *startCommits) take() map[string]map[int32]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.pending
+	s.pending = nil
+	return p
+}
+
+// commitStarts makes the running cycle commit the start offset of each
+// Kafka read partition that started without a commit and has returned no
+// record yet: without it, such a partition (an empty one, or one past
+// which nothing was written) would have no committed offset, and the next
+// instance to own it would resolve auto.offset.reset anew, at a later end
+// offset, skipping what was written in between. A partition that returned
+// records needs nothing: the cycle commits past them. Called by the loop
+// before the cycle's commit.
+//
+// How: SetOffsets gives the partition an uncommitted head at its start
+// offset, which the cycle's End (or CommitUncommittedOffsets) commits. It
+// also moves the fetch position there, where it is already (nothing was
+// returned from it), dropping at most a buffered fetch, fetched again.
+func (i *instance) commitStarts() {
+	pending := i.starts.take()
+	if len(pending) == 0 {
+		return
+	}
+	heads := i.cl.UncommittedOffsets()
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for topic, ps := range pending {
+		for p, o := range ps {
+			if _, polled := heads[topic][p]; polled || i.tasks[taskID{topic, p}] == nil {
+				continue // committed past its records, or no longer here
+			}
+			if set[topic] == nil {
+				set[topic] = map[int32]kgo.EpochOffset{}
+			}
+			set[topic][p] = kgo.EpochOffset{Epoch: -1, Offset: o}
+		}
+	}
+	if len(set) > 0 {
+		i.cl.SetOffsets(set)
+	}
 }
 
 // resetNone reports whether a read fails on a partition without a
@@ -135,6 +351,9 @@ func checkResetNone(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.C
 		}
 		var missing []int32
 		for p := range ts.Partitions[st.Input] {
+			if cfg.addedReadPartition(st.Input, p) {
+				continue // from its beginning
+			}
 			if c, ok := committed.Lookup(st.Input, p); !ok || c.Err != nil || c.At < 0 {
 				missing = append(missing, p)
 			}
@@ -268,6 +487,12 @@ func available(ctx context.Context, cfg Config, adm *kadm.Client, st *translate.
 	if err != nil {
 		return nil, err
 	}
+	var beginnings kadm.ListedOffsets // of partitions added since the application read the topic
+	if known, ok := cfg.readPartitions[topic]; ok && known < parts {
+		if beginnings, err = list("start", adm.ListStartOffsets); err != nil {
+			return nil, err
+		}
+	}
 	from, to := make([]int64, parts), make([]int64, parts)
 	for p := range parts {
 		end, ok := ends.Lookup(topic, p)
@@ -275,9 +500,13 @@ func available(ctx context.Context, cfg Config, adm *kadm.Client, st *translate.
 			return nil, fmt.Errorf("topic %s partition %d: no end offset listed", topic, p)
 		}
 		from[p], to[p] = end.Offset, end.Offset
+		start := reset
+		if cfg.addedReadPartition(topic, p) {
+			start = beginnings
+		}
 		if c, ok := committed.Lookup(topic, p); ok && c.Err == nil && c.At >= 0 {
 			from[p] = min(c.At, end.Offset)
-		} else if o, ok := reset.Lookup(topic, p); ok && o.Offset >= 0 {
+		} else if o, ok := start.Lookup(topic, p); ok && o.Offset >= 0 {
 			from[p] = min(o.Offset, end.Offset)
 		}
 	}

@@ -126,6 +126,10 @@ type Config struct {
 	// readBounds are the ends of the bounded Kafka reads, fixed by Run
 	// (readBounds in kafkaio.go).
 	readBounds map[int]*task.ReadBound
+	// readPartitions is, per topic a Kafka read reads, how many of its
+	// partitions the application had read before this Run (knownReadPartitions):
+	// those above start at their beginning (addedPartition).
+	readPartitions map[string]int32
 	// reach watches the brokers for Run's clients (brokers.go).
 	reach *reach
 	// outcomes records how this process's transactions with group
@@ -316,6 +320,9 @@ func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *topics
 		mark := cfg.reach.mark()
 		err := func() (err error) {
 			if err := ts.Discover(ctx, admin.Client); err != nil {
+				return err
+			}
+			if cfg.readPartitions, err = knownReadPartitions(ctx, *cfg, ts, admin.Client); err != nil {
 				return err
 			}
 			if err := checkResetNone(ctx, *cfg, ts, admin.Client); err != nil {

@@ -383,11 +383,89 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 		return err
 	}
 	for _, rt := range existing {
-		if got := partitionCounts[rt.Topic]; got != rt.NumPartitions {
+		got := partitionCounts[rt.Topic]
+		if got < rt.NumPartitions && t.sourceChangelog(rt.Topic) {
+			// Partitions were added to the topic the sub-topology
+			// reads since the application last ran: its tasks'
+			// changelog grows with it.
+			if err := growTopic(ctx, adm.raw, rt.Topic, rt.NumPartitions); err != nil {
+				return err
+			}
+			continue
+		}
+		if got != rt.NumPartitions {
 			return fmt.Errorf("topic %s exists with %d partitions, the plan needs %d (internal_parallelism changed? use a new application_id)", rt.Topic, got, rt.NumPartitions)
 		}
 	}
 	return t.createDeadLetterTopic(ctx, adm)
+}
+
+// sourceChangelog says whether the topic (a Kafka name) is the changelog
+// of a sub-topology that reads a user's topic: one partition per partition
+// of that topic.
+func (t *Set) sourceChangelog(full string) bool {
+	for id, name := range t.Changelogs {
+		if t.Full(name) != full {
+			continue
+		}
+		for input, st := range t.Consumer {
+			if st.ID == id {
+				return t.ByName[input] != nil && t.ByName[input].Kind == translate.TopicKafka
+			}
+		}
+	}
+	return false
+}
+
+// GrowChangelog makes the changelog of sub-topology sub, which reads a
+// user's topic, have at least n partitions: partition p of the topic is
+// task p, whose state is changelog partition p, and partitions added to
+// the topic while the job runs need theirs. Instances that grow it at
+// once agree: the first wins, the others find it grown.
+func (t *Set) GrowChangelog(ctx context.Context, cl *kgo.Client, sub int, n int32) error {
+	name, ok := t.Changelogs[sub]
+	if !ok {
+		return fmt.Errorf("sub-topology %d has no changelog", sub)
+	}
+	return growTopic(ctx, cl, t.Full(name), n)
+}
+
+// growTopic raises topic's partition count to n unless it has as many
+// already, and waits for the new partitions' leaders.
+func growTopic(ctx context.Context, cl *kgo.Client, topic string, n int32) error {
+	counts, err := WaitForLeaders(ctx, cl, topic)
+	if err != nil {
+		return err
+	}
+	if counts[topic] >= n {
+		return nil
+	}
+	resp, err := kadm.NewClient(cl).UpdatePartitions(ctx, int(n), topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	// Another instance may have grown it since: the metadata tells.
+	if err != nil && !errors.Is(err, kerr.InvalidPartitions) {
+		return fmt.Errorf("adding partitions to topic %s (to %d, for the partitions added to the topic its sub-topology reads): %w", topic, n, err)
+	}
+	// The brokers' metadata shows the new partitions a moment later.
+	deadline := time.Now().Add(topicReadyTimeout)
+	for {
+		if counts, err = WaitForLeaders(ctx, cl, topic); err != nil {
+			return err
+		}
+		if counts[topic] >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s has %d partitions %v after growing it to %d", topic, counts[topic], topicReadyTimeout, n)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // createTimeout is how long the controller may take to create the topics

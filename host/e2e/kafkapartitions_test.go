@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/host/jobtest"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/translate"
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
+)
+
+func init() { register.Function2x2(passKV) }
+
+func passKV(k string, v int64) (string, int64) { return k, v }
+
+// TestKafkaReadPartitionsAdded: partitions added to a topic while a job
+// reads it are read, from their beginning, by an application of two
+// instances, under either group protocol. The read starts at latest
+// (Kafka's default) with metadata.max.age.ms 1000:
+//   - records written before the job started are not read;
+//   - each partition's start offset is committed by its first cycle,
+//     before any record reaches it (the test waits for those commits
+//     before writing more);
+//   - records written to the first four partitions after that are read;
+//   - two partitions are added, and records written to them at once,
+//     before any instance can know of them: they are read too, where
+//     latest would have skipped them.
+//
+// Then the job is cancelled, two more partitions are added and written to,
+// and the job is resubmitted under its application id: it reads them from
+// their beginning too (their index is above every partition the
+// application read), and goes on in the others where it stopped.
+//
+// The output topic, read read_committed, must hold exactly the records
+// written after the start, once each, after each part; the group's
+// committed offsets must be the partitions' ends.
+func TestKafkaReadPartitionsAdded(t *testing.T) {
+	for _, protocol := range []string{"classic", "consumer"} {
+		t.Run(protocol, func(t *testing.T) {
+			ctx := testContext(t, 4*time.Minute)
+			bootstrap := kafkatest.Broker(t)
+			in, out := kafkatest.UniqueName(t, "pin"), kafkatest.UniqueName(t, "pout")
+			kafkatest.CreateTopic(t, bootstrap, in, 4)
+			kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+			appID := kafkatest.UniqueName(t, "parts")
+
+			cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			adm := kadm.NewClient(cl)
+			want := map[string]int64{}
+			produce := func(what string, partitions []int32, per int, read bool) {
+				t.Helper()
+				for _, p := range partitions {
+					for i := range per {
+						key := fmt.Sprintf("%s-%d-%d", what, p, i)
+						v := int64(p)*1000 + int64(i)
+						if read {
+							want[key] = v
+						}
+						// The producer's metadata may not show an added
+						// partition yet: it fails the record, naming it.
+						for tries := 0; ; tries++ {
+							r := &kgo.Record{Topic: in, Partition: p, Key: []byte(key), Value: be8(v)}
+							err := cl.ProduceSync(ctx, r).FirstErr()
+							if err == nil {
+								break
+							}
+							if tries == 100 {
+								t.Fatalf("producing %s to partition %d: %v", key, p, err)
+							}
+							cl.ForceMetadataRefresh()
+							time.Sleep(100 * time.Millisecond)
+						}
+					}
+				}
+			}
+			produce("before", []int32{0, 1, 2, 3}, 5, false)
+
+			insts := []*appInstance{startAppInstance(t, "first"), startAppInstance(t, "second")}
+			opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2", "group_protocol": protocol}
+			for _, a := range insts {
+				a.pipe = passThroughPipeline(t, a.pool, in, out)
+				a.submit(ctx, t, opts)
+			}
+
+			// Every partition's start (its end: latest) committed.
+			awaitCommits(ctx, t, adm, appID, in, map[int32]int64{0: 5, 1: 5, 2: 5, 3: 5})
+
+			produce("during", []int32{0, 1, 2, 3}, 5, true)
+			if resp, err := adm.CreatePartitions(ctx, 2, in); err != nil || resp.Error() != nil {
+				t.Fatalf("adding 2 partitions to %s: %v %v", in, err, resp.Error())
+			}
+			produce("added", []int32{4, 5}, 10, true)
+
+			// Within 90 s: a partition's metadata is at most a second old.
+			rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+			got := kafkatest.ReadCounts(rctx, t, bootstrap, out, len(want))
+			cancel()
+			awaitCommits(ctx, t, adm, appID, in, map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10, 4: 10, 5: 10})
+			for _, a := range insts {
+				a.cancel(ctx, t)
+			}
+			if all := kafkatest.ReadCounts(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) {
+				t.Errorf("the output grew after the records arrived: %d records, then %d", len(got), len(all))
+			}
+			kafkatest.CheckCounts(t, "output", got, want)
+
+			// While no job runs, two more partitions, written to, and
+			// an old one; the job resubmitted under the application id
+			// reads all of that, the new partitions from their
+			// beginning (the application had read six).
+			if resp, err := adm.CreatePartitions(ctx, 2, in); err != nil || resp.Error() != nil {
+				t.Fatalf("adding 2 partitions to %s: %v %v", in, err, resp.Error())
+			}
+			produce("down", []int32{0, 6, 7}, 5, true)
+			for _, a := range insts {
+				a.submit(ctx, t, opts)
+			}
+			rctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+			got = kafkatest.ReadCounts(rctx, t, bootstrap, out, len(want))
+			cancel()
+			awaitCommits(ctx, t, adm, appID, in, map[int32]int64{0: 15, 1: 10, 2: 10, 3: 10, 4: 10, 5: 10, 6: 5, 7: 5})
+			for _, a := range insts {
+				a.cancel(ctx, t)
+			}
+			if all := kafkatest.ReadCounts(ctx, t, bootstrap, out, -1); !maps.Equal(all, got) {
+				t.Errorf("after the resubmission, the output grew after the records arrived: %d records, then %d", len(got), len(all))
+			}
+			kafkatest.CheckCounts(t, "output after the resubmission", got, want)
+		})
+	}
+}
+
+// passThroughPipeline reads KV<string, int64> (String, Long) from in and
+// writes each record to out as it is.
+func passThroughPipeline(t *testing.T, env func(context.Context) string, in, out string) *pipepb.Pipeline {
+	t.Helper()
+	p, s := beam.NewPipelineWithRoot()
+	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
+	beam.ParDo0(s, kafkaWritePlaceholder, beam.ParDo(s, passKV, recs))
+	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
+	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
+		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
+		TimestampPolicy: translate.TimestampProcessingTime, ConsumerConfig: map[string]string{"metadata.max.age.ms": "1000"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pipelinetest.AsSource(pipe, "kafkaReadPlaceholder", translate.URNKafkaRead, rb); err != nil {
+		t.Fatal(err)
+	}
+	if err := pipelinetest.AsSink(pipe, "kafkaWritePlaceholder", translate.URNKafkaWrite, wb); err != nil {
+		t.Fatal(err)
+	}
+	return pipe
+}
+
+// awaitCommits waits, for at most 2 minutes, until group's committed
+// offsets of topic are want.
+func awaitCommits(ctx context.Context, t *testing.T, adm *kadm.Client, group, topic string, want map[int32]int64) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	got := map[int32]int64{}
+	for {
+		resp, err := adm.FetchOffsets(ctx, group)
+		if err == nil {
+			clear(got)
+			resp.Each(func(o kadm.OffsetResponse) {
+				if o.Topic == topic && o.Err == nil {
+					got[o.Partition] = o.At
+				}
+			})
+			if maps.Equal(got, want) {
+				return
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("group %s: committed offsets of %s %v (%v), want %v", group, topic, got, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
