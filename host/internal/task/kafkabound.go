@@ -66,10 +66,17 @@ func newSourceBound(t *Task, b *ReadBound) (*sourceBound, error) {
 	sb := &sourceBound{run: b.Run, quota: -1, deadline: b.Deadline, resume: -1}
 	if b.Quota != nil {
 		q, ok := b.Quota[t.partition]
-		if !ok {
+		switch {
+		case ok:
+			sb.quota = q
+		case int(t.partition) >= len(b.Quota):
+			// Added to the topic after Run split max_num_records over
+			// the partitions it had (0 to len-1): it reads none, as
+			// Java's bounded read reads the partitions found at start.
+			sb.quota = 0
+		default:
 			return nil, fmt.Errorf("transform %s: partition %d has no max_num_records quota", t.sub.Root.TransformID, t.partition)
 		}
-		sb.quota = q
 	}
 	v, closer, err := t.batch.Get(t.key(state.SourceCount))
 	switch {

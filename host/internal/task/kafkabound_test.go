@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,10 +137,23 @@ func TestKafkaSourceDeadline(t *testing.T) {
 	}
 }
 
-// A bounded read's partition without a quota is a runtime bug, named.
+// A partition added to the topic after Run split max_num_records (above
+// every partition with a quota) reads nothing: done at once, its record
+// not emitted. A partition among them without a quota is a runtime bug,
+// named.
 func TestKafkaSourceNoQuota(t *testing.T) {
-	te, sub, _ := boundedEnv(t, &ReadBound{Run: "r1", Quota: map[int32]int64{0: 1}})
-	if _, err := New(te.env, sub, 2); err == nil {
-		t.Error("a task without its quota opened")
+	te, sub, _ := boundedEnv(t, &ReadBound{Run: "r1", Quota: map[int32]int64{0: 1, 2: 1}})
+	if _, err := New(te.env, sub, 1); err == nil || !strings.Contains(err.Error(), "partition 1 has no max_num_records quota") {
+		t.Errorf("a task without its quota: %v, want an error naming it", err)
+	}
+	tk := te.task(sub, 3)
+	te.cycle(tk, kafkaRec(3, 0, "a", be8(1), 1000))
+	if in := te.exec(sub).inputs(); len(in) != 0 {
+		t.Errorf("an added partition's task emitted %q", in)
+	}
+	_, rest := te.userRecords(te.take())
+	checkLines(t, "added partition", rest, []string{"status " + tk.ID() + " +inf"})
+	if o := sourceEnd(tk); o != 0 {
+		t.Errorf("SourceEnd = %d, want 0 (its first record, not emitted)", o)
 	}
 }
