@@ -2,18 +2,22 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"testing"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/mtime"
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/jobtest"
+	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"
@@ -92,7 +96,7 @@ func TestKafkaReadPartitionsAdded(t *testing.T) {
 			insts := []*appInstance{startAppInstance(t, "first"), startAppInstance(t, "second")}
 			opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2", "group_protocol": protocol}
 			for _, a := range insts {
-				a.pipe = passThroughPipeline(t, a.pool, in, out)
+				a.pipe = passThroughPipeline(t, a.pool, in, out, nil, "latest")
 				a.submit(ctx, t, opts)
 			}
 
@@ -145,8 +149,9 @@ func TestKafkaReadPartitionsAdded(t *testing.T) {
 }
 
 // passThroughPipeline reads KV<string, int64> (String, Long) from in and
-// writes each record to out as it is.
-func passThroughPipeline(t *testing.T, env func(context.Context) string, in, out string) *pipepb.Pipeline {
+// writes each record to out as it is; maxNumRecords, if not nil, bounds
+// the read, which starts per reset (auto.offset.reset).
+func passThroughPipeline(t *testing.T, env func(context.Context) string, in, out string, maxNumRecords *int64, reset string) *pipepb.Pipeline {
 	t.Helper()
 	p, s := beam.NewPipelineWithRoot()
 	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
@@ -154,7 +159,8 @@ func passThroughPipeline(t *testing.T, env func(context.Context) string, in, out
 	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
 	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
-		TimestampPolicy: translate.TimestampProcessingTime, ConsumerConfig: map[string]string{"metadata.max.age.ms": "1000"},
+		TimestampPolicy: translate.TimestampProcessingTime, ConsumerConfig: map[string]string{"metadata.max.age.ms": "1000", "auto.offset.reset": reset},
+		MaxNumRecords: maxNumRecords,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -196,4 +202,87 @@ func awaitCommits(ctx context.Context, t *testing.T, adm *kadm.Client, group, to
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestKafkaBoundedReadPartitionsAdded: partitions added to the topic of a
+// max_num_records read while it waits for records read none of them (the
+// quota was split at Run over the partitions there were), their tasks end
+// at once, and the job still ends only when the read has all its records:
+// its tasks' ends are tracked by task, not counted (an added task's end
+// counted in place of a reading one ended the job early). The output is
+// exactly the first 20 records of the first two partitions.
+func TestKafkaBoundedReadPartitionsAdded(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "bin"), kafkatest.UniqueName(t, "bout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	want := map[string]int64{}
+	produce := func(from int, partitions []int32, read bool) {
+		t.Helper()
+		for _, p := range partitions {
+			for i := from; i < from+5; i++ {
+				key := fmt.Sprintf("%d-%d", p, i)
+				if read {
+					want[key] = int64(i)
+				}
+				for tries := 0; ; tries++ {
+					err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: p, Key: []byte(key), Value: be8(int64(i))}).FirstErr()
+					if err == nil {
+						break
+					}
+					if tries == 100 {
+						t.Fatalf("producing %s: %v", key, err)
+					}
+					cl.ForceMetadataRefresh()
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}
+	}
+	produce(0, []int32{0, 1}, true)
+
+	a := startAppInstance(t, "bounded")
+	n := int64(20)
+	a.pipe = passThroughPipeline(t, a.pool, in, out, &n, "earliest")
+	source := sourceSubTopology(t, a.pipe)
+	appID := kafkatest.UniqueName(t, "bparts")
+	a.submit(ctx, t, map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"})
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, 10)
+
+	if resp, err := adm.CreatePartitions(ctx, 2, in); err != nil || resp.Error() != nil {
+		t.Fatalf("adding 2 partitions to %s: %v %v", in, err, resp.Error())
+	}
+	produce(0, []int32{2, 3}, false)
+	// The added partitions' tasks end (report +inf) while the job waits.
+	ended := map[string]bool{}
+	kafkatest.ReadTopic(ctx, t, bootstrap, shuffle.TopicName(appID, shuffle.StatusTopic), func() bool { return len(ended) == 2 }, func(r *kgo.Record) {
+		if k := string(r.Key); (k == fmt.Sprintf("%d/2", source) || k == fmt.Sprintf("%d/3", source)) && int64(binary.BigEndian.Uint64(r.Value)) == int64(mtime.MaxTimestamp) {
+			ended[k] = true
+		}
+	})
+	// The job server follows the same status topic: a job that took
+	// those ends for the read's would end within a poll of them. It must
+	// not: 10 of its 20 records are still to come.
+	select {
+	case <-a.ended:
+		t.Fatalf("the job ended %v (errors %q, %v) with 10 of its 20 records", a.endedAs.state, a.endedAs.errs, a.endedAs.err)
+	case <-time.After(5 * time.Second):
+	}
+	produce(5, []int32{0, 1}, true)
+	select {
+	case <-a.ended:
+	case <-ctx.Done():
+		t.Fatal("the job did not end")
+	}
+	if r := a.endedAs; r.err != nil || r.state != jobpb.JobState_DONE {
+		t.Fatalf("job ended %v (errors %q, %v), want DONE", r.state, r.errs, r.err)
+	}
+	kafkatest.CheckCounts(t, "output", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), want)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -429,8 +430,8 @@ func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
 	}
 	defer cl.Close()
 	expected := ts.TaskCount()
-	finished := map[string]bool{}
-	for len(finished) < expected {
+	done := newDoneTracker(ts)
+	for !done.done() {
 		fetches := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			return context.Cause(ctx) // not done: stopped (cancelled, or the instance failed)
@@ -447,9 +448,7 @@ func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
 			}
 			cfg.Logger.Debug("task status", "task", string(r.Key), "watermark", task.FormatWatermark(st.Watermark))
 			cfg.Stats.reported(string(r.Key), st.Watermark, expected)
-			if st.Watermark >= maxWatermark {
-				finished[string(r.Key)] = true
-			}
+			done.report(string(r.Key), st.Watermark)
 		})
 		if bad != nil {
 			return bad
@@ -457,6 +456,47 @@ func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
 	}
 	return nil
 }
+
+// doneTracker tells when a job is done from its tasks' status reports:
+// when every task of the plan as Run found it, and every other task of
+// its sub-topologies that reported (one of a partition added to a topic
+// a Kafka read reads since), has reported the maximum watermark. Counting
+// reports would not do: an added partition's task of a bounded read ends
+// at once, and counted in place of a task still reading, it would end the
+// job early.
+type doneTracker struct {
+	subs       map[int]bool    // the plan's sub-topologies
+	unfinished map[string]bool // by task (shuffle.ProducerID)
+}
+
+func newDoneTracker(ts *topics.Set) *doneTracker {
+	d := &doneTracker{subs: map[int]bool{}, unfinished: map[string]bool{}}
+	for input, st := range ts.Consumer {
+		d.subs[st.ID] = true
+		for p := range ts.Partitions[input] {
+			d.unfinished[shuffle.ProducerID(st.ID, p)] = true
+		}
+	}
+	return d
+}
+
+// report takes a task's status: its watermark wm. A task of no
+// sub-topology of the plan (a report of another pipeline that ran under
+// the application id) is ignored.
+func (d *doneTracker) report(taskID string, wm int64) {
+	sub, _, ok := strings.Cut(taskID, "/")
+	id, err := strconv.Atoi(sub)
+	if !ok || err != nil || !d.subs[id] {
+		return
+	}
+	if wm >= maxWatermark {
+		delete(d.unfinished, taskID)
+	} else {
+		d.unfinished[taskID] = true
+	}
+}
+
+func (d *doneTracker) done() bool { return len(d.unfinished) == 0 }
 
 func randomSuffix() string {
 	var b [4]byte
