@@ -67,14 +67,22 @@ func kafkaSumPipeline(t *testing.T, env func(context.Context) string, in, out st
 	keyed := beam.ParDo(s, keyByWindow, sums)
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
 	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
-	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
+	withKafkaPrimitives(t, pipe, &translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
 		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
-	})
+	}, &translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
+	return pipe
+}
+
+// withKafkaPrimitives puts read and write in place of pipe's
+// kafkaReadPlaceholder and kafkaWritePlaceholder.
+func withKafkaPrimitives(t *testing.T, pipe *pipepb.Pipeline, read *translate.KafkaRead, write *translate.KafkaWrite) {
+	t.Helper()
+	rb, err := translate.EncodeKafkaRead(read)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
+	wb, err := translate.EncodeKafkaWrite(write)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +92,6 @@ func kafkaSumPipeline(t *testing.T, env func(context.Context) string, in, out st
 	if err := pipelinetest.AsSink(pipe, "kafkaWritePlaceholder", translate.URNKafkaWrite, wb); err != nil {
 		t.Fatal(err)
 	}
-	return pipe
 }
 
 func be8(v int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }

@@ -20,7 +20,6 @@ import (
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
-	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 func init() { register.Function2x2(passKV) }
@@ -74,20 +73,7 @@ func TestKafkaReadPartitionsAdded(t *testing.T) {
 						if read {
 							want[key] = v
 						}
-						// The producer's metadata may not show an added
-						// partition yet: it fails the record, naming it.
-						for tries := 0; ; tries++ {
-							r := &kgo.Record{Topic: in, Partition: p, Key: []byte(key), Value: be8(v)}
-							err := cl.ProduceSync(ctx, r).FirstErr()
-							if err == nil {
-								break
-							}
-							if tries == 100 {
-								t.Fatalf("producing %s to partition %d: %v", key, p, err)
-							}
-							cl.ForceMetadataRefresh()
-							time.Sleep(100 * time.Millisecond)
-						}
+						produceTo(ctx, t, cl, in, p, key, v)
 					}
 				}
 			}
@@ -157,25 +143,31 @@ func passThroughPipeline(t *testing.T, env func(context.Context) string, in, out
 	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.ParDo(s, passKV, recs))
 	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
-	rb, err := translate.EncodeKafkaRead(&translate.KafkaRead{
+	withKafkaPrimitives(t, pipe, &translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
 		TimestampPolicy: translate.TimestampProcessingTime, ConsumerConfig: map[string]string{"metadata.max.age.ms": "1000", "auto.offset.reset": reset},
 		MaxNumRecords: maxNumRecords,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wb, err := translate.EncodeKafkaWrite(&translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSource(pipe, "kafkaReadPlaceholder", translate.URNKafkaRead, rb); err != nil {
-		t.Fatal(err)
-	}
-	if err := pipelinetest.AsSink(pipe, "kafkaWritePlaceholder", translate.URNKafkaWrite, wb); err != nil {
-		t.Fatal(err)
-	}
+	}, &translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
 	return pipe
+}
+
+// produceTo writes key and v (String, Long) to partition p of topic. The
+// producer's metadata may not show a partition added a moment ago: it
+// fails the record, naming it, and the record is sent again, with fresh
+// metadata, for a while.
+func produceTo(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, p int32, key string, v int64) {
+	t.Helper()
+	for tries := 0; ; tries++ {
+		err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: p, Key: []byte(key), Value: be8(v)}).FirstErr()
+		if err == nil {
+			return
+		}
+		if tries == 100 {
+			t.Fatalf("producing %s to %s/%d: %v", key, topic, p, err)
+		}
+		cl.ForceMetadataRefresh()
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // awaitCommits waits, for at most 2 minutes, until group's committed
@@ -232,17 +224,7 @@ func TestKafkaBoundedReadPartitionsAdded(t *testing.T) {
 				if read {
 					want[key] = int64(i)
 				}
-				for tries := 0; ; tries++ {
-					err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Partition: p, Key: []byte(key), Value: be8(int64(i))}).FirstErr()
-					if err == nil {
-						break
-					}
-					if tries == 100 {
-						t.Fatalf("producing %s: %v", key, err)
-					}
-					cl.ForceMetadataRefresh()
-					time.Sleep(100 * time.Millisecond)
-				}
+				produceTo(ctx, t, cl, in, p, key, int64(i))
 			}
 		}
 	}
