@@ -1190,8 +1190,9 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, elements int) error {
 	return i.failure()
 }
 
-// rewind moves consumption back to the committed offsets (the start of
-// partitions never committed), at_least_once after an injected abort.
+// rewind moves consumption back to the committed offsets (where
+// partitions never committed started: a Kafka read's as startOffsets chose,
+// an internal topic's start), at_least_once after an injected abort.
 func (i *instance) rewind() {
 	committed := i.cl.CommittedOffsets()
 	to := map[string]map[int32]kgo.EpochOffset{}
@@ -1201,6 +1202,11 @@ func (i *instance) rewind() {
 			o, ok := committed[topic][p]
 			if !ok {
 				o = kgo.EpochOffset{Epoch: -1, Offset: 0}
+				if i.sourceEnds != nil {
+					if start := i.sourceEnds.startOf(topic, p); start >= 0 {
+						o.Offset = start
+					}
+				}
 			}
 			to[topic][p] = o
 		}

@@ -236,10 +236,10 @@ func knownReadPartitions(ctx context.Context, cfg Config, ts *topics.Set, adm *k
 }
 
 // growChangelogs gives the tasks of partitions added to a topic the job
-// reads (addedPartition) their changelog partitions, before they restore:
-// a source sub-topology's changelog has a partition per partition of its
-// topic as the job found it at Run, and grows with it here (and at the
-// next Run, topics.Set.Create).
+// reads since Run their changelog partitions, before they restore: a
+// source sub-topology's changelog has a partition per partition of its
+// topic as Run found it (topics.Set.Create grows it then), and grows with
+// the topic here.
 func (i *instance) growChangelogs(ctx context.Context, ids []taskID) error {
 	need := map[int]int32{} // sub-topology -> partitions
 	for _, id := range ids {
