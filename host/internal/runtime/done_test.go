@@ -28,17 +28,18 @@ func TestDoneTracker(t *testing.T) {
 		name    string
 		reports []report
 		want    bool
+		tasks   int // the job's tasks; 0: the plan's 4
 	}{
 		{name: "none", want: false},
 		{name: "all of the plan", want: true,
 			reports: []report{{"0/0", inf}, {"0/1", inf}, {"1/0", inf}, {"1/1", inf}}},
 		{name: "one not at the maximum", want: false,
 			reports: []report{{"0/0", inf}, {"0/1", 5}, {"1/0", inf}, {"1/1", inf}}},
-		{name: "an added partition's task done in place of one still reading", want: false,
+		{name: "an added partition's task done in place of one still reading", want: false, tasks: 5,
 			reports: []report{{"0/0", inf}, {"0/2", inf}, {"1/0", inf}, {"1/1", inf}}},
-		{name: "an added partition's task still reading", want: false,
+		{name: "an added partition's task still reading", want: false, tasks: 5,
 			reports: []report{{"0/0", inf}, {"0/1", inf}, {"0/2", 7}, {"1/0", inf}, {"1/1", inf}}},
-		{name: "an added partition's task done too", want: true,
+		{name: "an added partition's task done too", want: true, tasks: 5,
 			reports: []report{{"0/2", 7}, {"0/0", inf}, {"0/1", inf}, {"0/2", inf}, {"1/0", inf}, {"1/1", inf}}},
 		{name: "another pipeline's tasks ignored", want: true,
 			reports: []report{{"7/0", 3}, {"0/0", inf}, {"0/1", inf}, {"1/0", inf}, {"1/1", inf}, {"bogus", 1}}},
@@ -52,6 +53,9 @@ func TestDoneTracker(t *testing.T) {
 			}
 			if got := d.done(); got != tc.want {
 				t.Errorf("done %v, want %v (unfinished %v)", got, tc.want, d.unfinished)
+			}
+			if want := max(tc.tasks, 4); d.taskCount() != want {
+				t.Errorf("%d tasks, want %d", d.taskCount(), want)
 			}
 		})
 	}

@@ -429,7 +429,6 @@ func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
 		return fmt.Errorf("status consumer: %w", err)
 	}
 	defer cl.Close()
-	expected := ts.TaskCount()
 	done := newDoneTracker(ts)
 	for !done.done() {
 		fetches := cl.PollFetches(ctx)
@@ -447,8 +446,8 @@ func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
 				return
 			}
 			cfg.Logger.Debug("task status", "task", string(r.Key), "watermark", task.FormatWatermark(st.Watermark))
-			cfg.Stats.reported(string(r.Key), st.Watermark, expected)
 			done.report(string(r.Key), st.Watermark)
+			cfg.Stats.reported(string(r.Key), st.Watermark, done.taskCount())
 		})
 		if bad != nil {
 			return bad
@@ -466,19 +465,25 @@ func waitDone(ctx context.Context, cfg Config, ts *topics.Set) error {
 // job early.
 type doneTracker struct {
 	subs       map[int]bool    // the plan's sub-topologies
+	tasks      map[string]bool // the plan's, and those of its sub-topologies that reported
 	unfinished map[string]bool // by task (shuffle.ProducerID)
 }
 
 func newDoneTracker(ts *topics.Set) *doneTracker {
-	d := &doneTracker{subs: map[int]bool{}, unfinished: map[string]bool{}}
+	d := &doneTracker{subs: map[int]bool{}, tasks: map[string]bool{}, unfinished: map[string]bool{}}
 	for input, st := range ts.Consumer {
 		d.subs[st.ID] = true
 		for p := range ts.Partitions[input] {
+			d.tasks[shuffle.ProducerID(st.ID, p)] = true
 			d.unfinished[shuffle.ProducerID(st.ID, p)] = true
 		}
 	}
 	return d
 }
+
+// taskCount is how many tasks the job has: those of the plan as Run found
+// it, and those of partitions added since that reported.
+func (d *doneTracker) taskCount() int { return len(d.tasks) }
 
 // report takes a task's status: its watermark wm. A task of no
 // sub-topology of the plan (a report of another pipeline that ran under
@@ -489,6 +494,7 @@ func (d *doneTracker) report(taskID string, wm int64) {
 	if !ok || err != nil || !d.subs[id] {
 		return
 	}
+	d.tasks[taskID] = true
 	if wm >= maxWatermark {
 		delete(d.unfinished, taskID)
 	} else {
