@@ -49,7 +49,7 @@ import (
 // internal topics need; a Kafka read's partition starts at its
 // start_read_time or per its auto.offset.reset instead, unless it was
 // added to the topic after the application began reading it
-// (addedPartition): that one starts at its beginning.
+// (addedReadPartition): that one starts at its beginning.
 //
 // A Kafka read's partition without a commit starts at an exact offset,
 // listed here (with the admin client, read_committed for the end), not at
@@ -73,7 +73,7 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 			if o.EpochOffset().Offset != -2 { // -2: no commit, the reset offset (AtStart)
 				continue
 			}
-			if i.addedPartition(topic, p) {
+			if i.cfg.addedReadPartition(topic, p) {
 				added = append(added, p)
 			} else {
 				uncommitted = append(uncommitted, p)
@@ -174,15 +174,11 @@ func (i *instance) listStarts(ctx context.Context, st *translate.SubTopology, to
 // client's metadata to show a partition the group assigned.
 const addedPartitionWait = 30 * time.Second
 
-// addedPartition says whether partition p of a topic the job reads was
-// added to it after the application began reading it: it is above every
-// partition the application had read when this Run began
+// addedReadPartition says whether partition p of a topic the job reads
+// was added to it after the application began reading it: it is above
+// every partition the application had read when this Run began
 // (knownReadPartitions). The group assigns such a partition once the
 // client's metadata shows it (metadata.max.age.ms).
-func (i *instance) addedPartition(topic string, p int32) bool {
-	return i.cfg.addedReadPartition(topic, p)
-}
-
 func (c Config) addedReadPartition(topic string, p int32) bool {
 	n, ok := c.readPartitions[topic]
 	return ok && p >= n
@@ -204,22 +200,17 @@ func (c Config) addedReadPartition(topic string, p int32) bool {
 // The one other way a partition above them lacks a commit: the group's
 // offsets of some partitions were deleted by hand (kafka-consumer-groups
 // --delete-offsets); it starts at its beginning too.
-func knownReadPartitions(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client) (map[string]int32, error) {
+func knownReadPartitions(ctx context.Context, cfg Config, ts *topics.Set, commits *runCommits) (map[string]int32, error) {
 	known := map[string]int32{}
-	var committed kadm.OffsetResponses
-	fetched := false
 	for _, st := range cfg.Plan.SubTopologies {
 		if st.Root.Kind != translate.RootKafkaSource || resetNone(st.Root.KafkaRead) {
 			// auto.offset.reset none: a partition without a committed
 			// offset fails the job, new or not, as in Kafka's consumer.
 			continue
 		}
-		if !fetched {
-			var err error
-			if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
-				return nil, fmt.Errorf("transform %s: the committed offsets of group %s: %w", st.Root.TransformID, cfg.ApplicationID, err)
-			}
-			fetched = true
+		committed, err := commits.get(ctx, st.Root.TransformID)
+		if err != nil {
+			return nil, err
 		}
 		n := int32(-1)
 		for p, c := range committed[st.Input] {
@@ -335,25 +326,17 @@ func noOffsetError(transform, topic string, parts []int32, group string) error {
 // checkResetNone fails, naming the partitions, when a read whose
 // auto.offset.reset is none has a partition without a committed offset,
 // before anything is read.
-func checkResetNone(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client) error {
-	var committed kadm.OffsetResponses
-	fetched := false
+func checkResetNone(ctx context.Context, cfg Config, ts *topics.Set, commits *runCommits) error {
 	for _, st := range cfg.Plan.SubTopologies {
 		if st.Root.Kind != translate.RootKafkaSource || !resetNone(st.Root.KafkaRead) {
 			continue
 		}
-		if !fetched {
-			var err error
-			if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
-				return fmt.Errorf("transform %s: the committed offsets of group %s: %w", st.Root.TransformID, cfg.ApplicationID, err)
-			}
-			fetched = true
+		committed, err := commits.get(ctx, st.Root.TransformID)
+		if err != nil {
+			return err
 		}
 		var missing []int32
 		for p := range ts.Partitions[st.Input] {
-			if cfg.addedReadPartition(st.Input, p) {
-				continue // from its beginning
-			}
 			if c, ok := committed.Lookup(st.Input, p); !ok || c.Err != nil || c.At < 0 {
 				missing = append(missing, p)
 			}
@@ -371,7 +354,7 @@ func checkResetNone(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.C
 // over the records available now, from each partition's start (as
 // startOffsets will start it) to its last stable offset (available). Every task of the
 // run gets the same bounds, whichever instance opens it and however often.
-func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client, now time.Time) (map[int]*task.ReadBound, error) {
+func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Client, commits *runCommits, now time.Time) (map[int]*task.ReadBound, error) {
 	run := fmt.Sprintf("%d-%s", now.UnixMilli(), randomSuffix())
 	bounds := map[int]*task.ReadBound{}
 	// The source sub-topologies of each bounded read (one per topic), in
@@ -386,8 +369,6 @@ func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Clien
 			subs[st.Root.TransformID] = append(subs[st.Root.TransformID], st)
 		}
 	}
-	var committed kadm.OffsetResponses
-	fetchedCommits := false
 	for _, id := range reads {
 		r := subs[id][0].Root.KafkaRead
 		b := &task.ReadBound{Run: run}
@@ -400,12 +381,9 @@ func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Clien
 			}
 			continue
 		}
-		if !fetchedCommits {
-			var err error
-			if committed, err = groupCommits(ctx, adm, cfg.ApplicationID); err != nil {
-				return nil, fmt.Errorf("transform %s: the committed offsets of group %s: %w", id, cfg.ApplicationID, err)
-			}
-			fetchedCommits = true
+		committed, err := commits.get(ctx, id)
+		if err != nil {
+			return nil, err
 		}
 		var avail []int64 // the partitions of every topic, in order
 		for _, st := range subs[id] {
@@ -426,6 +404,29 @@ func readBounds(ctx context.Context, cfg Config, ts *topics.Set, adm *kadm.Clien
 		}
 	}
 	return bounds, nil
+}
+
+// runCommits fetches the group's committed offsets for Run's look at the
+// Kafka reads (knownReadPartitions, checkResetNone, readBounds): once, when
+// the first of them needs them.
+type runCommits struct {
+	adm       *kadm.Client
+	group     string
+	committed kadm.OffsetResponses
+	fetched   bool
+}
+
+// get returns the committed offsets; transform names the read asking, in
+// the error.
+func (c *runCommits) get(ctx context.Context, transform string) (kadm.OffsetResponses, error) {
+	if !c.fetched {
+		committed, err := groupCommits(ctx, c.adm, c.group)
+		if err != nil {
+			return nil, fmt.Errorf("transform %s: the committed offsets of group %s: %w", transform, c.group, err)
+		}
+		c.committed, c.fetched = committed, true
+	}
+	return c.committed, nil
 }
 
 // groupCommits are the group's committed offsets (none if the group does

@@ -129,7 +129,7 @@ type Config struct {
 	readBounds map[int]*task.ReadBound
 	// readPartitions is, per topic a Kafka read reads, how many of its
 	// partitions the application had read before this Run (knownReadPartitions):
-	// those above start at their beginning (addedPartition).
+	// those above start at their beginning (Config.addedReadPartition).
 	readPartitions map[string]int32
 	// reach watches the brokers for Run's clients (brokers.go).
 	reach *reach
@@ -323,13 +323,14 @@ func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *topics
 			if err := ts.Discover(ctx, admin.Client); err != nil {
 				return err
 			}
-			if cfg.readPartitions, err = knownReadPartitions(ctx, *cfg, ts, admin.Client); err != nil {
+			commits := &runCommits{adm: admin.Client, group: cfg.ApplicationID}
+			if cfg.readPartitions, err = knownReadPartitions(ctx, *cfg, ts, commits); err != nil {
 				return err
 			}
-			if err := checkResetNone(ctx, *cfg, ts, admin.Client); err != nil {
+			if err := checkResetNone(ctx, *cfg, ts, commits); err != nil {
 				return err
 			}
-			if cfg.readBounds, err = readBounds(ctx, *cfg, ts, admin.Client, time.Now()); err != nil {
+			if cfg.readBounds, err = readBounds(ctx, *cfg, ts, admin.Client, commits, time.Now()); err != nil {
 				return err
 			}
 			if err := ts.Create(ctx, admin); err != nil {
