@@ -592,6 +592,8 @@ func (j *job) execute(ctx context.Context) error {
 		// warnings, and the job's error after this long.
 		BrokerUnavailableTimeout: time.Duration(opts.BrokerUnavailableTimeoutMs) * time.Millisecond,
 		Warning:                  func(msg string) { j.events.message(jobpb.JobMessage_JOB_MESSAGE_WARNING, msg) },
+
+		InternalMaxMessageBytes: int32(opts.InternalMaxMessageBytes),
 	})
 }
 

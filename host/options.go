@@ -49,6 +49,14 @@ type Options struct {
 	// shuffle's speed. 0: one element per record. Changelogs and the
 	// user's topics keep one value per record whatever it is.
 	RecordPackBytes int `koanf:"record_pack_bytes"`
+	// InternalMaxMessageBytes is the max.message.bytes of the topics a
+	// job creates (repartition, redistribute, flatten, side input,
+	// changelog and status topics): the largest element that can cross a
+	// topic whole (a group read by a ParDo with side inputs, state or
+	// stable input, or used as a side input) and the largest stored value
+	// (a user state value, input parked for side inputs). Topics an
+	// earlier run created keep theirs.
+	InternalMaxMessageBytes int `koanf:"internal_max_message_bytes"`
 	// CommitIntervalMs is how often a task commits (closing its bundles).
 	CommitIntervalMs int `koanf:"commit_interval_ms"`
 	// SourceIdleTimeoutMs is how long a Kafka read's partition that is
@@ -177,6 +185,7 @@ func DefaultOptions() Options {
 		WASMBundleDeadline:     5 * time.Minute,
 
 		DeserializationErrorPolicy: string(task.PolicyFail),
+		InternalMaxMessageBytes:    DefaultInternalMaxMessageBytes,
 		ReadMaxElementsPerPoll:     250000,
 		TransactionTimeoutMs:       int(runtime.DefaultTransactionTimeout / time.Millisecond),
 		GroupProtocol:              runtime.GroupProtocolClassic,
@@ -191,6 +200,20 @@ func DefaultOptions() Options {
 const (
 	DefaultRecordPackBytes = 64 << 10
 	MaxRecordPackBytes     = 512 << 10
+)
+
+// DefaultInternalMaxMessageBytes is internal_max_message_bytes' default,
+// MinInternalMaxMessageBytes and MaxInternalMaxMessageBytes its bounds.
+// The default takes groups and state values of a few MiB, as Beam users
+// expect, while keeping to what hosted Kafka services allow (some cap a
+// topic's max.message.bytes at 8 MiB); the least is Kafka's
+// own default (message.max.bytes), and the largest stays well inside the
+// client's request limits (franz-go's 100 MiB BrokerMaxWriteBytes and
+// BrokerMaxReadBytes).
+const (
+	DefaultInternalMaxMessageBytes = 8 << 20
+	MinInternalMaxMessageBytes     = 1 << 20
+	MaxInternalMaxMessageBytes     = 64 << 20
 )
 
 // DefaultWASMMemoryLimitMB is wasm_memory_limit_mb's default (wasmabi's
@@ -314,6 +337,9 @@ func (o Options) validateTransactionTimeout(src string) error {
 func (o Options) validateRecordPack(src string) error {
 	if o.RecordPackBytes < 0 || o.RecordPackBytes > MaxRecordPackBytes {
 		return fmt.Errorf("%s record_pack_bytes: %d, must be 0 (no packing) to %d", src, o.RecordPackBytes, MaxRecordPackBytes)
+	}
+	if o.InternalMaxMessageBytes < MinInternalMaxMessageBytes || o.InternalMaxMessageBytes > MaxInternalMaxMessageBytes {
+		return fmt.Errorf("%s internal_max_message_bytes: %d, must be %d to %d", src, o.InternalMaxMessageBytes, MinInternalMaxMessageBytes, MaxInternalMaxMessageBytes)
 	}
 	return nil
 }
@@ -545,6 +571,7 @@ func (o Options) WithPipelineOptions(opts *structpb.Struct) (Options, error) {
 		"max_bundle_size":            &o.MaxBundleSize,
 		"max_bundle_time_ms":         &o.MaxBundleTimeMs,
 		"record_pack_bytes":          &o.RecordPackBytes,
+		"internal_max_message_bytes": &o.InternalMaxMessageBytes,
 		"commit_interval_ms":         &o.CommitIntervalMs,
 		"source_idle_timeout_ms":     &o.SourceIdleTimeoutMs,
 		"source_max_delay_ms":        &o.SourceMaxDelayMs,
@@ -617,6 +644,7 @@ func optionDescriptors() []*jobpb.PipelineOptionDescriptor {
 		d("max_bundle_size", "input elements per bundle at most", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleSize)),
 		d("max_bundle_time_ms", MaxBundleTimeMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.MaxBundleTimeMs)),
 		d("record_pack_bytes", RecordPackBytesHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.RecordPackBytes)),
+		d("internal_max_message_bytes", InternalMaxMessageBytesHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.InternalMaxMessageBytes)),
 		d("commit_interval_ms", "how often tasks commit", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.CommitIntervalMs)),
 		d("source_idle_timeout_ms", "how long a caught-up Kafka read partition stays idle before its watermark follows wall time", jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SourceIdleTimeoutMs)),
 		d("source_max_delay_ms", SourceMaxDelayMsHelp, jobpb.PipelineOptionType_INTEGER, strconv.Itoa(def.SourceMaxDelayMs)),
@@ -657,6 +685,7 @@ const (
 	WASMInterruptibleHelp          = "stop WASM guest code past wasm_bundle_deadline or when its job is cancelled (the default; about 1.2x guest time); false is a fast mode for trusted modules only, in which a guest that never returns holds up the whole process"
 	WASMMemoryLimitMBHelp          = "most linear memory of a WASM instance (one per task and stage), in MiB; a guest that needs more fails its job with \"out of memory\", naming the module and stage"
 	BrokerUnavailableTimeoutMsHelp = "how long a job goes on without reaching any of its Kafka brokers (retrying with backoff; it resumes by itself when they are back) before it fails, naming them"
+	InternalMaxMessageBytesHelp    = "max.message.bytes of the topics a job creates: the largest element that crosses one whole (a group read by a ParDo with side inputs or state, a side input's element) and the largest stored state value; topics an earlier run created keep theirs"
 	TransactionTimeoutMsHelp       = "exactly_once transaction timeout: the longest a commit cycle may take, and how long a process killed inside one holds read_committed readers unless restarted on the same state_dir (which fences it at once); more than commit_interval_ms, at most the broker's transaction.max.timeout.ms"
 )
 

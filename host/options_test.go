@@ -320,6 +320,45 @@ func TestRecordPackBytesOption(t *testing.T) {
 	}
 }
 
+// TestInternalMaxMessageBytesOption: internal_max_message_bytes defaults
+// to 8 MiB, a job's pipeline option sets it, values outside 1 to 64 MiB
+// are refused naming the option and where it came from, and the job
+// server describes it to SDKs.
+func TestInternalMaxMessageBytesOption(t *testing.T) {
+	d := DefaultOptions()
+	if d.InternalMaxMessageBytes != 8<<20 || d.Validate() != nil {
+		t.Errorf("default internal_max_message_bytes %d (valid: %v), want 8388608", d.InternalMaxMessageBytes, d.Validate())
+	}
+	for js, want := range map[string]int{
+		`{"beam:option:go_options:v1": {"options": {"internal_max_message_bytes": "1048576"}}}`: 1 << 20,
+		`{"beam:option:internal_max_message_bytes:v1": 67108864}`:                              64 << 20,
+	} {
+		var s structpb.Struct
+		if err := protojson.Unmarshal([]byte(js), &s); err != nil {
+			t.Fatal(err)
+		}
+		if o, err := d.WithPipelineOptions(&s); err != nil || o.InternalMaxMessageBytes != want {
+			t.Errorf("%s: internal_max_message_bytes %d, %v; want %d", js, o.InternalMaxMessageBytes, err, want)
+		}
+	}
+	wantPipelineOptionErrors(t, []pipelineOptionError{
+		{`{"beam:option:internal_max_message_bytes:v1": 1048575}`, `pipeline option internal_max_message_bytes: 1048575, must be 1048576 to 67108864`},
+		{`{"beam:option:internal_max_message_bytes:v1": 67108865}`, `pipeline option internal_max_message_bytes: 67108865, must be 1048576 to 67108864`},
+	})
+	bad := DefaultOptions()
+	bad.InternalMaxMessageBytes = 0
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `option internal_max_message_bytes: 0`) {
+		t.Errorf("Validate: %v, want an error naming internal_max_message_bytes", err)
+	}
+	described := false
+	for _, o := range optionDescriptors() {
+		described = described || o.GetName() == "internal_max_message_bytes" && o.GetDefaultValue() == "8388608"
+	}
+	if !described {
+		t.Error("no descriptor of internal_max_message_bytes with default 8388608")
+	}
+}
+
 // source_max_delay_ms: 0 by default (Java KafkaIO's withCreateTime(ZERO)),
 // set by a pipeline option, negative refused naming the option.
 func TestSourceMaxDelayOption(t *testing.T) {

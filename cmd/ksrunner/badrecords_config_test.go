@@ -136,5 +136,9 @@ func TestRecordPackBytesConfig(t *testing.T) {
 	os.Unsetenv("KSRUNNER_RECORD_PACK_BYTES")
 	wantConfigErrors(t, []configError{
 		{[]string{"--record_pack_bytes=-1"}, "option record_pack_bytes: -1, must be 0 (no packing) to 524288"},
+		{[]string{"--internal_max_message_bytes=1000"}, "option internal_max_message_bytes: 1000, must be 1048576 to 67108864"},
 	})
+	if cfg, err := loadServerConfig([]string{"--internal_max_message_bytes=2097152"}); err != nil || cfg.InternalMaxMessageBytes != 2<<20 {
+		t.Fatalf("flag internal_max_message_bytes: %d, %v", cfg.InternalMaxMessageBytes, err)
+	}
 }

@@ -116,6 +116,7 @@ func jobServerFlags() *pflag.FlagSet {
 	fs.Int("max_bundle_size", def.MaxBundleSize, "input elements per bundle at most")
 	fs.Int("max_bundle_time_ms", def.MaxBundleTimeMs, host.MaxBundleTimeMsHelp)
 	fs.Int("record_pack_bytes", def.RecordPackBytes, host.RecordPackBytesHelp)
+	fs.Int("internal_max_message_bytes", def.InternalMaxMessageBytes, host.InternalMaxMessageBytesHelp)
 	fs.Int("commit_interval_ms", def.CommitIntervalMs, "how often tasks commit")
 	fs.Int("source_idle_timeout_ms", def.SourceIdleTimeoutMs, "how long a caught-up Kafka read partition stays idle before its watermark follows wall time")
 	fs.Int("source_max_delay_ms", def.SourceMaxDelayMs, host.SourceMaxDelayMsHelp)

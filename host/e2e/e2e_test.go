@@ -40,6 +40,7 @@ var pipelines = []struct {
 	{"readfiles", readFilesPipeline, nil},
 	{"hotkey", hotKeyPipeline, nil},
 	{"hotsessions", hotSessionsPipeline, nil},
+	{"hotside", hotSidePipeline, hotSideWant},
 	{"sdfside", sdfSidePipeline, sdfSideWant},
 }
 

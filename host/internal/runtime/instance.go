@@ -288,6 +288,13 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		return nil, err
 	}
 	opts = append(opts, cc.opts...)
+	limits, err := cc.producerLimits(ts)
+	if err != nil {
+		i.admin.Close()
+		db.Close()
+		return nil, err
+	}
+	opts = append(opts, limits...)
 	i.env.MaxRecordBytes = cc.batchMaxBytes // before any task exists
 	i.env.RecordPackBytes = cfg.RecordPackBytes
 	if gid := i.ident.groupInstanceID(cfg.ApplicationID); gid != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/kafkaio"
+	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -155,6 +156,9 @@ type clientConfig struct {
 	batchMaxBytes int32
 	// bufferBytes is the producer's MaxBufferedBytes (buffer.memory).
 	bufferBytes int
+	// bufferGiven is the transform whose buffer.memory set bufferBytes
+	// ("": the default).
+	bufferGiven string
 	// metadataMaxAge is the shortest metadata.max.age.ms of the reads;
 	// 0: none gave one (franz-go's default, 5 minutes).
 	metadataMaxAge time.Duration
@@ -227,7 +231,6 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 		}
 	}
 	if limit, ok := batchLimit(given["producer:batch.size"].value, given["producer:max.request.size"].value); ok {
-		cc.opts = append(cc.opts, kgo.ProducerBatchMaxBytes(limit))
 		cc.batchMaxBytes = limit
 	}
 	// The producer buffers at most buffer.memory bytes of records not yet
@@ -240,9 +243,8 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 		if int64(n) < int64(cc.batchMaxBytes) {
 			return nil, fmt.Errorf("transform %s: producer config buffer.memory=%s is less than the largest record the producer sends (%d bytes: max.request.size and batch.size)", g.transform, g.value, cc.batchMaxBytes)
 		}
-		cc.bufferBytes = int(n)
+		cc.bufferBytes, cc.bufferGiven = int(n), g.transform
 	}
-	cc.opts = append(cc.opts, kgo.MaxBufferedBytes(cc.bufferBytes))
 	if d := cc.metadataMaxAge; d > 0 {
 		// franz-go refuses a max age below its min age (5 s by default),
 		// which also spaces the refreshes its errors trigger.
@@ -250,6 +252,58 @@ func kafkaClientConfig(plan *translate.Plan, exactlyOnce bool) (*clientConfig, e
 	}
 	return cc, nil
 }
+
+// producerLimits completes the producer's options for the topics of ts:
+// each internal topic takes batches (so records) up to its own
+// max.message.bytes (internal_max_message_bytes when Create made it), a
+// user's topic up to batchMaxBytes or its own max.message.bytes if lower
+// (franz-go fills a batch up to its limit, and a broker refuses a batch
+// over the topic's, failing the whole cycle for records that each fit).
+// The buffer holds the largest record too: franz-go fails a record larger
+// than its buffer at once.
+func (cc *clientConfig) producerLimits(ts *topics.Set) ([]kgo.Opt, error) {
+	isInternal := map[string]bool{}
+	for _, name := range ts.InternalNames() {
+		isInternal[name] = true
+	}
+	internal := map[string]int32{}
+	user := map[string]int32{}
+	largest := cc.batchMaxBytes
+	for name, m := range ts.MaxMessageBytes {
+		m = min(m, maxBatchBytes)
+		if isInternal[name] {
+			internal[name] = m
+			largest = max(largest, m)
+		} else {
+			user[name] = min(m, cc.batchMaxBytes)
+		}
+	}
+	buffer := cc.bufferBytes
+	if int64(buffer) < int64(largest) {
+		if cc.bufferGiven != "" {
+			return nil, fmt.Errorf("transform %s: producer config buffer.memory=%d is less than the largest record the producer may send (%d bytes: the internal topics' max.message.bytes, internal_max_message_bytes)", cc.bufferGiven, buffer, largest)
+		}
+		buffer = 2 * int(largest)
+	}
+	limit := func(topic string) int32 {
+		if m, ok := internal[topic]; ok {
+			return m
+		}
+		if m, ok := user[topic]; ok {
+			return m
+		}
+		if isInternal[topic] {
+			return topics.DefaultRecordLimit
+		}
+		return cc.batchMaxBytes
+	}
+	return []kgo.Opt{kgo.ProducerBatchMaxBytesFn(limit), kgo.MaxBufferedBytes(buffer)}, nil
+}
+
+// maxBatchBytes is the largest record batch the producer is given: within
+// franz-go's limit (1 GiB) and its request limit (BrokerMaxWriteBytes,
+// 100 MiB), whatever a topic's max.message.bytes says.
+const maxBatchBytes = 64 << 20
 
 // metadataMaxAge parses metadata.max.age.ms: how long the client keeps
 // its metadata before it asks again, and so how soon it finds partitions

@@ -8,6 +8,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -44,11 +45,7 @@ func TestKafkaClientSettingsHonoured(t *testing.T) {
 	if len(cc.notApplied) != 0 {
 		t.Errorf("not applied: %v, want none", cc.notApplied)
 	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, cc.opts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := producerClient(t, cc, topics.New(plan, "app", 1, 2))
 	for _, tc := range []struct {
 		opt  any
 		want any
@@ -82,18 +79,82 @@ func TestProducerBufferDefault(t *testing.T) {
 		if tc.request != "" {
 			p["max.request.size"] = tc.request
 		}
-		cc, err := kafkaClientConfig(clientPlan(nil, nil, p, nil), true)
+		plan := clientPlan(nil, nil, p, nil)
+		cc, err := kafkaClientConfig(plan, true)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, cc.opts...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cl := producerClient(t, cc, topics.New(plan, "app", 1, 2))
 		if got := cl.OptValue(kgo.MaxBufferedBytes); got != tc.want {
 			t.Errorf("max.request.size %q: buffer %v, want %d", tc.request, got, tc.want)
 		}
-		cl.Close()
+	}
+}
+
+// producerClient is a client with the options of cc and the producer
+// limits it gives the topics of ts.
+func producerClient(t *testing.T, cc *clientConfig, ts *topics.Set) *kgo.Client {
+	t.Helper()
+	limits, err := cc.producerLimits(ts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, cc.opts...), limits...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// The producer's batches for each topic keep to what the topic takes: an
+// internal topic its own max.message.bytes (internal_max_message_bytes
+// when the job created it, Kafka's default when unknown), a user's topic
+// the Kafka write's limit or its own max.message.bytes if lower, since a
+// broker refuses a whole batch over it. The buffer holds the largest
+// record, or a buffer.memory that cannot is refused, naming the transform.
+func TestProducerLimits(t *testing.T) {
+	plan := clientPlan(nil, nil, map[string]string{"max.request.size": "2000000"}, nil)
+	plan.Topics = []*translate.Topic{{Name: "gbk-repartition", Kind: translate.TopicRepartition}, {Name: "side", Kind: translate.TopicSideInput}}
+	plan.SubTopologies = append(plan.SubTopologies, &translate.SubTopology{ID: 2, Input: "gbk-repartition", Root: translate.Root{Kind: translate.RootGroupByKey}})
+	ts := topics.New(plan, "app", 1, 2)
+	repartition, side, changelog := ts.Full("gbk-repartition"), ts.Full("side"), ts.Full(topics.ChangelogTopic(2))
+	ts.MaxMessageBytes[repartition] = 16 << 20
+	ts.MaxMessageBytes[changelog] = 8 << 20
+	ts.MaxMessageBytes["out"] = 500000 // the user's topic takes less than the write's limit
+	ts.MaxMessageBytes["other"] = 4000000
+	cc, err := kafkaClientConfig(plan, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := producerClient(t, cc, ts)
+	limit := cl.OptValues(kgo.ProducerBatchMaxBytesFn)[0].(func(string) int32)
+	for topic, want := range map[string]int32{
+		repartition:   16 << 20,
+		changelog:     8 << 20,
+		side:          topics.DefaultRecordLimit, // unknown
+		"out":         500000,
+		"other":       2000000,
+		"unknown-out": 2000000,
+	} {
+		if got := limit(topic); got != want {
+			t.Errorf("topic %s: batch limit %d, want %d", topic, got, want)
+		}
+	}
+	if got, want := cl.OptValue(kgo.MaxBufferedBytes), int64(32<<20); got != want {
+		t.Errorf("buffer %v, want %d (twice the largest record)", got, want)
+	}
+
+	plan = clientPlan(nil, nil, map[string]string{"buffer.memory": "10000000"}, nil)
+	cc, err = kafkaClientConfig(plan, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts = topics.New(plan, "app", 1, 2)
+	ts.MaxMessageBytes[ts.Full(topics.ChangelogTopic(0))] = 16 << 20
+	_, err = cc.producerLimits(ts)
+	if want := "transform write1: producer config buffer.memory=10000000 is less than the largest record the producer may send (16777216 bytes"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("buffer.memory below an internal topic's limit: %v, want an error containing %q", err, want)
 	}
 }
 

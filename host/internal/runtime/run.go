@@ -66,6 +66,10 @@ type Config struct {
 	MaxBundleTime time.Duration
 	// RecordPackBytes: see task.Env.RecordPackBytes.
 	RecordPackBytes int
+	// InternalMaxMessageBytes is the max.message.bytes of the internal
+	// topics Run creates (topics.Set.SetInternalMaxMessageBytes); 0: the
+	// broker's default.
+	InternalMaxMessageBytes int32
 	// Execs run the plan's stages, by stage id (executor.Start).
 	Execs map[string]executor.Executor
 	// Skip are the sub-topologies (by id) this instance takes no tasks of:
@@ -225,6 +229,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// An authentication error, from whichever client, names the brokers.
 	defer func() { err = kafkaconn.Explain(err, cfg.BootstrapServers, cfg.Security) }()
 	ts := topics.New(cfg.Plan, cfg.ApplicationID, cfg.ReplicationFactor, cfg.Parallelism)
+	ts.SetInternalMaxMessageBytes(cfg.InternalMaxMessageBytes)
 	if cfg.BadRecords == task.PolicyDeadLetter {
 		ts.SetDeadLetter(cfg.DeadLetterTopic, cfg.CreateDeadLetterTopic)
 	}
@@ -235,6 +240,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer admin.Close()
 	if err := setUpTopics(ctx, &cfg, ts, admin); err != nil {
 		return brokersLost(err)
+	}
+	if below := ts.BelowInternalLimit(); len(below) > 0 {
+		cfg.Logger.Warn("internal topics made by an earlier run take smaller records than internal_max_message_bytes asks: an element or stored value larger than a topic's limit fails the job (raise the topics' max.message.bytes with kafka-configs, or use a new application_id)",
+			"internal_max_message_bytes", cfg.InternalMaxMessageBytes, "topics", below)
 	}
 	if cfg.Plan.Bounded && !cfg.KeepInternalTopics {
 		defer func() {

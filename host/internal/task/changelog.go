@@ -6,6 +6,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/host/internal/state"
 )
 
 // Changelogs (DESIGN.md §6). Every sub-topology has a compacted changelog
@@ -48,10 +50,12 @@ import (
 
 // maxStoredValue bounds the values the host writes in one piece where a
 // value grows with the input (GroupByKey runs, input parked for side
-// inputs): each is one changelog record, and Kafka refuses records over
-// about 1 MB (max.message.bytes; franz-go's ProducerBatchMaxBytes). User
-// state values are as large as the SDK sends them: over 1 MB they fail the
-// job.
+// inputs): each is one changelog record, which Kafka refuses over the
+// changelog's max.message.bytes (internal_max_message_bytes, 1 MiB by
+// Kafka's default), and a piece stays a small part of that. One element
+// larger than the bound is a piece of its own, and user state values are
+// as large as the SDK sends them: over the changelog's limit either fails
+// the job (ProduceChangelog).
 const maxStoredValue = 256 << 10
 
 // changelogValue encodes a set (value != nil) or a delete (a tombstone).
@@ -70,6 +74,7 @@ func changelogValue(set bool, v []byte) []byte {
 // (see commitState). The caller has closed every bundle.
 func (t *Task) ProduceChangelog(ctx context.Context) error {
 	topic := t.env.Topics.Full(t.env.Topics.Changelogs[t.sub.ID])
+	limit := t.env.Topics.RecordLimit(topic)
 	produce := func(b *pebble.Batch) error {
 		if b.Empty() {
 			return nil
@@ -92,6 +97,9 @@ func (t *Task) ProduceChangelog(ctx context.Context) error {
 				continue
 			default:
 				return fmt.Errorf("task %s: state batch holds a %v record, which the changelog cannot carry", t.producer, kind)
+			}
+			if size := len(k) + len(val) + recordOverhead; size > int(limit) {
+				return fmt.Errorf("task %s: a stored value of %d bytes (%s) does not fit in a record of changelog %s, which takes at most %d bytes (its max.message.bytes; internal_max_message_bytes sets it for the topics a job creates)", t.producer, len(v), t.storedKind(k), topic, limit)
 			}
 			rec := &kgo.Record{Topic: topic, Partition: t.partition, Key: append([]byte(nil), k...), Value: val}
 			t.env.ProduceWith(ctx, rec, t.changelogPromise)
@@ -119,4 +127,22 @@ func (t *Task) changelogPromise(r *kgo.Record, err error) {
 			return
 		}
 	}
+}
+
+// storedKind says what the store key k holds, for messages.
+func (t *Task) storedKind(k []byte) string {
+	if len(k) <= len(t.prefix) {
+		return "a task record"
+	}
+	switch state.Kind(k[len(t.prefix)]) {
+	case state.Gate:
+		return "input parked for side inputs or time sorting"
+	case state.Buffer, state.Value:
+		return "a GroupByKey value"
+	case state.Residual:
+		return "a splittable DoFn's residual"
+	case state.Bag, state.Multimap, state.Ordered:
+		return "a user state value"
+	}
+	return fmt.Sprintf("store %q", k[len(t.prefix)])
 }

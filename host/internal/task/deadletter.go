@@ -3,6 +3,8 @@ package task
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -234,6 +236,31 @@ func (t *Task) checkSize(r *kgo.Record) error {
 	return nil
 }
 
+// checkInternalSize fails an element of pcoll too large for a record of
+// the internal topic it goes to (a Kafka name), naming both, rather than
+// leave it to the producer, which would fail the whole cycle naming only
+// the topic. A record holds the element and at most its key again (an
+// unpacked KV record), which the bound counts.
+func (t *Task) checkInternalSize(topic, pcoll string, raw []byte) error {
+	limit := t.env.Topics.RecordLimit(topic)
+	if size := 1 + 2*len(raw) + recordOverhead; size <= int(limit) {
+		return nil
+	}
+	// The exact size: the key is a part of the element.
+	size := 1 + len(raw) + recordOverhead
+	if codec := t.env.Codecs[pcoll]; codec != nil && codec.IsKV() {
+		if wv, err := codec.Next(raw); err == nil {
+			if key, _, err := codec.SplitKV(wv.Elem); err == nil {
+				size += len(key)
+			}
+		}
+	}
+	if size <= int(limit) {
+		return nil
+	}
+	return fmt.Errorf("pcollection %s: an element of %d bytes does not fit in a record of topic %s, which takes at most %d bytes (its max.message.bytes; internal_max_message_bytes sets it for the topics a job creates, a group larger than that cannot be read by a ParDo with side inputs or state, or be a side input)", t.pcollName(pcoll), len(raw), topic, limit)
+}
+
 type tooLargeError struct {
 	topic string
 	size  int
@@ -311,4 +338,21 @@ func wvTime(wv shuffle.WindowedValue) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(wv.Timestamp)
+}
+
+// pcollName describes PCollection id for messages: its id and the
+// transform producing it.
+func (t *Task) pcollName(id string) string {
+	ts := t.env.Plan.Pipeline.GetComponents().GetTransforms()
+	for _, tid := range slices.Sorted(maps.Keys(ts)) {
+		if len(ts[tid].GetSubtransforms()) > 0 {
+			continue // a composite: its leaf names the producer
+		}
+		for _, out := range ts[tid].GetOutputs() {
+			if out == id {
+				return fmt.Sprintf("%s (output of transform %q)", id, t.uniqueName(tid))
+			}
+		}
+	}
+	return id
 }

@@ -92,8 +92,9 @@ type Env struct {
 	// (deadletter.go); "": PolicyFail. PolicyDeadLetter produces them to
 	// Topics.DeadLetter.
 	BadRecords ErrorPolicy
-	// MaxRecordBytes is the largest record the producer sends (its batch
-	// limit), which a Kafka write checks with the topic's
-	// max.message.bytes before producing; zero: unchecked.
+	// MaxRecordBytes is the largest record the producer sends to a user's
+	// topic (its batch limit there), which a Kafka write checks with the
+	// topic's max.message.bytes before producing; zero: unchecked. The
+	// internal topics have limits of their own (Topics.RecordLimit).
 	MaxRecordBytes int32
 }

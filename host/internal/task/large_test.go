@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/shuffle"
 )
 
 // bigValues are n strings of size bytes: "aaa…", "bbb…", ….
@@ -114,5 +115,76 @@ func TestLargeInput(t *testing.T) {
 	}
 	if !slices.Equal(sizes, []int{6, 6}) {
 		t.Errorf("bundles of %v elements, want 6 and 6", sizes)
+	}
+}
+
+// An element larger than the internal topic it goes to takes fails the
+// task where it is routed, naming its PCollection, the transform making it
+// and the topic, rather than in the producer (which would name only the
+// topic, failing the whole cycle); the same element fits a topic with a
+// larger max.message.bytes (internal_max_message_bytes).
+func TestElementTooLargeForTopic(t *testing.T) {
+	const size = 2 << 20
+	for _, limit := range []int32{1 << 20, 8 << 20} {
+		f := newGroupFixture(t)
+		for _, tp := range f.sub.Sinks {
+			f.te.env.Topics.MaxMessageBytes[f.te.env.Topics.Full(tp.Topic)] = limit
+		}
+		big := strings.Repeat("x", size)
+		f.te.exec(f.sub).fn = func(in shuffle.WindowedValue) [][]byte {
+			return [][]byte{wv(1000, strEl(big), interval(0, 60000))}
+		}
+		w := interval(0, 60000)
+		ctx := context.Background()
+		if err := f.tk.Handle(ctx, f.in.data(wv(1000, kv("k", "v"), w))); err != nil {
+			t.Fatal(err)
+		}
+		err := f.tk.Handle(ctx, []*kgo.Record{f.in.wm(f.prod, maxWatermark)})
+		if err == nil {
+			err = f.tk.PrepareCommit(ctx)
+		}
+		if limit > size {
+			if err != nil {
+				t.Errorf("limit %d: %v", limit, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "does not fit in a record of topic "+f.te.env.Topics.Full(f.sub.Sinks[0].Topic)) || !strings.Contains(err.Error(), "output of transform") || !strings.Contains(err.Error(), "internal_max_message_bytes") {
+			t.Errorf("limit %d: %v, want the element's PCollection, its transform, the topic and internal_max_message_bytes named", limit, err)
+		}
+	}
+}
+
+// A stored value larger than the task's changelog takes (here input
+// parked for a side input) fails ProduceChangelog naming what it is and
+// the changelog (the cycle then aborts), rather than the producer failing
+// it naming only the topic.
+func TestStoredValueTooLargeForChangelog(t *testing.T) {
+	const size = 2 << 20
+	for _, limit := range []int32{1 << 20, 8 << 20} {
+		te := newTestEnv(t, marshal(t, groupingPipeline(t)), 1)
+		sub, _ := te.subWithSideInput()
+		changelog := te.env.Topics.Full(te.env.Topics.Changelogs[sub.ID])
+		te.env.Topics.MaxMessageBytes[changelog] = limit
+		tk := te.task(sub, 0)
+		in := te.input(sub, 0)
+		ctx := context.Background()
+		if err := tk.Handle(ctx, in.data(wv(1000, strEl(strings.Repeat("y", size)), interval(0, 60000)))); err != nil {
+			t.Fatal(err)
+		}
+		if err := tk.PrepareCommit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err := tk.ProduceChangelog(ctx)
+		produced := len(te.takeChangelog())
+		if limit > size {
+			if err != nil || produced == 0 {
+				t.Errorf("limit %d: %v, %d records", limit, err, produced)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "input parked for side inputs") || !strings.Contains(err.Error(), "changelog "+changelog+", which takes at most 1048576 bytes") {
+			t.Errorf("limit %d: %v, want the parked input and the changelog named", limit, err)
+		}
 	}
 }

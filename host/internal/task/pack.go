@@ -35,12 +35,17 @@ type packs struct {
 }
 
 // packLimit is the bytes of values a pack may hold: RecordPackBytes, less
-// when the producer's record limit (a Kafka write's batch.size lowers it
-// for the whole instance) would not take a pack that large.
+// when an internal data topic takes smaller records (its max.message.bytes,
+// which the producer's batches for it keep to).
 func packLimit(env *Env) int {
 	limit := env.RecordPackBytes
-	if m := int(env.MaxRecordBytes); m > 0 && limit > m-packOverhead {
-		limit = max(0, m-packOverhead)
+	for name, tp := range env.Topics.ByName {
+		if !packable(tp.Kind) {
+			continue
+		}
+		if m := int(env.Topics.RecordLimit(env.Topics.Full(name))); limit > m-packOverhead {
+			limit = max(0, m-packOverhead)
+		}
 	}
 	return limit
 }

@@ -460,6 +460,9 @@ func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 	topic := t.env.Topics.ByName[s.Topic]
 	packed := t.packs.limit > 0 && packable(topic.Kind)
 	rec := &kgo.Record{Topic: t.env.Topics.Full(s.Topic)}
+	if err := t.checkInternalSize(rec.Topic, pcoll, raw); err != nil {
+		return err
+	}
 	var val []byte
 	if !packed {
 		val = make([]byte, 1+len(raw))

@@ -2,6 +2,7 @@ package topics
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -89,8 +90,10 @@ func TestCreate(t *testing.T) {
 		full(ChangelogTopic(2)):   {2, true}, // the user topic's count, as Discover found it
 		full(shuffle.StatusTopic): {1, true},
 	}
+	const made = 4 << 20 // the first run's internal_max_message_bytes
 	for run := range 2 { // the second keeps what the first made
 		ts := New(plan, app, 1, 3)
+		ts.SetInternalMaxMessageBytes(int32(made * (1 + run))) // the second asks for more
 		if err := ts.Discover(ctx, adm.Client); err != nil {
 			t.Fatal(err)
 		}
@@ -117,15 +120,31 @@ func TestCreate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("run %d: configs of %s: %v", run, name, err)
 			}
-			policy := ""
+			policy, maxBytes := "", ""
 			for _, c := range rc.Configs {
 				if c.Key == "cleanup.policy" && c.Value != nil {
 					policy = *c.Value
 				}
+				if c.Key == "max.message.bytes" && c.Value != nil {
+					maxBytes = *c.Value
+				}
+			}
+			if maxBytes != strconv.Itoa(made) {
+				t.Errorf("run %d: %s has max.message.bytes %q, want %d (internal_max_message_bytes when first made)", run, name, maxBytes, made)
+			}
+			if got := ts.RecordLimit(name); got != made {
+				t.Errorf("run %d: %s: record limit %d, want %d (the topic's own)", run, name, got, made)
 			}
 			if compact := policy == "compact"; compact != w.compact {
 				t.Errorf("run %d: %s has cleanup.policy %q, want compacted: %v", run, name, policy, w.compact)
 			}
+		}
+		below := ts.BelowInternalLimit()
+		if run == 0 && len(below) != 0 {
+			t.Errorf("run 0: topics below internal_max_message_bytes: %v, want none", below)
+		}
+		if run == 1 && len(below) != len(want) {
+			t.Errorf("run 1: topics below the larger internal_max_message_bytes: %v, want the %d made by run 0", below, len(want))
 		}
 		if got := len(details[user].Partitions); got != 2 {
 			t.Errorf("run %d: the user's topic %s has %d partitions, want its own 2", run, user, got)

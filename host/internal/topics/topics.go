@@ -47,9 +47,13 @@ type Set struct {
 	// changelog has one partition per task (partition of the input).
 	Changelogs map[int]string
 	// MaxMessageBytes are the max.message.bytes of the user topics Kafka
-	// writes produce to and of the dead-letter topic, by Kafka name, as
-	// Discover found them (absent: unknown).
+	// writes produce to and of the dead-letter topic, as Discover found
+	// them, and of the internal topics, as Create made or found them, by
+	// Kafka name (absent: unknown).
 	MaxMessageBytes map[string]int32
+	// internalMaxBytes is the max.message.bytes Create gives the topics it
+	// creates (0: the broker's default).
+	internalMaxBytes int32
 
 	// DeadLetter is the Kafka name of the dead-letter topic ("": none,
 	// the bad-record policy is not dead_letter); DeadLetterPartitions its
@@ -76,6 +80,43 @@ func (t *Set) SetDeadLetter(name string, create bool) {
 		return
 	}
 	t.DeadLetter, t.createDeadLetter = name, create
+}
+
+// SetInternalMaxMessageBytes makes Create give the topics it creates this
+// max.message.bytes (internal_max_message_bytes): the largest element or
+// stored value that can cross an internal topic. Run calls it before
+// Create.
+func (t *Set) SetInternalMaxMessageBytes(n int32) { t.internalMaxBytes = n }
+
+// DefaultRecordLimit is the largest record assumed to fit a topic whose
+// max.message.bytes is unknown: Kafka's default (message.max.bytes,
+// 1048588) less franz-go's margin, franz-go's own default batch limit.
+const DefaultRecordLimit = 1_000_012
+
+// RecordLimit is the largest record batch (so the largest record) topic,
+// a Kafka name, takes: its max.message.bytes if known, else
+// DefaultRecordLimit.
+func (t *Set) RecordLimit(topic string) int32 {
+	if m, ok := t.MaxMessageBytes[topic]; ok {
+		return m
+	}
+	return DefaultRecordLimit
+}
+
+// InternalNames are the Kafka names of the topics Create creates, sorted.
+func (t *Set) InternalNames() []string {
+	var names []string
+	for name := range t.Partitions {
+		if t.ByName[name].Kind != translate.TopicKafka {
+			names = append(names, t.Full(name))
+		}
+	}
+	for _, name := range t.Changelogs {
+		names = append(names, t.Full(name))
+	}
+	names = append(names, t.Full(shuffle.StatusTopic))
+	slices.Sort(names)
+	return names
 }
 
 // Writer is the transform writing user topic topic, for messages ("":
@@ -324,6 +365,12 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 		rt.Topic = t.Full(name)
 		rt.NumPartitions = n
 		rt.ReplicationFactor = int16(t.replication)
+		if t.internalMaxBytes > 0 {
+			c := kmsg.NewCreateTopicsRequestTopicConfig()
+			c.Name = "max.message.bytes"
+			c.Value = kmsg.StringPtr(strconv.Itoa(int(t.internalMaxBytes)))
+			rt.Configs = append(rt.Configs, c)
+		}
 		if compact {
 			c := kmsg.NewCreateTopicsRequestTopicConfig()
 			c.Name = "cleanup.policy"
@@ -359,6 +406,7 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 	}
 	var names []string
 	var existing []kmsg.CreateTopicsRequestTopic
+	created := map[string]bool{}
 	for _, rt := range req.Topics {
 		full := rt.Topic
 		err, ok := answered[full]
@@ -369,6 +417,8 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 			existing = append(existing, rt)
 		case err != nil:
 			return fmt.Errorf("creating topic %s: %w", full, err)
+		default:
+			created[full] = true
 		}
 		names = append(names, full)
 	}
@@ -397,7 +447,48 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 			return fmt.Errorf("topic %s exists with %d partitions, the plan needs %d (internal_parallelism changed? use a new application_id)", rt.Topic, got, rt.NumPartitions)
 		}
 	}
+	if err := t.internalLimits(ctx, adm.Client, names, created); err != nil {
+		return err
+	}
 	return t.createDeadLetterTopic(ctx, adm)
+}
+
+// internalLimits records the max.message.bytes of the internal topics
+// names: what the broker describes, else what Create gave the topics it
+// created. A topic that existed (made by an earlier run, maybe with
+// another internal_max_message_bytes, or changed by an operator) keeps its
+// own: the producer builds batches up to it, and a larger batch would fail
+// the whole cycle. One that cannot be described stays unknown
+// (RecordLimit: Kafka's default).
+func (t *Set) internalLimits(ctx context.Context, adm *kadm.Client, names []string, created map[string]bool) error {
+	for _, name := range names {
+		if created[name] && t.internalMaxBytes > 0 {
+			t.MaxMessageBytes[name] = t.internalMaxBytes
+		}
+	}
+	var existing []string
+	for _, name := range names {
+		if !created[name] {
+			existing = append(existing, name)
+		}
+	}
+	return t.discoverMaxMessageBytes(ctx, adm, existing...)
+}
+
+// BelowInternalLimit lists the internal topics whose max.message.bytes is
+// below the one SetInternalMaxMessageBytes asked for, or unknown, with
+// their limits (RecordLimit): topics an earlier run created.
+func (t *Set) BelowInternalLimit() map[string]int32 {
+	below := map[string]int32{}
+	if t.internalMaxBytes <= 0 {
+		return below
+	}
+	for _, name := range t.InternalNames() {
+		if m := t.RecordLimit(name); m < t.internalMaxBytes {
+			below[name] = m
+		}
+	}
+	return below
 }
 
 // sourceChangelog says whether the topic (a Kafka name) is the changelog
