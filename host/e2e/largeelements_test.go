@@ -1,9 +1,15 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
 // TestElementTooLargeForTopic: a group larger than the internal topic it
@@ -22,4 +28,41 @@ func TestElementTooLargeForTopic(t *testing.T) {
 			t.Errorf("errors %q, want %q in them", errs, want)
 		}
 	}
+}
+
+// TestKafkaWriteTopicBatchLimit: a Kafka write to a topic whose
+// max.message.bytes is below the producer's batch limit (Kafka's default
+// 1 MB) writes many small records in one cycle. The producer's batches for
+// that topic keep to the topic's limit: a batch filled to the producer's
+// would be refused whole (MESSAGE_TOO_LARGE), failing the job for records
+// that each fit. (The real broker refuses such batches, failing the test
+// every time when the producer ignores the topic's limit; kfake answers
+// before batches grow that large.)
+func TestKafkaWriteTopicBatchLimit(t *testing.T) {
+	bootstrap := kafkatest.Broker(t)
+	ctx := testContext(t, 2*time.Minute)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	kafkatest.CreateTopic(t, bootstrap, in, 1)
+	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
+	small := "20000"
+	if resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &small}, out); err != nil || resp.Err != nil {
+		t.Fatalf("creating %s: %v %v", out, err, resp.Err)
+	}
+	const n = 3000 // about 450 KB: 20 batches of the topic's limit
+	cl := kafkatest.Client(t, bootstrap)
+	want := map[string]int64{}
+	var recs []*kgo.Record
+	for i := range n {
+		key := fmt.Sprintf("%04d-%s", i, strings.Repeat("k", 120))
+		want[key] = int64(i)
+		recs = append(recs, &kgo.Record{Topic: in, Key: []byte(key), Value: be8(int64(i))})
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	max := int64(n)
+	runDone(ctx, t, ksrunner, passThroughPipeline(t, loopback.EnvironmentConfig, in, out, &max, "earliest"), map[string]string{
+		"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap, "commit_interval_ms": "5000",
+	})
+	kafkatest.CheckCounts(t, "output", kafkatest.ReadCounts(ctx, t, bootstrap, out, n), want)
 }
