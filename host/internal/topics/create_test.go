@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
@@ -158,5 +163,51 @@ func TestCreate(t *testing.T) {
 	err := ts.Create(ctx, adm)
 	if err == nil || !strings.Contains(err.Error(), "topic "+full("gbk-repartition")+" exists with 3 partitions, the plan needs 5") {
 		t.Fatalf("Create with internal_parallelism changed from 3 to 5: %v, want the repartition topic named with both counts", err)
+	}
+}
+
+// A cluster whose policy refuses the max.message.bytes Create gives the
+// topics (some hosted services cap it) fails Create naming the topic, the
+// value and the option that set it.
+func TestCreatePolicyRefusesMaxMessageBytes(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.ControlKey(int16(kmsg.CreateTopics), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		creq := req.(*kmsg.CreateTopicsRequest)
+		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range creq.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic = rt.Topic
+			for _, cfg := range rt.Configs {
+				if cfg.Name == "max.message.bytes" && cfg.Value != nil && *cfg.Value != "1048588" {
+					st.ErrorCode = kerr.PolicyViolation.Code
+					st.ErrorMessage = kmsg.StringPtr("max.message.bytes above 1048588")
+				}
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	plan := &translate.Plan{
+		Topics:        []*translate.Topic{{Name: "gbk-repartition", Kind: translate.TopicRepartition}},
+		SubTopologies: []*translate.SubTopology{{ID: 0, Input: "gbk-repartition", Root: translate.Root{Kind: translate.RootGroupByKey}}},
+	}
+	ts := New(plan, "app", 1, 2)
+	ts.SetInternalMaxMessageBytes(8 << 20)
+	err = ts.Create(ctx, AdminOf(cl))
+	want := "creating topic " + ts.Full("gbk-repartition") + " with max.message.bytes=8388608 (internal_max_message_bytes): POLICY_VIOLATION"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Create: %v, want an error containing %q", err, want)
 	}
 }

@@ -415,6 +415,10 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 			return fmt.Errorf("creating topic %s: the broker's answer does not name it", full)
 		case errors.Is(err, kerr.TopicAlreadyExists):
 			existing = append(existing, rt)
+		case err != nil && t.internalMaxBytes > 0 && (errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.InvalidConfig)):
+			// A cluster's policy may cap max.message.bytes: name the
+			// option that set it.
+			return fmt.Errorf("creating topic %s with max.message.bytes=%d (internal_max_message_bytes): %w", full, t.internalMaxBytes, err)
 		case err != nil:
 			return fmt.Errorf("creating topic %s: %w", full, err)
 		default:
