@@ -194,16 +194,18 @@ func TestKafkaRowsLogAppendTime(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	bootstrap := kafkatest.Broker(t)
 	in, out := kafkatest.UniqueName(t, "krin"), kafkatest.UniqueName(t, "krout")
-	kafkatest.CreateTopic(t, bootstrap, in, 1)
 	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.RowsOutPartitions)
 	cl := kafkatest.Client(t, bootstrap)
+	// Created with the config: a config altered afterwards reaches the
+	// partition's leader a moment later, and a record produced meanwhile
+	// kept its CreateTime (CI, Kafka 4.4).
 	v := "LogAppendTime"
-	res, err := kadm.NewClient(cl).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "message.timestamp.type", Value: &v}}, in)
+	res, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, map[string]*string{"message.timestamp.type": &v}, in)
 	if err == nil {
-		_, err = res.On(in, nil)
+		err = res.Err
 	}
 	if err != nil {
-		t.Fatalf("setting %s's message.timestamp.type: %v", in, err)
+		t.Fatalf("creating %s with message.timestamp.type %s: %v", in, v, err)
 	}
 	before := time.Now().Add(-time.Second).UnixMilli() // the broker's clock may lag a little
 	old := time.Now().Add(-time.Hour)
