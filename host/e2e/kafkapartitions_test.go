@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -267,4 +268,31 @@ func TestKafkaBoundedReadPartitionsAdded(t *testing.T) {
 		t.Fatalf("job ended %v (errors %q, %v), want DONE", r.state, r.errs, r.err)
 	}
 	kafkatest.CheckCounts(t, "output", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), want)
+}
+
+// TestKafkaReadTopicDeleted: deleting the topic a running job reads fails
+// the job, naming the topic and saying it was deleted, rather than leaving
+// it waiting for records that cannot come.
+func TestKafkaReadTopicDeleted(t *testing.T) {
+	bootstrap := kafkatest.Broker(t)
+	ctx := testContext(t, 3*time.Minute)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	cl := kafkatest.Client(t, bootstrap)
+	produceTo(ctx, t, cl, in, 0, "a", 1)
+	id, err := submit(ctx, t, ksrunner, passThroughPipeline(t, loopback.EnvironmentConfig, in, out, nil, "earliest"), map[string]string{"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	kafkatest.ReadCounts(ctx, t, bootstrap, out, 1) // the job reads
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	r, err := wait(ctx, ksrunner, id)
+	want := "fetching " + in + "/"
+	if msg := strings.Join(r.Errors, "\n"); err != nil || r.State != jobpb.JobState_FAILED || !strings.Contains(msg, want) || !strings.Contains(msg, "the topic was deleted") {
+		t.Errorf("job ended %v (errors %q, %v), want FAILED with %q ... the topic was deleted", r.State, r.Errors, err, want)
+	}
 }

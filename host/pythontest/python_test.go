@@ -29,6 +29,23 @@ import (
 	"github.com/ksrunner/ksrunner/host"
 )
 
+// TestMain gives the tests' processes a temporary directory of their own,
+// removed at the end: the Python SDK makes a beam-pipeline-temp directory
+// for every Pipeline and removes it only when that pipeline runs, and
+// Beam's suites build pipelines they never run, which left dozens of
+// directories in /tmp per run.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ksrunner-pythontest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pythontest:", err)
+		os.Exit(1)
+	}
+	os.Setenv("TMPDIR", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // beamPython returns a python interpreter that can import apache_beam (the
 // venv of Beam's Python SDK at go.mod's Beam version, shared with the
 // expansion service's tests; see expansiontest.BeamPython).

@@ -681,6 +681,10 @@ func (i *instance) run(ctx context.Context) (err error) {
 				fetchErr = i.groupSessionError(gs)
 				return
 			}
+			if errors.Is(err, kerr.UnknownTopicID) || errors.Is(err, kerr.UnknownTopicOrPartition) {
+				fetchErr = fmt.Errorf("fetching %s/%d: %w (the topic was deleted, or deleted and created again, while the job read it)", topic, p, err)
+				return
+			}
 			fetchErr = fmt.Errorf("fetching %s/%d: %w", topic, p, err)
 		})
 		if fetchErr != nil {
