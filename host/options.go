@@ -213,7 +213,7 @@ const (
 const (
 	DefaultInternalMaxMessageBytes = 8 << 20
 	MinInternalMaxMessageBytes     = 1 << 20
-	MaxInternalMaxMessageBytes     = 64 << 20
+	MaxInternalMaxMessageBytes     = topics.MaxRecordLimit
 )
 
 // DefaultWASMMemoryLimitMB is wasm_memory_limit_mb's default (wasmabi's

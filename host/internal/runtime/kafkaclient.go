@@ -269,8 +269,8 @@ func (cc *clientConfig) producerLimits(ts *topics.Set) ([]kgo.Opt, error) {
 	internal := map[string]int32{}
 	user := map[string]int32{}
 	largest := cc.batchMaxBytes
-	for name, m := range ts.MaxMessageBytes {
-		m = min(m, maxBatchBytes)
+	for name := range ts.MaxMessageBytes {
+		m := ts.RecordLimit(name)
 		if isInternal[name] {
 			internal[name] = m
 			largest = max(largest, m)
@@ -299,11 +299,6 @@ func (cc *clientConfig) producerLimits(ts *topics.Set) ([]kgo.Opt, error) {
 	}
 	return []kgo.Opt{kgo.ProducerBatchMaxBytesFn(limit), kgo.MaxBufferedBytes(buffer)}, nil
 }
-
-// maxBatchBytes is the largest record batch the producer is given: within
-// franz-go's limit (1 GiB) and its request limit (BrokerMaxWriteBytes,
-// 100 MiB), whatever a topic's max.message.bytes says.
-const maxBatchBytes = 64 << 20
 
 // metadataMaxAge parses metadata.max.age.ms: how long the client keeps
 // its metadata before it asks again, and so how soon it finds partitions

@@ -98,10 +98,15 @@ const DefaultRecordLimit = 1_000_012
 // DefaultRecordLimit.
 func (t *Set) RecordLimit(topic string) int32 {
 	if m, ok := t.MaxMessageBytes[topic]; ok {
-		return m
+		return min(m, MaxRecordLimit)
 	}
 	return DefaultRecordLimit
 }
+
+// MaxRecordLimit bounds RecordLimit whatever a topic's max.message.bytes
+// says: the producer's batches stay within franz-go's request limits
+// (BrokerMaxWriteBytes and BrokerMaxReadBytes, 100 MiB).
+const MaxRecordLimit = 64 << 20
 
 // InternalNames are the Kafka names of the topics Create creates, sorted.
 func (t *Set) InternalNames() []string {
