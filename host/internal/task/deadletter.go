@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"time"
@@ -242,6 +243,9 @@ func (t *Task) checkSize(r *kgo.Record) error {
 // the topic. A record holds the element and at most its key again (an
 // unpacked KV record), which the bound counts.
 func (t *Task) checkInternalSize(topic, pcoll string, raw []byte) error {
+	if 1+2*len(raw)+recordOverhead <= t.sinkLimit {
+		return nil // the common case, without a lookup per element
+	}
 	limit := t.env.Topics.RecordLimit(topic)
 	if size := 1 + 2*len(raw) + recordOverhead; size <= int(limit) {
 		return nil
@@ -259,6 +263,18 @@ func (t *Task) checkInternalSize(topic, pcoll string, raw []byte) error {
 		return nil
 	}
 	return fmt.Errorf("pcollection %s: an element of %d bytes does not fit in a record of topic %s, which takes at most %d bytes (its max.message.bytes; internal_max_message_bytes sets it for the topics a job creates, a group larger than that cannot be read by a ParDo with side inputs or state, or be a side input)", t.pcollName(pcoll), len(raw), topic, limit)
+}
+
+// smallestSinkLimit is the smallest record limit of the internal topics
+// the task writes.
+func (t *Task) smallestSinkLimit() int {
+	limit := math.MaxInt
+	for _, s := range t.sub.Sinks {
+		if s.KafkaWrite == nil {
+			limit = min(limit, int(t.env.Topics.RecordLimit(t.env.Topics.Full(s.Topic))))
+		}
+	}
+	return limit
 }
 
 type tooLargeError struct {

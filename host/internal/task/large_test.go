@@ -126,10 +126,11 @@ func TestLargeInput(t *testing.T) {
 func TestElementTooLargeForTopic(t *testing.T) {
 	const size = 2 << 20
 	for _, limit := range []int32{1 << 20, 8 << 20} {
-		f := newGroupFixture(t)
-		for _, tp := range f.sub.Sinks {
-			f.te.env.Topics.MaxMessageBytes[f.te.env.Topics.Full(tp.Topic)] = limit
+		te := newTestEnv(t, marshal(t, groupingPipeline(t)), 3)
+		for _, tp := range groupTask(t, te).Sinks {
+			te.env.Topics.MaxMessageBytes[te.env.Topics.Full(tp.Topic)] = limit
 		}
+		f := newGroupFixtureIn(t, te, 2)
 		big := strings.Repeat("x", size)
 		f.te.exec(f.sub).fn = func(in shuffle.WindowedValue) [][]byte {
 			return [][]byte{wv(1000, strEl(big), interval(0, 60000))}

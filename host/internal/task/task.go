@@ -87,6 +87,9 @@ type Task struct {
 	spread spreader
 
 	packs packs // DATA_PACKED records being filled (pack.go)
+	// sinkLimit is the smallest record limit of the internal topics the
+	// task writes (checkInternalSize).
+	sinkLimit int
 
 	// kafkaSinks are the serializers of the sub-topology's Kafka writes.
 	kafkaSinks map[*translate.Sink]*kafkaSink
@@ -218,6 +221,7 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		batch:      env.DB.NewIndexedBatch(),
 		packs:      packs{limit: packLimit(env)},
 	}
+	t.sinkLimit = t.smallestSinkLimit()
 	t.prefix = state.TaskPrefix(sub.ID, partition)
 	t.pages.db = env.DB
 	for _, s := range sub.Stages {
