@@ -331,7 +331,7 @@ func TestInternalMaxMessageBytesOption(t *testing.T) {
 	}
 	for js, want := range map[string]int{
 		`{"beam:option:go_options:v1": {"options": {"internal_max_message_bytes": "1048576"}}}`: 1 << 20,
-		`{"beam:option:internal_max_message_bytes:v1": 67108864}`:                              64 << 20,
+		`{"beam:option:internal_max_message_bytes:v1": 67108864}`:                               64 << 20,
 	} {
 		var s structpb.Struct
 		if err := protojson.Unmarshal([]byte(js), &s); err != nil {
