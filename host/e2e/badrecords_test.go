@@ -329,11 +329,7 @@ func TestKafkaWriteTooLarge(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
 	kafkatest.CreateTopic(t, bootstrap, in, 1)
-	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
-	small := "100"
-	if resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &small}, out); err != nil || resp.Err != nil {
-		t.Fatalf("creating %s: %v %v", out, err, resp.Err)
-	}
+	kafkatest.CreateTopicWithConfigs(t, bootstrap, out, 1, map[string]string{"max.message.bytes": "100"})
 	cl := kafkatest.Client(t, bootstrap)
 	ts := time.Now().Add(-time.Hour).Truncate(time.Minute)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte(strings.Repeat("k", 50)), Value: be8(1), Timestamp: ts}).FirstErr(); err != nil {

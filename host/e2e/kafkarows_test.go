@@ -13,7 +13,6 @@ import (
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -199,14 +198,7 @@ func TestKafkaRowsLogAppendTime(t *testing.T) {
 	// Created with the config: a config altered afterwards reaches the
 	// partition's leader a moment later, and a record produced meanwhile
 	// kept its CreateTime (CI, Kafka 4.4).
-	v := "LogAppendTime"
-	res, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, map[string]*string{"message.timestamp.type": &v}, in)
-	if err == nil {
-		err = res.Err
-	}
-	if err != nil {
-		t.Fatalf("creating %s with message.timestamp.type %s: %v", in, v, err)
-	}
+	kafkatest.CreateTopicWithConfigs(t, bootstrap, in, 1, map[string]string{"message.timestamp.type": "LogAppendTime"})
 	before := time.Now().Add(-time.Second).UnixMilli() // the broker's clock may lag a little
 	old := time.Now().Add(-time.Hour)
 	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte("k"), Value: []byte("v"), Timestamp: old}).FirstErr(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -43,11 +42,7 @@ func TestKafkaWriteTopicBatchLimit(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
 	kafkatest.CreateTopic(t, bootstrap, in, 1)
-	adm := kadm.NewClient(kafkatest.Client(t, bootstrap))
-	small := "20000"
-	if resp, err := adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": &small}, out); err != nil || resp.Err != nil {
-		t.Fatalf("creating %s: %v %v", out, err, resp.Err)
-	}
+	kafkatest.CreateTopicWithConfigs(t, bootstrap, out, 1, map[string]string{"max.message.bytes": "20000"})
 	const n = 3000 // about 450 KB: 20 batches of the topic's limit
 	cl := kafkatest.Client(t, bootstrap)
 	want := map[string]int64{}

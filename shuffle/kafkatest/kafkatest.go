@@ -123,11 +123,26 @@ func Client(t testing.TB, bootstrap string, opts ...kgo.Opt) *kgo.Client {
 // the topic already exists.
 func CreateTopic(t testing.TB, bootstrap, topic string, partitions int32) {
 	t.Helper()
+	CreateTopicWithConfigs(t, bootstrap, topic, partitions, nil)
+}
+
+// CreateTopicWithConfigs is CreateTopic with topic configs (name →
+// value), which the topic has from its creation on: a config altered
+// afterwards reaches the partition's leader a moment later.
+func CreateTopicWithConfigs(t testing.TB, bootstrap, topic string, partitions int32, configs map[string]string) {
+	t.Helper()
 	cl := Client(t, bootstrap)
 	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.CreateTopic(ctx, partitions, 1, nil, topic)
+	var cfg map[string]*string
+	for k, v := range configs {
+		if cfg == nil {
+			cfg = map[string]*string{}
+		}
+		cfg[k] = &v
+	}
+	resp, err := adm.CreateTopic(ctx, partitions, 1, cfg, topic)
 	if err == nil {
 		err = resp.Err
 	}
