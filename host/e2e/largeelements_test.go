@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
@@ -60,4 +61,32 @@ func TestKafkaWriteTopicBatchLimit(t *testing.T) {
 		"application_id": kafkatest.UniqueName(t, "e2e"), "bootstrap_servers": bootstrap, "commit_interval_ms": "5000",
 	})
 	kafkatest.CheckCounts(t, "output", kafkatest.ReadCounts(ctx, t, bootstrap, out, n), want)
+}
+
+// TestInternalTopicsKeepTheirLimit: an application's internal topics keep
+// the max.message.bytes they were made with. A job that made them at
+// Kafka's 1 MiB fails on the hot group; the same pipeline resubmitted
+// under its application_id at the default 8 MiB is warned, in a job
+// message naming the topics and their limits, and fails the same way,
+// naming the topic's own limit, rather than producing batches the broker
+// refuses.
+func TestInternalTopicsKeepTheirLimit(t *testing.T) {
+	bootstrap := kafkatest.Broker(t)
+	ctx := testContext(t, 2*time.Minute)
+	appID := kafkatest.UniqueName(t, "e2e")
+	pipe := marshal(t, hotSidePipeline(t.TempDir()+"/out"))
+	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_max_message_bytes": "1048576"}
+	runFailed(ctx, t, ksrunner, pipe, opts) // makes the topics at 1 MiB
+	delete(opts, "internal_max_message_bytes")
+	_, r := runEnded(ctx, t, ksrunner, pipe, opts, jobpb.JobState_FAILED)
+	warned := false
+	for _, m := range r.Messages {
+		warned = warned || strings.Contains(m, "internal topics made by an earlier run take smaller records than internal_max_message_bytes (8388608) asks: __beam_"+appID) && strings.Contains(m, "summarizeWithSide-main (1048576)")
+	}
+	if !warned {
+		t.Errorf("no job message warning of the topics' smaller limit; messages %q", r.Messages)
+	}
+	if msg := strings.Join(r.Errors, "\n"); !strings.Contains(msg, "summarizeWithSide-main, which takes at most 1048576 bytes") {
+		t.Errorf("errors %q, want the element too large for the topic's own 1048576 bytes", r.Errors)
+	}
 }

@@ -242,8 +242,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return brokersLost(err)
 	}
 	if below := ts.BelowInternalLimit(); len(below) > 0 {
-		cfg.Logger.Warn("internal topics made by an earlier run take smaller records than internal_max_message_bytes asks: an element or stored value larger than a topic's limit fails the job (raise the topics' max.message.bytes with kafka-configs, or use a new application_id)",
-			"internal_max_message_bytes", cfg.InternalMaxMessageBytes, "topics", below)
+		var list []string
+		for _, name := range slices.Sorted(maps.Keys(below)) {
+			list = append(list, fmt.Sprintf("%s (%d)", name, below[name]))
+		}
+		msg := fmt.Sprintf("internal topics made by an earlier run take smaller records than internal_max_message_bytes (%d) asks: %s; an element or stored value larger than its topic's limit fails the job (raise the topics' max.message.bytes with kafka-configs, or use a new application_id)",
+			cfg.InternalMaxMessageBytes, strings.Join(list, ", "))
+		cfg.Logger.Warn(msg)
+		if cfg.Warning != nil {
+			cfg.Warning(msg)
+		}
 	}
 	if cfg.Plan.Bounded && !cfg.KeepInternalTopics {
 		defer func() {
