@@ -51,8 +51,9 @@ import (
 // maxStoredValue bounds the values the host writes in one piece where a
 // value grows with the input (GroupByKey runs, input parked for side
 // inputs): each is one changelog record, which Kafka refuses over the
-// changelog's max.message.bytes (internal_max_message_bytes, 1 MiB by
-// Kafka's default), and a piece stays a small part of that. One element
+// changelog's max.message.bytes (internal_max_message_bytes when the job
+// made the topic; Kafka's default, 1 MiB, for topics made before the
+// option), and a piece stays a small part of that. One element
 // larger than the bound is a piece of its own, and user state values are
 // as large as the SDK sends them: over the changelog's limit either fails
 // the job (ProduceChangelog).
