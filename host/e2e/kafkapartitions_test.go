@@ -58,11 +58,7 @@ func TestKafkaReadPartitionsAdded(t *testing.T) {
 			kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
 			appID := kafkatest.UniqueName(t, "parts")
 
-			cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cl.Close()
+			cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 			adm := kadm.NewClient(cl)
 			want := map[string]int64{}
 			produce := func(what string, partitions []int32, per int, read bool) {
@@ -210,11 +206,7 @@ func TestKafkaBoundedReadPartitionsAdded(t *testing.T) {
 	in, out := kafkatest.UniqueName(t, "bin"), kafkatest.UniqueName(t, "bout")
 	kafkatest.CreateTopic(t, bootstrap, in, 2)
 	kafkatest.CreateTopic(t, bootstrap, out, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	adm := kadm.NewClient(cl)
 	want := map[string]int64{}
 	produce := func(from int, partitions []int32, read bool) {

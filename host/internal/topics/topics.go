@@ -470,15 +470,13 @@ func (t *Set) Create(ctx context.Context, adm *Admin) error {
 // the whole cycle. One that cannot be described stays unknown
 // (RecordLimit: Kafka's default).
 func (t *Set) internalLimits(ctx context.Context, adm *kadm.Client, names []string, created map[string]bool) error {
-	for _, name := range names {
-		if created[name] && t.internalMaxBytes > 0 {
-			t.MaxMessageBytes[name] = t.internalMaxBytes
-		}
-	}
 	var existing []string
 	for _, name := range names {
-		if !created[name] {
+		switch {
+		case !created[name]:
 			existing = append(existing, name)
+		case t.internalMaxBytes > 0:
+			t.MaxMessageBytes[name] = t.internalMaxBytes
 		}
 	}
 	return t.discoverMaxMessageBytes(ctx, adm, existing...)
