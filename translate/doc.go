@@ -49,9 +49,12 @@
 //     "teststream-<n>"), GroupByKey, lifted or not ("<name>-repartition"),
 //     Reshuffle ("<name>-repartition"), stateful ParDo or ParDo with side
 //     inputs ("<name>-main", its side inputs written to "<pcollection>-side"
-//     topics read whole by every instance) and every Flatten whose inputs
-//     come from several sub-topologies ("<name>-flatten") starts a
-//     sub-topology reading its own topic, names sanitized injectively to
+//     topics read whole by every instance; but a plain ParDo with side
+//     inputs reading a fast-path GroupByKey's output, whose side inputs do
+//     not wait on the GroupByKey's sub-topology, stays there, and the root
+//     waits for those side inputs: Root.SideInputTopics) and every Flatten
+//     whose inputs come from several sub-topologies ("<name>-flatten")
+//     starts a sub-topology reading its own topic, names sanitized injectively to
 //     Kafka's characters. A GroupByKey runs any windowing strategy that
 //     translate/windowing compiles: triggers, allowed lateness, merging windows
 //     and custom WindowFns (a custom merging one gets a merge stage in the

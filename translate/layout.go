@@ -69,6 +69,39 @@ func (t *translator) layout() (*Plan, error) {
 		}
 	}
 
+	// waitsOn reports whether the sub-topology producing pc waits on
+	// sub-topology on (or is it): reads a topic on writes to, or has a stage
+	// that reads a side input on produces, directly or through others.
+	waitsOn := func(pc string, on *subBuilder) bool {
+		seen := map[*subBuilder]bool{}
+		var walk func(x *subBuilder) bool
+		walk = func(x *subBuilder) bool {
+			if x == nil || seen[x] {
+				return false
+			}
+			if x == on {
+				return true
+			}
+			seen[x] = true
+			if tp := topics[x.st.Input]; tp != nil {
+				for _, pc := range tp.Producers {
+					if walk(subOf[pc]) {
+						return true
+					}
+				}
+			}
+			for _, m := range x.members {
+				for _, si := range t.sideInputsOf[m] {
+					if walk(subOf[si.PCollection]) {
+						return true
+					}
+				}
+			}
+			return false
+		}
+		return walk(subOf[pc])
+	}
+
 	plan.TestStream = t.testStream != ""
 	for _, id := range t.leaves {
 		tr := t.comps.GetTransforms()[id]
@@ -284,7 +317,18 @@ func (t *translator) layout() (*Plan, error) {
 						Multimap: sides[l].GetAccessPattern().GetUrn() == urnSideInputMultimap,
 					})
 				}
-				if !t.sidesUpstream[id] {
+				if t.firesWithSides(id, tr, sb, in, waitsOn) {
+					// The GroupByKey fires each group only once these
+					// side inputs are complete for its window (see
+					// Root.SideInputTopics): the ParDo reads its groups
+					// where they are, in pages, and nothing is parked.
+					for _, si := range t.sideInputsOf[id] {
+						if !slices.Contains(sb.st.Root.SideInputTopics, si.Topic) {
+							sb.st.Root.SideInputTopics = append(sb.st.Root.SideInputTopics, si.Topic)
+						}
+					}
+					slices.Sort(sb.st.Root.SideInputTopics)
+				} else if !t.sidesUpstream[id] {
 					tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-main", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}}
 					sinkTo(tp.Name, in)
 					nsb, err := newSub(tp, Root{Kind: RootPassthrough, TransformID: id, Output: in, WindowingStrategy: t.inWS(in)})
@@ -564,10 +608,45 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 	return nil
 }
 
+// firesWithSides reports whether ParDo id, reading side inputs, stays in
+// sub-topology sb, whose GroupByKey root produces its main input in, rather
+// than heading a sub-topology of its own fed by a "-main" topic. It does
+// when the root is the GroupByKey fast path (one pane per key and window,
+// at its end) and none of the side inputs waits on sb: the root then holds
+// a group back until the side inputs are complete for its window, as the
+// ParDo's own task would hold its input, so a group is read from the store
+// in pages however large, and never crosses a topic whole (which bounded
+// it to internal_max_message_bytes). A side input that waits on sb would
+// wait on the groups held for it: those keep the "-main" topic, as do
+// stateful ParDos (keyed by their own topic), splittable ones, and ParDos
+// requiring stable or time-sorted input.
+func (t *translator) firesWithSides(id string, tr *pipepb.PTransform, sb *subBuilder, in string, waitsOn func(pc string, on *subBuilder) bool) bool {
+	r := sb.st.Root
+	if r.Kind != RootGroupByKey || r.Windowed || r.Output != in || r.MergeWindows != nil || t.statefulOf[id] || t.sidesUpstream[id] {
+		return false
+	}
+	if tr.GetSpec().GetUrn() != urnParDo {
+		return false
+	}
+	pd := &pipepb.ParDoPayload{}
+	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), pd); err != nil {
+		return false
+	}
+	if pd.GetRequiresStableInput() || pd.GetRequiresTimeSortedInput() || pd.GetRestrictionCoderId() != "" {
+		return false
+	}
+	for _, si := range t.sideInputsOf[id] {
+		if waitsOn(si.PCollection, sb) {
+			return false
+		}
+	}
+	return true
+}
+
 // pageGroups sets PagedGroups on a GroupByKey root and the stages reading
 // its output when every consumer can take state-backed iterables: harness
-// stages whose input is consumed at once (no side inputs, no time sorting,
-// no splittable DoFn), reading a wire coder of KV<K, iterable<V>>. A
+// stages whose input is consumed at once (no side inputs but those the
+// root waits for, no time sorting, no splittable DoFn), reading a wire coder of KV<K, iterable<V>>. A
 // flatten, a sink or a WASM stage reading the output gets whole groups.
 func (t *translator) pageGroups(st *SubTopology) {
 	if st.Root.Kind != RootGroupByKey {
@@ -591,7 +670,7 @@ func (t *translator) pageGroups(st *SubTopology) {
 		if s.Input != st.Root.Output {
 			continue
 		}
-		if s.Executor != ExecutorHarness || len(s.SideInputs) > 0 || s.TimeSortedInput || t.splits(s) {
+		if s.Executor != ExecutorHarness || !st.Root.WaitsForSides(s) || s.TimeSortedInput || t.splits(s) {
 			return
 		}
 		readers = append(readers, s)

@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"slices"
+
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 )
@@ -179,6 +181,14 @@ type Root struct {
 	// served in pages through the Fn API state API (StateKey.Runner), so no
 	// group is ever whole in memory.
 	PagedGroups bool
+	// SideInputTopics (RootGroupByKey fast path only) are the side input
+	// topics of the ParDos that read Output in this sub-topology rather
+	// than heading one of their own (none of them waits on this
+	// sub-topology): the root fires a key and window only once every one
+	// of them is complete for the window (its watermark past the window's
+	// end), holding the group in the store until then, so those ParDos'
+	// stages never park their input and may read it in pages.
+	SideInputTopics []string
 	// TestStream (RootTestStream only) is the TestStream's payload. Its
 	// elements are encoded with CoderId, which encodes like the element coder
 	// of Output's wire coder (translate checks it), or, when
@@ -250,9 +260,10 @@ type Stage struct {
 	// PagedGroups says the stage's input is a GroupByKey root's output that
 	// its descriptor declares as KV<K, state_backed_iterable<V>>: the SDK
 	// reads a group's values past the inline ones through the state API.
-	// Set for harness stages that neither park their input (side inputs,
-	// time-sorted input) nor split it (splittable DoFns): a parked or split
-	// element would outlive the commit cycle that serves its pages.
+	// Set for harness stages that neither park their input (side inputs
+	// the root does not wait for, time-sorted input) nor split it
+	// (splittable DoFns): a parked or split element would outlive the
+	// commit cycle that serves its pages.
 	PagedGroups bool
 	// Input is the PCollection the stage consumes (its parallel input).
 	Input string
@@ -339,4 +350,22 @@ func (st *SubTopology) ExecutorStages() []*Stage {
 		return st.Stages
 	}
 	return append([]*Stage{st.Root.MergeWindows}, st.Stages...)
+}
+
+// WaitsForSides reports whether the root fires only what every side input
+// of stage s is complete for (SideInputTopics), so that s, reading the
+// root's output, never parks it: true for a stage without side inputs.
+func (r *Root) WaitsForSides(s *Stage) bool {
+	if len(s.SideInputs) == 0 {
+		return true
+	}
+	if s.Input != r.Output {
+		return false
+	}
+	for _, si := range s.SideInputs {
+		if !slices.Contains(r.SideInputTopics, si.Topic) {
+			return false
+		}
+	}
+	return true
 }

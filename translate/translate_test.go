@@ -959,19 +959,35 @@ func TestPagedGroups(t *testing.T) {
 		build func(s beam.Scope, kvs beam.PCollection)
 		opts  Options
 		want  bool
+		// sides is how many side input topics the GroupByKey root waits
+		// for, its side-input readers staying in its sub-topology; with
+		// none, a side-input reader heads one of its own ("-main").
+		sides int
 	}{
 		{"a harness stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
-		}, Options{}, true},
+		}, Options{}, true, 0},
 		{"a WASM stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
-		}, Options{StageWASM: map[string]string{"translate.joinFn2": "j.wasm"}}, false},
+		}, Options{StageWASM: map[string]string{"translate.joinFn2": "j.wasm"}}, false, 0},
 		{"a stage with a side input", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, false},
+		}, Options{}, true, 1},
+		{"a side input made from the groups", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, kvs)
+			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.ParDo(s, joinFn2, g)})
+		}, Options{}, false, 0},
+		{"a side input made from the groups in another sub-topology", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, kvs)
+			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Reshuffle(s, beam.ParDo(s, joinFn2, g))})
+		}, Options{}, false, 0},
 		{"merging windows (a windowed GroupByKey)", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
-		}, Options{}, true},
+		}, Options{}, true, 0},
+		{"a side input after merging windows", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs))
+			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
+		}, Options{}, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, s := beam.NewPipelineWithRoot()
@@ -986,6 +1002,9 @@ func TestPagedGroups(t *testing.T) {
 				if st.Root.PagedGroups != tc.want {
 					t.Errorf("root PagedGroups %v, want %v", st.Root.PagedGroups, tc.want)
 				}
+				if len(st.Root.SideInputTopics) != tc.sides {
+					t.Errorf("root waits for side inputs %q, want %d", st.Root.SideInputTopics, tc.sides)
+				}
 				for _, stg := range st.Stages {
 					if stg.Input == st.Root.Output && stg.PagedGroups != tc.want {
 						t.Errorf("stage %s PagedGroups %v, want %v", stg.ID, stg.PagedGroups, tc.want)
@@ -994,6 +1013,16 @@ func TestPagedGroups(t *testing.T) {
 			}
 			if roots != 1 {
 				t.Fatalf("%d GroupByKey roots, want 1", roots)
+			}
+			var main []string
+			for _, tp := range plan.Topics {
+				if strings.HasSuffix(tp.Name, "-main") {
+					main = append(main, tp.Name)
+				}
+			}
+			sideReader := strings.Contains(tc.name, "side input")
+			if wantMain := sideReader && tc.sides == 0; (len(main) > 0) != wantMain {
+				t.Errorf("main input topics %q; want one: %v", main, wantMain)
 			}
 		})
 	}

@@ -41,6 +41,7 @@ var pipelines = []struct {
 	{"hotkey", hotKeyPipeline, nil},
 	{"hotsessions", hotSessionsPipeline, nil},
 	{"hotside", hotSidePipeline, hotSideWant},
+	{"hotsidegroups", hotSideOfGroupsPipeline, func() []string { return hotSideWantWith("ccch") }},
 	{"sdfside", sdfSidePipeline, sdfSideWant},
 }
 

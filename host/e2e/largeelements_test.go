@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,20 +16,38 @@ import (
 )
 
 // TestElementTooLargeForTopic: a group larger than the internal topic it
-// must cross whole (hotSidePipeline's hot group of about 4 MB, with
-// internal_max_message_bytes at Kafka's 1 MiB) fails the job with an error
-// naming the PCollection, the transform making it, the topic and the
+// must cross whole (hotSideOfGroupsPipeline's hot group of about 4 MB,
+// with internal_max_message_bytes at Kafka's 1 MiB) fails the job with an
+// error naming the PCollection, the transform making it, the topic and the
 // option, rather than the producer's MESSAGE_TOO_LARGE naming the topic
 // alone. TestMatchesPrism runs the same pipeline to completion at the
 // default 8 MiB on every broker.
 func TestElementTooLargeForTopic(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
-	errs := runFailed(ctx, t, ksrunner, marshal(t, hotSidePipeline(t.TempDir()+"/out")), map[string]string{"internal_max_message_bytes": "1048576"})
+	errs := runFailed(ctx, t, ksrunner, marshal(t, hotSideOfGroupsPipeline(t.TempDir()+"/out")), map[string]string{"internal_max_message_bytes": "1048576"})
 	msg := strings.Join(errs, "\n")
 	for _, want := range []string{`(output of transform "CoGBK"): an element of `, "does not fit in a record of topic __beam_", "summarizeWithSide-main, which takes at most 1048576 bytes", "internal_max_message_bytes"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("errors %q, want %q in them", errs, want)
 		}
+	}
+}
+
+// TestLargeGroupToSideInputReader: a ParDo with a side input that does not
+// wait on the GroupByKey reads its groups where they are, in pages, so
+// hotSidePipeline's hot group of about 4 MB passes with
+// internal_max_message_bytes at Kafka's 1 MiB, which no topic record or
+// stored value of it could take; the output is exact.
+func TestLargeGroupToSideInputReader(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	out := filepath.Join(t.TempDir(), "out.txt")
+	runDone(ctx, t, ksrunner, marshal(t, hotSidePipeline(out)), map[string]string{"internal_max_message_bytes": "1048576"})
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatalf("reading the output: %v", err)
+	}
+	if got, want := sortedLines(string(b)), hotSideWant(); !slices.Equal(got, want) {
+		t.Errorf("output %q, want %q", got, want)
 	}
 }
 
@@ -74,7 +95,7 @@ func TestInternalTopicsKeepTheirLimit(t *testing.T) {
 	bootstrap := kafkatest.Broker(t)
 	ctx := testContext(t, 2*time.Minute)
 	appID := kafkatest.UniqueName(t, "e2e")
-	pipe := marshal(t, hotSidePipeline(t.TempDir()+"/out"))
+	pipe := marshal(t, hotSideOfGroupsPipeline(t.TempDir()+"/out"))
 	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_max_message_bytes": "1048576"}
 	runFailed(ctx, t, ksrunner, pipe, opts) // makes the topics at 1 MiB
 	delete(opts, "internal_max_message_bytes")

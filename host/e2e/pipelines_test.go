@@ -45,6 +45,7 @@ func init() {
 	register.Function2x1(summarizeAgain)
 	register.Iter1[string]()
 	register.Function3x1(summarizeWithSide)
+	register.Function2x1(keyInitial)
 	register.Function1x2(hotRandomPair)
 }
 
@@ -82,10 +83,10 @@ func hotSessionsPipeline(out string) *beam.Pipeline {
 
 // hotSidePipeline is hotKeyPipeline's groups, of values that do not
 // compress (a broker measures compressed batches), read by a ParDo with a
-// side input, which heads a sub-topology of its own: each group crosses
-// its "-main" topic whole, the hot one (about 4 MB) in one record, so it
-// needs internal_max_message_bytes above Kafka's default 1 MiB; it is
-// parked for the side input in the store, a changelog record as large.
+// side input that does not wait on the GroupByKey: the ParDo reads the
+// groups where they are, the hot one (about 4 MB) in pages from the store,
+// each group held there until the side input is ready; it crosses no
+// topic, whatever internal_max_message_bytes says.
 func hotSidePipeline(out string) *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
 	groups := beam.GroupByKey(s, beam.ParDo(s, hotRandomPair, beam.CreateList(s, hotNumbers())))
@@ -94,8 +95,28 @@ func hotSidePipeline(out string) *beam.Pipeline {
 	return p
 }
 
-// hotSideWant is hotSidePipeline's output, computed here.
-func hotSideWant() []string {
+// hotSideOfGroupsPipeline is hotSidePipeline with a side input made from
+// the groups (the first letter of each key), which waits on the
+// GroupByKey: the ParDo heads a sub-topology of its own, and each group
+// crosses its "-main" topic whole, the hot one in one record, so it needs
+// internal_max_message_bytes above Kafka's default 1 MiB; it is parked
+// for the side input in the store, a changelog record as large.
+func hotSideOfGroupsPipeline(out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	groups := beam.GroupByKey(s, beam.ParDo(s, hotRandomPair, beam.CreateList(s, hotNumbers())))
+	side := beam.ParDo(s, keyInitial, groups)
+	textio.Write(s, out, beam.ParDo(s, summarizeWithSide, groups, beam.SideInput{Input: side}))
+	return p
+}
+
+// keyInitial is a group's key's first letter.
+func keyInitial(key string, _ func(*string) bool) string { return key[:1] }
+
+// hotSideWant is hotSidePipeline's output, computed here; hotSideWantWith
+// is it with side for the side input's letters, sorted.
+func hotSideWant() []string { return hotSideWantWith("xy") }
+
+func hotSideWantWith(side string) []string {
 	type sum struct{ n, sum, bytes int }
 	sums := map[string]*sum{}
 	for _, n := range hotNumbers() {
@@ -107,7 +128,7 @@ func hotSideWant() []string {
 	}
 	var out []string
 	for k, s := range sums {
-		out = append(out, fmt.Sprintf("side=xy %s values=%d sum=%d bytes=%d", k, s.n, s.sum, s.bytes))
+		out = append(out, fmt.Sprintf("side=%s %s values=%d sum=%d bytes=%d", side, k, s.n, s.sum, s.bytes))
 	}
 	slices.Sort(out)
 	return out

@@ -1,8 +1,8 @@
 package eostest
 
 import (
-	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,20 +10,20 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
-	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
-
-	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
 func init() {
 	register.Function1x2(toLargeKV)
 	register.Function3x1(summarizeLarge)
+	register.Function2x1(largeGroupKey)
 }
+
+// largeGroupKey is a group's key.
+func largeGroupKey(k string, _ func(*string) bool) string { return k }
 
 // largeValues is how many values of about 1 KiB toLargeKV makes: nearly
 // all on one key, a group of about 4 MB.
@@ -66,59 +66,67 @@ func summarizeLarge(k string, vs func(*string) bool, side func(*string) bool) st
 }
 
 // TestLargeGroupsUnderAbortedCycles: groups read by a ParDo with a side
-// input cross its main-input topic whole, the hot one (about 4 MB) a record
-// of its own, and are parked for the side input in the store, a changelog
-// record as large. With every other commit cycle aborted after its records
-// reached the broker, each group is summarized exactly once, complete.
+// input, the hot one about 4 MB, with every other commit cycle aborted
+// after its records reached the broker; each group must be summarized
+// exactly once, complete. With a side input that does not wait on the
+// GroupByKey, the ParDo reads the groups where they are, each held in the
+// store until the side input is ready, then read in pages. With one made
+// from the groups (their keys), the ParDo heads a sub-topology of its own:
+// each group crosses its main-input topic whole, a record of its own, and
+// is parked for the side input in the store, a changelog record as large.
 func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	aborted := abortCycles(t)
-	out := filepath.Join(t.TempDir(), "groups.txt")
-	p, s := beam.NewPipelineWithRoot()
-	in := make([]int, largeValues)
-	for i := range in {
-		in[i] = i
-	}
-	groups := beam.GroupByKey(s, beam.ParDo(s, toLargeKV, beam.CreateList(s, in)))
-	side := beam.CreateList(s, []string{"x", "y"})
-	textio.Write(s, out, beam.ParDo(s, summarizeLarge, groups, beam.SideInput{Input: side}))
-	id, r := env.Run(ctx, t, env.Marshal(t, p), map[string]string{
-		"bootstrap_servers":    kafkatest.Broker(t),
-		"application_id":       kafkatest.UniqueName(t, "app"),
-		"processing_guarantee": "exactly_once",
-		"commit_interval_ms":   "20",
-	})
-	if r.State != jobpb.JobState_DONE {
-		t.Fatalf("job %s ended %v, want DONE; errors: %q", id, r.State, r.Errors)
-	}
-	if n := aborted(); n < 3 {
-		t.Fatalf("only %d commit cycles were aborted, want at least 3", n)
-	}
 	n, sum := map[string]int{}, map[string]int{}
 	for i := range largeValues {
 		k, _ := toLargeKV(i)
 		n[k]++
 		sum[k] += i
 	}
-	var want []string
-	for k := range n {
-		want = append(want, fmt.Sprintf("%s %d %d x,y", k, n[k], sum[k]))
-	}
-	slices.Sort(want)
-	files, _ := filepath.Glob(out + "*")
-	var got []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l := strings.TrimSpace(string(b)); l != "" {
-			got = append(got, strings.Split(l, "\n")...)
-		}
-	}
-	slices.Sort(got)
-	if !slices.Equal(got, want) {
-		t.Errorf("after %d aborted cycles: groups %q, want %q", aborted(), got, want)
+	keys := slices.Sorted(maps.Keys(n))
+	for _, tc := range []struct {
+		name  string
+		side  func(s beam.Scope, groups beam.PCollection) beam.PCollection
+		sides string // the side input's elements, as summarizeLarge joins them
+	}{
+		{"side input ready apart", func(s beam.Scope, _ beam.PCollection) beam.PCollection {
+			return beam.CreateList(s, []string{"x", "y"})
+		}, "x,y"},
+		{"side input made from the groups", func(s beam.Scope, groups beam.PCollection) beam.PCollection {
+			return beam.ParDo(s, largeGroupKey, groups)
+		}, strings.Join(keys, ",")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			aborted := abortCycles(t)
+			out := filepath.Join(t.TempDir(), "groups.txt")
+			p, s := beam.NewPipelineWithRoot()
+			in := make([]int, largeValues)
+			for i := range in {
+				in[i] = i
+			}
+			groups := beam.GroupByKey(s, beam.ParDo(s, toLargeKV, beam.CreateList(s, in)))
+			textio.Write(s, out, beam.ParDo(s, summarizeLarge, groups, beam.SideInput{Input: tc.side(s, groups)}))
+			runDone(t, env.Marshal(t, p), map[string]string{"processing_guarantee": "exactly_once", "commit_interval_ms": "20"})
+			if n := aborted(); n < 3 {
+				t.Fatalf("only %d commit cycles were aborted, want at least 3", n)
+			}
+			var want []string
+			for _, k := range keys {
+				want = append(want, fmt.Sprintf("%s %d %d %s", k, n[k], sum[k], tc.sides))
+			}
+			files, _ := filepath.Glob(out + "*")
+			var got []string
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l := strings.TrimSpace(string(b)); l != "" {
+					got = append(got, strings.Split(l, "\n")...)
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("after %d aborted cycles: groups %q, want %q", aborted(), got, want)
+			}
+		})
 	}
 }

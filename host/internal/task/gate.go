@@ -59,8 +59,22 @@ func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 	for _, si := range sr.stage.SideInputs {
 		ready = min(ready, t.env.SideWatermark(si.Topic))
 	}
+	// Released when ready is past their windows' ends: the keys below
+	// EventTimeBits(ready), as sidesReady's groups.
 	lower := t.key(state.Gate, []byte{sr.idx})
 	return t.unpark(sr, lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
+}
+
+// sidesReady is how far every side input the GroupByKey root waits for
+// (Root.SideInputTopics) is complete: the root fires a window only when
+// its end is before it, as gate releases parked input. It is the maximum
+// watermark when the root waits for none.
+func (t *Task) sidesReady() int64 {
+	ready := maxWatermark
+	for _, topic := range t.sub.Root.SideInputTopics {
+		ready = min(ready, t.env.SideWatermark(topic))
+	}
+	return ready
 }
 
 // unpark returns the parked chunks of sr whose keys are in [lower, upper),

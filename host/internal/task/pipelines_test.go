@@ -18,6 +18,9 @@ import (
 func pairFn(w string) (string, string)                      { return w, w }
 func formatFn(k string, vs func(*string) bool) string       { return k }
 func withSideFn(s string, side []string, emit func(string)) { emit(s) }
+func groupWithSideFn(k string, vs func(*string) bool, side []string, emit func(string)) {
+	emit(k)
+}
 
 // timerFn sets an event-time timer per key and window.
 type timerFn struct {
@@ -37,8 +40,22 @@ func init() {
 	register.Function1x2(pairFn)
 	register.Function2x1(formatFn)
 	register.Function3x0(withSideFn)
+	register.Function4x0(groupWithSideFn)
 	register.Emitter1[string]()
 	register.Iter1[string]()
+}
+
+// groupsWithSidePipeline is Create | pairFn | WindowInto(fixed minutes) |
+// GroupByKey | groupWithSideFn, which reads a side input over minute
+// windows of its own (Create | WindowInto) and whose output is
+// reshuffled. The side input does not wait on the GroupByKey, so
+// groupWithSideFn stays in the GroupByKey's sub-topology.
+func groupsWithSidePipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.ParDo(s, pairFn, beam.Create(s, "a")))
+	side := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.Create(s, "x"))
+	beam.Reshuffle(s, beam.ParDo(s, groupWithSideFn, beam.GroupByKey(s, kvs), beam.SideInput{Input: side}))
+	return p
 }
 
 // groupingPipeline is Create | pairFn | WindowInto(fixed minutes, opts) |

@@ -95,14 +95,19 @@ func (passthroughRoot) watermark(in int64) (int64, error)    { return in, nil }
 
 // groupByKeyRoot is the GroupByKey fast path: the default trigger over
 // non-merging windows, each key and window fired once at the end of its
-// window (gbk.go).
+// window (gbk.go), and once the side inputs of the ParDos reading the
+// groups here are complete for it (Root.SideInputTopics): until then the
+// group stays in the store, its timer holding the output watermark, where
+// a parked group would have to be copied whole.
 type groupByKeyRoot struct{ t *Task }
 
 func (r groupByKeyRoot) data(raw []byte, pos int64) error {
 	return r.t.buffer(raw, pos)
 }
 
-func (r groupByKeyRoot) prepare(_ context.Context, in int64) error { return r.t.fire(in) }
+func (r groupByKeyRoot) prepare(_ context.Context, in int64) error {
+	return r.t.fire(min(in, r.t.sidesReady()))
+}
 
 func (r groupByKeyRoot) watermark(in int64) (int64, error) {
 	hold, err := r.t.earliestTimer()

@@ -35,13 +35,7 @@ func TestSideInputGate(t *testing.T) {
 		m3 = `"m3" @80000 [60000,120000) nofiring`
 		m4 = `"m4" @130000 [120000,180000) nofiring`
 	)
-	for i, st := range []struct {
-		sideWM   int64
-		reopen   bool // abort (after the last commit) and open the task again
-		recs     []*kgo.Record
-		inputs   []string
-		reported string
-	}{{
+	runSideSteps(t, te, sub, side, tk, []sideStep{{
 		recs:     append(in.data(wv(70000, strEl("m2"), w1)), in.wm(prod, 100000)),
 		reported: "70000",
 	}, {
@@ -65,7 +59,23 @@ func TestSideInputGate(t *testing.T) {
 		recs:     append(in.data(wv(130000, strEl("m4"), w2)), in.wm(prod, maxWatermark)),
 		inputs:   []string{m2, m3, m4},
 		reported: "+inf",
-	}} {
+	}})
+}
+
+// sideStep is one commit cycle of a task whose stage reads a side input.
+type sideStep struct {
+	sideWM   int64 // the side input's watermark during the cycle
+	reopen   bool  // abort (after the last commit) and open the task again
+	recs     []*kgo.Record
+	inputs   []string // what the stage gets
+	reported string   // the output watermark reported, if any
+}
+
+// runSideSteps runs each step as one commit cycle of tk (partition 1 of
+// sub), the side input topic side at the step's watermark.
+func runSideSteps(t *testing.T, te *testEnv, sub *translate.SubTopology, side string, tk *Task, steps []sideStep) {
+	t.Helper()
+	for i, st := range steps {
 		te.setSideWatermark(side, st.sideWM)
 		if st.reopen {
 			tk.Abort()
@@ -79,6 +89,48 @@ func TestSideInputGate(t *testing.T) {
 		}
 		checkLines(t, fmtStep("produced", i), te.describe(te.take()), want)
 	}
+}
+
+// A GroupByKey whose groups are read by a ParDo with side inputs in its own
+// sub-topology (translate: Root.SideInputTopics) fires a key and window
+// only once the side inputs are complete for it. Until then the group
+// stays in the store, durably, its timer holding the output watermark.
+func TestGroupByKeyWaitsForSideInputs(t *testing.T) {
+	te := newTestEnv(t, marshal(t, groupsWithSidePipeline()), 2)
+	sub := te.sub(translate.RootGroupByKey)
+	if len(sub.Stages) != 1 || len(sub.Root.SideInputTopics) != 1 || !sub.Root.PagedGroups {
+		t.Fatalf("stages %d, root side inputs %q, paged %v: the plan changed", len(sub.Stages), sub.Root.SideInputTopics, sub.Root.PagedGroups)
+	}
+	side := sub.Root.SideInputTopics[0]
+	prod := te.producer(sub, 0)
+	tk := te.task(sub, 1)
+	in := te.input(sub, 1)
+	w0, w1 := interval(0, 60000), interval(60000, 120000)
+	runSideSteps(t, te, sub, side, tk, []sideStep{{
+		// Both windows are due by the input watermark, neither by the
+		// side input's: the output watermark stays at the first.
+		recs: append(in.data(
+			wv(1000, kv("k1", "a"), w0),
+			wv(61000, kv("k2", "b"), w1),
+			wv(2000, kv("k1", "c"), w0),
+		), in.wm(prod, 130000)),
+		reported: "59999",
+	}, {
+		sideWM: 59999, // not past the first window's maximum timestamp yet
+	}, {
+		sideWM:   60000,
+		inputs:   []string{`"k1":["a" "c"] @59999 [0,60000) ontime#0 first last`},
+		reported: "119999",
+	}, {
+		// The group held back outlives the task.
+		sideWM:   60000,
+		reopen:   true,
+		reported: "119999", // a reopened task reports at once
+	}, {
+		sideWM:   maxWatermark,
+		inputs:   []string{`"k2":["b"] @119999 [60000,120000) ontime#0 first last`},
+		reported: "130000",
+	}})
 }
 
 // A bundle of a stage with side inputs carries a cache token for each of
