@@ -50,9 +50,9 @@
 //     Reshuffle ("<name>-repartition"), stateful ParDo or ParDo with side
 //     inputs ("<name>-main", its side inputs written to "<pcollection>-side"
 //     topics read whole by every instance; but a plain ParDo with side
-//     inputs reading a fast-path GroupByKey's output, whose side inputs do
-//     not wait on the GroupByKey's sub-topology, stays there, and the root
-//     waits for those side inputs: Root.SideInputTopics) and every Flatten
+//     inputs that is the only reader of a fast-path GroupByKey's output
+//     stays there, and the root waits for its side inputs:
+//     Root.SideInputTopics) and every Flatten
 //     whose inputs come from several sub-topologies ("<name>-flatten")
 //     starts a sub-topology reading its own topic, names sanitized injectively to
 //     Kafka's characters. A GroupByKey runs any windowing strategy that

@@ -69,39 +69,6 @@ func (t *translator) layout() (*Plan, error) {
 		}
 	}
 
-	// waitsOn reports whether the sub-topology producing pc waits on
-	// sub-topology on (or is it): reads a topic on writes to, or has a stage
-	// that reads a side input on produces, directly or through others.
-	waitsOn := func(pc string, on *subBuilder) bool {
-		seen := map[*subBuilder]bool{}
-		var walk func(x *subBuilder) bool
-		walk = func(x *subBuilder) bool {
-			if x == nil || seen[x] {
-				return false
-			}
-			if x == on {
-				return true
-			}
-			seen[x] = true
-			if tp := topics[x.st.Input]; tp != nil {
-				for _, pc := range tp.Producers {
-					if walk(subOf[pc]) {
-						return true
-					}
-				}
-			}
-			for _, m := range x.members {
-				for _, si := range t.sideInputsOf[m] {
-					if walk(subOf[si.PCollection]) {
-						return true
-					}
-				}
-			}
-			return false
-		}
-		return walk(subOf[pc])
-	}
-
 	plan.TestStream = t.testStream != ""
 	for _, id := range t.leaves {
 		tr := t.comps.GetTransforms()[id]
@@ -317,7 +284,7 @@ func (t *translator) layout() (*Plan, error) {
 						Multimap: sides[l].GetAccessPattern().GetUrn() == urnSideInputMultimap,
 					})
 				}
-				if t.firesWithSides(id, tr, sb, in, waitsOn) {
+				if t.firesWithSides(id, tr, sb, in) {
 					// The GroupByKey fires each group only once these
 					// side inputs are complete for its window (see
 					// Root.SideInputTopics): the ParDo reads its groups
@@ -612,35 +579,32 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 // sub-topology sb, whose GroupByKey root produces its main input in, rather
 // than heading a sub-topology of its own fed by a "-main" topic. It does
 // when the root is the GroupByKey fast path (one pane per key and window,
-// at its end) and none of the side inputs waits on sb: the root then holds
-// a group back until the side inputs are complete for its window, as the
-// ParDo's own task would hold its input, so a group is read from the store
-// in pages however large, and never crosses a topic whole (which bounded
-// it to internal_max_message_bytes). A side input that waits on sb would
-// wait on the groups held for it: those keep the "-main" topic, as do
-// stateful ParDos (keyed by their own topic), splittable ones, and ParDos
-// requiring stable or time-sorted input.
-func (t *translator) firesWithSides(id string, tr *pipepb.PTransform, sb *subBuilder, in string, waitsOn func(pc string, on *subBuilder) bool) bool {
+// at its end) and the ParDo is the only reader of the groups: the root
+// then holds a group back until the side inputs are complete for its
+// window, as the ParDo's own task would hold its input, so a group is read
+// from the store in pages however large, and never crosses a topic whole
+// (which bounded it to internal_max_message_bytes).
+//
+// The only reader, because any other would get each group only when this
+// ParDo's side inputs are ready, a wait that is not its own; and then
+// nothing made from the groups (nothing in sb) comes before the ParDo, so
+// none of its side inputs can wait on the groups held for them. Stateful
+// ParDos (keyed by their own topic), splittable ones, ParDos requiring
+// stable or time-sorted input, and windowed GroupByKeys (whose panes fire
+// early or late) keep the "-main" topic.
+func (t *translator) firesWithSides(id string, tr *pipepb.PTransform, sb *subBuilder, in string) bool {
 	r := sb.st.Root
-	if r.Kind != RootGroupByKey || r.Windowed || r.Output != in || r.MergeWindows != nil || t.statefulOf[id] || t.sidesUpstream[id] {
+	if r.Kind != RootGroupByKey || r.Windowed || r.Output != in || r.MergeWindows != nil {
 		return false
 	}
-	if tr.GetSpec().GetUrn() != urnParDo {
+	if len(t.consumers[in]) != 1 || t.statefulOf[id] || t.sidesUpstream[id] || tr.GetSpec().GetUrn() != urnParDo {
 		return false
 	}
 	pd := &pipepb.ParDoPayload{}
 	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), pd); err != nil {
 		return false
 	}
-	if pd.GetRequiresStableInput() || pd.GetRequiresTimeSortedInput() || pd.GetRestrictionCoderId() != "" {
-		return false
-	}
-	for _, si := range t.sideInputsOf[id] {
-		if waitsOn(si.PCollection, sb) {
-			return false
-		}
-	}
-	return true
+	return !pd.GetRequiresStableInput() && !pd.GetRequiresTimeSortedInput() && pd.GetRestrictionCoderId() == ""
 }
 
 // pageGroups sets PagedGroups on a GroupByKey root and the stages reading

@@ -182,12 +182,12 @@ type Root struct {
 	// group is ever whole in memory.
 	PagedGroups bool
 	// SideInputTopics (RootGroupByKey fast path only) are the side input
-	// topics of the ParDos that read Output in this sub-topology rather
-	// than heading one of their own (none of them waits on this
-	// sub-topology): the root fires a key and window only once every one
-	// of them is complete for the window (its watermark past the window's
-	// end), holding the group in the store until then, so those ParDos'
-	// stages never park their input and may read it in pages.
+	// topics of the ParDo that reads Output in this sub-topology rather
+	// than heading one of its own (Output's only reader): the root fires a
+	// key and window only once every one of them is complete for the
+	// window (its watermark past the window's end), holding the group in
+	// the store until then, so that ParDo's stage never parks its input
+	// and may read it in pages.
 	SideInputTopics []string
 	// TestStream (RootTestStream only) is the TestStream's payload. Its
 	// elements are encoded with CoderId, which encodes like the element coder

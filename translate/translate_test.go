@@ -973,6 +973,11 @@ func TestPagedGroups(t *testing.T) {
 		{"a stage with a side input", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: beam.Create(s, "x")})
 		}, Options{}, true, 1},
+		{"a side input, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, kvs)
+			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
+			beam.ParDo(s, joinFn2, g)
+		}, Options{}, false, 0},
 		{"a side input made from the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.ParDo(s, joinFn2, g)})
