@@ -5,6 +5,8 @@ import (
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/ksrunner/ksrunner/translate/windowing"
 )
 
 // checkParDo rejects the ParDo features the runner does not support yet.
@@ -83,9 +85,12 @@ func (t *translator) addParDo(id string, tr *pipepb.PTransform) error {
 			return fmt.Errorf("transform %q: a DoFn with user state or timers needs a KV input, has coder %s", name, c.GetSpec().GetUrn())
 		}
 		t.statefulOf[id] = true
+		ws := t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[in].GetWindowingStrategyId()]
 		if pd.GetRequiresTimeSortedInput() {
-			ws := t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[in].GetWindowingStrategyId()]
 			t.timeSortedOf[id] = max(ws.GetAllowedLateness(), 0)
+		}
+		if ws.GetWindowFn().GetUrn() != windowing.URNGlobalWindows {
+			t.stateExpiryOf[id] = max(ws.GetAllowedLateness(), 0)
 		}
 		for _, fam := range sortedKeys(pd.GetTimerFamilySpecs()) {
 			spec := pd.GetTimerFamilySpecs()[fam]

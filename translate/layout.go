@@ -383,6 +383,12 @@ func (sb *stageBuilder) add(t *translator, id string, env string) {
 	if lateness, ok := t.timeSortedOf[id]; ok {
 		sb.s.TimeSortedInput, sb.s.TimeSortedLateness = true, lateness
 	}
+	if lateness, ok := t.stateExpiryOf[id]; ok {
+		if sb.s.StateExpiry == nil {
+			sb.s.StateExpiry = map[string]int64{}
+		}
+		sb.s.StateExpiry[id] = lateness
+	}
 	sb.set[id] = true
 	if sb.env == "" {
 		sb.env = env

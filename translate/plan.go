@@ -298,6 +298,13 @@ type Stage struct {
 	// point is dropped (counted in dropped_late_elements).
 	TimeSortedInput    bool
 	TimeSortedLateness int64
+	// StateExpiry maps each stateful transform of the stage whose input is
+	// not in the global window to the allowed lateness (milliseconds) of
+	// that input's windowing: a window's user state of the transform
+	// expires, and the host deletes it, once the stage's input watermark
+	// has passed the window's maximum timestamp plus that lateness, as
+	// Beam's model has it. Global-window state lives as long as the job.
+	StateExpiry map[string]int64
 	// OrderedLists are the ordered list states of the stage's transforms,
 	// whose values the host sorts by timestamp.
 	OrderedLists []OrderedListState

@@ -66,6 +66,9 @@ type translator struct {
 	// timeSortedOf holds the stateful ParDos requiring time-sorted input,
 	// with their input's allowed lateness.
 	timeSortedOf map[string]int64
+	// stateExpiryOf holds the stateful ParDos whose input is not in the
+	// global window, with the allowed lateness of its windowing.
+	stateExpiryOf map[string]int64
 	// topicName overrides the transform whose unique name names a topic and
 	// whose id is the Root.TransformID (lifted combines: the composite).
 	rootTransform map[string]string
@@ -128,6 +131,7 @@ func Translate(p *pipepb.Pipeline, opts Options) (*Plan, error) {
 		timersOf:      map[string][]TimerFamily{},
 		statefulOf:    map[string]bool{},
 		timeSortedOf:  map[string]int64{},
+		stateExpiryOf: map[string]int64{},
 		rootTransform: map[string]string{},
 		producer:      map[string]string{},
 		consumers:     map[string][]string{},

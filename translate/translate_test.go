@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -724,6 +725,46 @@ func TestStatefulParDo(t *testing.T) {
 		if tp.Name == sub.Input && tp.Kind != TopicRedistribute {
 			t.Errorf("stateful stage reads topic %s of kind %d, want a redistribute (keyed) topic", tp.Name, tp.Kind)
 		}
+	}
+}
+
+// A stateful ParDo's state expires with its windows (Stage.StateExpiry, the
+// allowed lateness of its input's windowing), except in the global window.
+func TestStatefulParDoStateExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		window func(s beam.Scope, kvs beam.PCollection) beam.PCollection
+		want   map[string]int64 // by the transform's name
+	}{
+		{"global window", func(_ beam.Scope, kvs beam.PCollection) beam.PCollection { return kvs }, nil},
+		{"fixed windows", func(s beam.Scope, kvs beam.PCollection) beam.PCollection {
+			return beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs)
+		}, map[string]int64{"translate.countStateFn": 0}},
+		{"fixed windows with allowed lateness", func(s beam.Scope, kvs beam.PCollection) beam.PCollection {
+			return beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(30*time.Second))
+		}, map[string]int64{"translate.countStateFn": 30000}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, s := beam.NewPipelineWithRoot()
+			kvs := tc.window(s, beam.ParDo(s, pairWithOne, beam.Create(s, "a")))
+			beam.ParDo(s, &countStateFn{Count: state.MakeValueState[int]("count")}, kvs)
+			pipe := marshal(t, p)
+			plan := mustTranslate(t, pipe, Options{})
+			var got map[string]int64
+			for _, st := range plan.SubTopologies {
+				for _, stg := range st.Stages {
+					for id, l := range stg.StateExpiry {
+						if got == nil {
+							got = map[string]int64{}
+						}
+						got[pipe.GetComponents().GetTransforms()[id].GetUniqueName()] = l
+					}
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Errorf("state expiry %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 

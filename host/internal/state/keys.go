@@ -46,13 +46,16 @@ const (
 	UserTimers Kind = 'E' // user timers, indexed by domain and firing time
 	TimerRefs  Kind = 'R' // user timer id → its index entry
 	Ordered    Kind = 'O' // ordered list user state
+	// StateExpiry indexes user state by the time its window expires
+	// (expiry.go).
+	StateExpiry Kind = 'X'
 )
 
 // kinds lists every Kind, for the registry test and for Kinds.
 var kinds = []Kind{
 	Watermark, Impulse, Buffer, Timer, Gate, GateHold, SortedUpTo, SourceCount, Residual, Changelog,
 	WindowState, Value, EventTimer, ProcTimer, Hold, ProcTime, TestStreamDone,
-	Bag, Multimap, Seq, UserTimers, TimerRefs, Ordered,
+	Bag, Multimap, Seq, UserTimers, TimerRefs, Ordered, StateExpiry,
 }
 
 // Kinds returns every declared store kind.

@@ -13,25 +13,38 @@ import (
 // deletions again, so a task that clears many windows or states in one
 // commit interval would make each read cost as much as all its clears so
 // far (measured: 90% of a custom-session GroupByKey's time went there).
+//
+// It collects at most deleteChunk keys at a time, so a large range (a
+// window's state expiring for every key) costs no more memory than that.
 func DeleteRange(b *pebble.Batch, lower, upper []byte) error {
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-	if err != nil {
-		return err
-	}
-	var keys [][]byte
-	for it.First(); it.Valid(); it.Next() {
-		keys = append(keys, append([]byte(nil), it.Key()...))
-	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	for _, k := range keys {
-		if err := b.Delete(k, nil); err != nil {
+	for {
+		it, err := b.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
 			return err
 		}
+		var keys [][]byte
+		for it.First(); it.Valid() && len(keys) < deleteChunk; it.Next() {
+			keys = append(keys, append([]byte(nil), it.Key()...))
+		}
+		more := it.Valid()
+		if err := it.Close(); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := b.Delete(k, nil); err != nil {
+				return err
+			}
+		}
+		if !more {
+			return nil
+		}
+		// The next chunk starts just past the last key deleted.
+		lower = append(keys[len(keys)-1], 0)
 	}
-	return nil
 }
+
+// deleteChunk is how many keys DeleteRange collects before deleting them.
+const deleteChunk = 4096
 
 // maxTime is the largest timestamp (Beam's end of time), in milliseconds.
 const maxTime = int64(mtime.MaxTimestamp)

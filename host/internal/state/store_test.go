@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -60,5 +61,31 @@ func TestDeleteRange(t *testing.T) {
 				t.Errorf("store keys after commit %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestDeleteRangeInChunks: a range of more keys than DeleteRange collects
+// at a time goes whole, each chunk starting just past the last (a key that
+// extends the last one by a zero byte among them).
+func TestDeleteRangeInChunks(t *testing.T) {
+	db := memDB(t)
+	ib := db.NewIndexedBatch()
+	defer ib.Close()
+	for i := range deleteChunk*5/2 + 1 {
+		k := []byte(fmt.Sprintf("p%06d", i))
+		for _, k := range [][]byte{k, append(k, 0)} {
+			if err := ib.Set(k, []byte("v"), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := ib.Set([]byte("q"), []byte("v"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := DeleteRange(ib, []byte("p"), []byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	if got := storeKeys(t, ib, nil, nil); len(got) != 1 || string(got[0]) != "q" {
+		t.Errorf("%d keys left in the batch (first %q), want only q", len(got), got[0])
 	}
 }

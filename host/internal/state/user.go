@@ -31,6 +31,7 @@ import (
 //	'Q'                                                     → next seq (8 bytes)
 //	'E' domain | fire ts | timer id                         → encoded timer (the index fired by range scans)
 //	'R' timer id                                            → domain | fire ts | hold ts (to replace or clear)
+//	'X' expiry | kind | len transform | transform | len state | state | len win | win → (empty) (expiry.go)
 //
 // where timer id = len transform | transform | len family | family | len key
 // | key | len win | win | len tag | tag, and domain is 'e' (event time) or
@@ -65,6 +66,14 @@ type User struct {
 	// again. Like due, it lives for one opening of the task, so it never
 	// covers a Clear that an abort dropped.
 	bagFloors map[string]uint64
+	// expiry maps the transforms whose state expires to the allowed
+	// lateness of their windows; indexed holds the scopes (kind and
+	// LP(transform, state, window)) whose expiry entry this opening of
+	// the task wrote, and expiryFloor bounds the entries' times
+	// (expiry.go). Like due, they live for one opening of the task.
+	expiry      map[string]int64
+	indexed     map[string]bool
+	expiryFloor Floor
 }
 
 // maxBagFloors bounds User.bagFloors; past it the map starts over.
@@ -199,6 +208,16 @@ func (s *StageHandler) prefix(key *fnpb.StateKey) (store Kind, prefix []byte, ke
 	return 0, nil, false, false
 }
 
+// userStateScope is the transform, state id and window of a bag or
+// multimap state key.
+func userStateScope(key *fnpb.StateKey) (transform, id string, win []byte) {
+	if k := key.GetBagUserState(); k != nil {
+		return k.GetTransformId(), k.GetUserStateId(), k.GetWindow()
+	}
+	k := key.GetMultimapUserState()
+	return k.GetTransformId(), k.GetUserStateId(), k.GetWindow()
+}
+
 // userPageBytes is the size a page of bag or multimap values stops growing
 // at.
 const userPageBytes = 1 << 20
@@ -300,6 +319,9 @@ func (s *StageHandler) Append(ctx context.Context, key *fnpb.StateKey, data []by
 		p := s.orderedPrefix(k)
 		s.user.mu.Lock()
 		defer s.user.mu.Unlock()
+		if err := s.user.noteAppend(Ordered, k.GetTransformId(), k.GetUserStateId(), k.GetWindow()); err != nil {
+			return err
+		}
 		for len(data) > 0 {
 			ts, n := binary.Uvarint(data)
 			if n <= 0 {
@@ -318,12 +340,16 @@ func (s *StageHandler) Append(ctx context.Context, key *fnpb.StateKey, data []by
 		}
 		return nil
 	}
-	_, prefix, keysOnly, ok := s.prefix(key)
+	kind, prefix, keysOnly, ok := s.prefix(key)
 	if !ok || keysOnly {
 		return harness.UnsupportedState{}.Append(ctx, key, data)
 	}
 	s.user.mu.Lock()
 	defer s.user.mu.Unlock()
+	transform, id, win := userStateScope(key)
+	if err := s.user.noteAppend(kind, transform, id, win); err != nil {
+		return err
+	}
 	return s.user.batch.Set(append(prefix, s.user.nextSeq()...), data, nil)
 }
 

@@ -240,6 +240,9 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 			}
 			t.user = u
 		}
+		for transform, lateness := range s.StateExpiry {
+			t.user.SetStateExpiry(transform, lateness)
+		}
 		var side harness.StateHandler
 		if len(s.SideInputs) > 0 {
 			side = state.NewSideInputs(env.DB, env.SideCache, s)
@@ -744,6 +747,12 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	}
 	if err := t.fireTimers(ctx, in); err != nil {
 		return err
+	}
+	if t.user != nil {
+		// After the timers: those of an expiring window have fired.
+		if _, err := t.user.ExpireState(in); err != nil {
+			return fmt.Errorf("task %s: expiring user state: %w", t.producer, err)
+		}
 	}
 	// No bundle straddles the commit (DESIGN.md §6): a bundle's input
 	// offsets commit with this cycle, so all its output, state and
