@@ -143,6 +143,13 @@ type stageRun struct {
 	state      harness.StateHandler             // side inputs and user state; nil: none
 	families   map[string]translate.TimerFamily // by transform id + "/" + family id
 	timerCarry map[string][]byte                // partial timers of the open bundle, by family key
+	// expiring: the stage's first transform keeps user state that expires
+	// lateness after its windows end (Stage.StateExpiry); an element
+	// whose windows all expired is dropped where it arrives (route) and
+	// counted in droppedLate until the cycle's metrics take it.
+	expiring    bool
+	lateness    int64
+	droppedLate int64
 }
 
 // chunk is whole encoded elements of a stage's input, and how many.
@@ -232,6 +239,9 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		sr := &stageRun{stage: s, exec: executor.ForTask(exec), idx: byte(len(t.stages)), gated: !sub.Root.WaitsForSides(s), sorted: s.TimeSortedInput, sortedUpTo: minWatermark, families: map[string]translate.TimerFamily{}}
 		for _, f := range s.TimerFamilies {
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
+		}
+		if len(s.Transforms) > 0 {
+			sr.lateness, sr.expiring = s.StateExpiry[s.Transforms[0]]
 		}
 		if s.Stateful && t.user == nil {
 			u, err := state.NewUser(t.env.DB, t.prefix)
@@ -444,6 +454,16 @@ func (t *Task) route(pcoll string, raw []byte) error {
 	for _, c := range t.consumers[pcoll] {
 		switch {
 		case c.stage != nil:
+			if c.stage.expiring {
+				late, err := t.expired(c.stage, raw)
+				if err != nil {
+					return err
+				}
+				if late {
+					c.stage.droppedLate++
+					continue
+				}
+			}
 			t.mu.Lock()
 			c.stage.appendPending(raw)
 			t.mu.Unlock()
@@ -458,6 +478,41 @@ func (t *Task) route(pcoll string, raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// expired reports whether every window of an element arriving for stateful
+// stage sr has expired by the input watermark (its end plus the allowed
+// lateness is before it), so that its state is gone or going
+// (state/expiry.go). Beam's runners drop such an element, as a GroupByKey
+// drops one past its allowed lateness: handed to the DoFn, it would see the
+// window's state empty. An element in some windows that have not expired
+// goes on whole; what it writes in the expired ones is deleted at the next
+// sweep. The watermark is the one the element arrived under: the records
+// before it moved it, the watermark report after it has not yet.
+func (t *Task) expired(sr *stageRun, raw []byte) (bool, error) {
+	in := t.inputWatermark()
+	if in <= minWatermark {
+		return false, nil
+	}
+	codec := t.env.Codecs[sr.stage.Input]
+	wv, err := codec.Next(raw)
+	if err != nil {
+		return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+	}
+	wins, err := codec.SplitWindows(wv)
+	if err != nil {
+		return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+	}
+	for _, w := range wins {
+		maxTs, err := windowMaxTimestamp(w)
+		if err != nil {
+			return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+		}
+		if maxTs >= in || in-maxTs <= sr.lateness {
+			return false, nil
+		}
+	}
+	return len(wins) > 0, nil
 }
 
 func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
@@ -747,6 +802,12 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	}
 	if err := t.fireTimers(ctx, in); err != nil {
 		return err
+	}
+	for _, sr := range t.stages {
+		if sr.droppedLate > 0 {
+			t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(sr.stage.Transforms[0], "dropped_late_elements", sr.droppedLate)})
+			sr.droppedLate = 0
+		}
 	}
 	if t.user != nil {
 		// After the timers: those of an expiring window have fired.

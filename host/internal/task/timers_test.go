@@ -110,3 +110,39 @@ func TestUserTimers(t *testing.T) {
 	te.cycle(tk, in.wm(prod, maxWatermark))
 	check("at the end", [][]string{{`timer fire "\x02k1" fire 119999 hold 61000`}}, "+inf")
 }
+
+// An element that arrives for a stateful stage after every one of its
+// windows expired (the input watermark past the window's end plus the
+// allowed lateness, none here), so after the window's user state went
+// (state.User.ExpireState), is dropped and counted in dropped_late_elements,
+// as Beam's runners do; one that came before the watermark report expiring
+// its window is not, nor one of a window still open.
+func TestStatefulStageDropsExpiredElements(t *testing.T) {
+	te := newTestEnv(t, marshal(t, timerPipeline()), 1)
+	sub := te.find("with a stateful stage", func(st *translate.SubTopology) bool {
+		return len(st.Stages) == 1 && st.Stages[0].Stateful
+	})
+	stage := sub.Stages[0]
+	if _, ok := stage.StateExpiry[stage.Transforms[0]]; !ok {
+		t.Fatalf("state expiry %v: the plan changed", stage.StateExpiry)
+	}
+	tk := te.task(sub, 0)
+	in := te.input(sub, 0)
+	prod := te.producer(sub, 0)
+	w0, w1 := interval(0, 60000), interval(60000, 120000)
+	recs := in.data(wv(1000, kv("k1", "a"), w0))
+	recs = append(recs, in.wm(prod, 59999)) // w0's end: not expired yet
+	recs = append(recs, in.data(wv(2000, kv("k1", "b"), w0))...)
+	recs = append(recs, in.wm(prod, 60000)) // past it
+	recs = append(recs, in.data(wv(3000, kv("k1", "late"), w0), wv(61000, kv("k1", "c"), w1))...)
+	te.cycle(tk, recs...)
+	want := []string{
+		`"k1":"a" @1000 [0,60000) nofiring`,
+		`"k1":"b" @2000 [0,60000) nofiring`,
+		`"k1":"c" @61000 [60000,120000) nofiring`,
+	}
+	checkLines(t, "stage input", te.exec(sub).inputs(), want)
+	if n := counter(t, te.env.Metrics.Attempted, stage.Transforms[0], "dropped_late_elements"); n != 1 {
+		t.Errorf("dropped_late_elements %d, want 1", n)
+	}
+}
