@@ -49,8 +49,8 @@
 //     "teststream-<n>"), GroupByKey, lifted or not ("<name>-repartition"),
 //     Reshuffle ("<name>-repartition"), stateful ParDo or ParDo with side
 //     inputs ("<name>-main", its side inputs written to "<pcollection>-side"
-//     topics read whole by every instance; but a plain ParDo with side
-//     inputs that is the only reader of a fast-path GroupByKey's output
+//     topics read whole by every instance; but a ParDo with side inputs or
+//     state that is the only reader of a fast-path GroupByKey's output
 //     stays there, and the root waits for its side inputs:
 //     Root.SideInputTopics) and every Flatten
 //     whose inputs come from several sub-topologies ("<name>-flatten")

@@ -284,11 +284,12 @@ func (t *translator) layout() (*Plan, error) {
 						Multimap: sides[l].GetAccessPattern().GetUrn() == urnSideInputMultimap,
 					})
 				}
-				if t.firesWithSides(id, tr, sb, in) {
+				if t.staysWithGroups(id, tr, sb, in) {
 					// The GroupByKey fires each group only once these
 					// side inputs are complete for its window (see
 					// Root.SideInputTopics): the ParDo reads its groups
 					// where they are, in pages, and nothing is parked.
+					// Its state, if any, is keyed as the groups are.
 					for _, si := range t.sideInputsOf[id] {
 						if !slices.Contains(sb.st.Root.SideInputTopics, si.Topic) {
 							sb.st.Root.SideInputTopics = append(sb.st.Root.SideInputTopics, si.Topic)
@@ -581,29 +582,30 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 	return nil
 }
 
-// firesWithSides reports whether ParDo id, reading side inputs, stays in
-// sub-topology sb, whose GroupByKey root produces its main input in, rather
-// than heading a sub-topology of its own fed by a "-main" topic. It does
-// when the root is the GroupByKey fast path (one pane per key and window,
-// at its end) and the ParDo is the only reader of the groups: the root
-// then holds a group back until the side inputs are complete for its
-// window, as the ParDo's own task would hold its input, so a group is read
+// staysWithGroups reports whether ParDo id, reading side inputs or keeping
+// user state, stays in sub-topology sb, whose GroupByKey root produces its
+// main input in, rather than heading a sub-topology of its own fed by a
+// "-main" topic. It does when the root is the GroupByKey fast path (one
+// pane per key and window, at its end) and the ParDo is the only reader of
+// the groups. The root then holds a group back until the ParDo's side
+// inputs are complete for its window, as the ParDo's own task would hold
+// its input; the groups of a key all come to the one task that owns the
+// key, as a topic keyed for state would bring them; so a group is read
 // from the store in pages however large, and never crosses a topic whole
 // (which bounded it to internal_max_message_bytes).
 //
 // The only reader, because any other would get each group only when this
 // ParDo's side inputs are ready, a wait that is not its own; and then
 // nothing made from the groups (nothing in sb) comes before the ParDo, so
-// none of its side inputs can wait on the groups held for them. Stateful
-// ParDos (keyed by their own topic), splittable ones, ParDos requiring
-// stable or time-sorted input, and windowed GroupByKeys (whose panes fire
-// early or late) keep the "-main" topic.
-func (t *translator) firesWithSides(id string, tr *pipepb.PTransform, sb *subBuilder, in string) bool {
+// none of its side inputs can wait on the groups held for them. Splittable
+// ParDos, ParDos requiring stable or time-sorted input, and windowed
+// GroupByKeys (whose panes fire early or late) keep the "-main" topic.
+func (t *translator) staysWithGroups(id string, tr *pipepb.PTransform, sb *subBuilder, in string) bool {
 	r := sb.st.Root
 	if r.Kind != RootGroupByKey || r.Windowed || r.Output != in || r.MergeWindows != nil {
 		return false
 	}
-	if len(t.consumers[in]) != 1 || t.statefulOf[id] || t.sidesUpstream[id] || tr.GetSpec().GetUrn() != urnParDo {
+	if len(t.consumers[in]) != 1 || t.sidesUpstream[id] || tr.GetSpec().GetUrn() != urnParDo {
 		return false
 	}
 	pd := &pipepb.ParDoPayload{}

@@ -80,7 +80,19 @@ func (f *countStateFn) ProcessElement(sp state.Provider, k string, v int, emit f
 	emit(k, c+v)
 }
 
+// groupStateFn keeps a count per key of the groups it reads.
+type groupStateFn struct {
+	Count state.Value[int]
+}
+
+func (f *groupStateFn) ProcessElement(sp state.Provider, k string, vs func(*int) bool) string {
+	c, _, _ := f.Count.Read(sp)
+	f.Count.Write(sp, c+1)
+	return k
+}
+
 func init() {
+	register.DoFn3x1[state.Provider, string, func(*int) bool, string](&groupStateFn{})
 	register.Function2x0(splitWords)
 	register.Function2x1(formatCount)
 	register.Function1x2(pairWithOne)
@@ -1014,6 +1026,14 @@ func TestPagedGroups(t *testing.T) {
 		{"a stage with a side input", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: beam.Create(s, "x")})
 		}, Options{}, true, 1},
+		{"a stateful stage", func(s beam.Scope, kvs beam.PCollection) {
+			beam.ParDo(s, &groupStateFn{}, beam.GroupByKey(s, kvs))
+		}, Options{}, true, 0},
+		{"a stateful stage, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, kvs)
+			beam.ParDo(s, &groupStateFn{}, g)
+			beam.ParDo(s, joinFn2, g)
+		}, Options{}, false, 0},
 		{"a side input, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
@@ -1066,8 +1086,10 @@ func TestPagedGroups(t *testing.T) {
 					main = append(main, tp.Name)
 				}
 			}
-			sideReader := strings.Contains(tc.name, "side input")
-			if wantMain := sideReader && tc.sides == 0; (len(main) > 0) != wantMain {
+			// A side-input or stateful reader heads a sub-topology of its
+			// own unless it stays with the GroupByKey (paged, then).
+			reader := strings.Contains(tc.name, "side input") || strings.Contains(tc.name, "stateful")
+			if wantMain := reader && !tc.want; (len(main) > 0) != wantMain {
 				t.Errorf("main input topics %q; want one: %v", main, wantMain)
 			}
 		})

@@ -42,6 +42,7 @@ var pipelines = []struct {
 	{"hotsessions", hotSessionsPipeline, nil},
 	{"hotside", hotSidePipeline, hotSideWant},
 	{"hotsidegroups", hotSideOfGroupsPipeline, func() []string { return hotSideWantWith("ccch") }},
+	{"hotstateful", hotStatefulPipeline, func() []string { return hotSideWantWith("st") }},
 	{"sdfside", sdfSidePipeline, sdfSideWant},
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -33,21 +34,32 @@ func TestElementTooLargeForTopic(t *testing.T) {
 	}
 }
 
-// TestLargeGroupToSideInputReader: a ParDo with a side input that does not
-// wait on the GroupByKey reads its groups where they are, in pages, so
-// hotSidePipeline's hot group of about 4 MB passes with
+// TestLargeGroupToSideInputReader: a ParDo with a side input, or with user
+// state, that is the only reader of a GroupByKey's groups reads them where
+// they are, in pages, so the hot group of about 4 MB passes with
 // internal_max_message_bytes at Kafka's 1 MiB, which no topic record or
 // stored value of it could take; the output is exact.
 func TestLargeGroupToSideInputReader(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	out := filepath.Join(t.TempDir(), "out.txt")
-	runDone(ctx, t, ksrunner, marshal(t, hotSidePipeline(out)), map[string]string{"internal_max_message_bytes": "1048576"})
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatalf("reading the output: %v", err)
-	}
-	if got, want := sortedLines(string(b)), hotSideWant(); !slices.Equal(got, want) {
-		t.Errorf("output %q, want %q", got, want)
+	for _, tc := range []struct {
+		name  string
+		build func(out string) *beam.Pipeline
+		side  string
+	}{
+		{"side input", hotSidePipeline, "xy"},
+		{"user state", hotStatefulPipeline, "st"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t, 2*time.Minute)
+			out := filepath.Join(t.TempDir(), "out.txt")
+			runDone(ctx, t, ksrunner, marshal(t, tc.build(out)), map[string]string{"internal_max_message_bytes": "1048576"})
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatalf("reading the output: %v", err)
+			}
+			if got, want := sortedLines(string(b)), hotSideWantWith(tc.side); !slices.Equal(got, want) {
+				t.Errorf("output %q, want %q", got, want)
+			}
+		})
 	}
 }
 

@@ -46,6 +46,7 @@ func init() {
 	register.Iter1[string]()
 	register.Function3x1(summarizeWithSide)
 	register.Function2x1(keyInitial)
+	register.DoFn3x2[state.Provider, string, func(*string) bool, string, error](&summarizeStatefulFn{})
 	register.Function1x2(hotRandomPair)
 }
 
@@ -107,6 +108,37 @@ func hotSideOfGroupsPipeline(out string) *beam.Pipeline {
 	side := beam.ParDo(s, keyInitial, groups)
 	textio.Write(s, out, beam.ParDo(s, summarizeWithSide, groups, beam.SideInput{Input: side}))
 	return p
+}
+
+// hotStatefulPipeline is hotSidePipeline's groups read by a stateful
+// ParDo, their only reader, which stays with the GroupByKey and reads the
+// hot group in pages; its output is hotSideWantWith("st").
+func hotStatefulPipeline(out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	groups := beam.GroupByKey(s, beam.ParDo(s, hotRandomPair, beam.CreateList(s, hotNumbers())))
+	textio.Write(s, out, beam.ParDo(s, &summarizeStatefulFn{}, groups))
+	return p
+}
+
+// summarizeStatefulFn summarizes a group as summarizeWithSide does, its
+// "side" the letters "st" when its state shows the key's first group.
+type summarizeStatefulFn struct {
+	Seen state.Value[bool]
+}
+
+func (fn *summarizeStatefulFn) ProcessElement(sp state.Provider, key string, vs func(*string) bool) (string, error) {
+	seen, _, err := fn.Seen.Read(sp)
+	if err != nil {
+		return "", err
+	}
+	if err := fn.Seen.Write(sp, true); err != nil {
+		return "", err
+	}
+	side := "st"
+	if seen {
+		side = "again"
+	}
+	return "side=" + side + " " + summarize(key, vs), nil
 }
 
 // keyInitial is a group's key's first letter.

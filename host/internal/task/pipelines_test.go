@@ -35,7 +35,22 @@ func (fn *timerFn) OnTimer(_ context.Context, _ beam.EventTime, _ timers.Provide
 	emit(k)
 }
 
+// groupTimerFn sets an event-time timer per key and window of the groups
+// it reads.
+type groupTimerFn struct {
+	Fire timers.EventTime
+}
+
+func (fn *groupTimerFn) ProcessElement(w beam.Window, tp timers.Provider, k string, vs func(*string) bool, emit func(string)) {
+	fn.Fire.Set(tp, w.MaxTimestamp().ToTime())
+}
+
+func (fn *groupTimerFn) OnTimer(_ context.Context, _ beam.EventTime, _ timers.Provider, k string, _ timers.Context, emit func(string)) {
+	emit(k)
+}
+
 func init() {
+	register.DoFn5x0[beam.Window, timers.Provider, string, func(*string) bool, func(string)](&groupTimerFn{})
 	register.DoFn5x0[beam.Window, timers.Provider, string, string, func(string)](&timerFn{})
 	register.Function1x2(pairFn)
 	register.Function2x1(formatFn)
@@ -43,6 +58,16 @@ func init() {
 	register.Function4x0(groupWithSideFn)
 	register.Emitter1[string]()
 	register.Iter1[string]()
+}
+
+// groupTimerPipeline is Create | pairFn | WindowInto(fixed minutes) |
+// GroupByKey | groupTimerFn: a stateful ParDo, the groups' only reader,
+// which stays in the GroupByKey's sub-topology.
+func groupTimerPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.ParDo(s, pairFn, beam.Create(s, "a")))
+	beam.ParDo(s, &groupTimerFn{Fire: timers.InEventTime("fire")}, beam.GroupByKey(s, kvs))
+	return p
 }
 
 // groupsWithSidePipeline is Create | pairFn | WindowInto(fixed minutes) |

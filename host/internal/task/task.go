@@ -240,7 +240,10 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		for _, f := range s.TimerFamilies {
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}
-		if len(s.Transforms) > 0 {
+		if len(s.Transforms) > 0 && sub.Root.Kind == translate.RootPassthrough && s.Input == sub.Root.Output {
+			// Input from a topic may be late; groups a GroupByKey root
+			// fires for the stage never are (the root holds the stage's
+			// input watermark at the window of each group it holds).
 			sr.lateness, sr.expiring = s.StateExpiry[s.Transforms[0]]
 		}
 		if s.Stateful && t.user == nil {
@@ -800,9 +803,6 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	if err := t.flushStages(ctx, true); err != nil {
 		return err
 	}
-	if err := t.fireTimers(ctx, in); err != nil {
-		return err
-	}
 	for _, sr := range t.stages {
 		if sr.droppedLate > 0 {
 			t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(sr.stage.Transforms[0], "dropped_late_elements", sr.droppedLate)})
@@ -810,8 +810,20 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 		}
 	}
 	if t.user != nil {
+		// The stateful stages' input watermark is the root's output
+		// watermark: the task's input watermark, but where a GroupByKey
+		// root holds groups back (due groups a cycle's limit left, groups
+		// waiting for side inputs) the earliest of them, so that no timer
+		// fires and no state expires before the group it waits for came.
+		stageWM, err := t.root.watermark(in)
+		if err != nil {
+			return err
+		}
+		if err := t.fireTimers(ctx, stageWM); err != nil {
+			return err
+		}
 		// After the timers: those of an expiring window have fired.
-		if _, err := t.user.ExpireState(in); err != nil {
+		if _, err := t.user.ExpireState(stageWM); err != nil {
 			return fmt.Errorf("task %s: expiring user state: %w", t.producer, err)
 		}
 	}

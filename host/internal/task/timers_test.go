@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
@@ -21,6 +22,24 @@ func timer(k string, win []byte, fire, hold int64) []byte {
 	b = binary.BigEndian.AppendUint64(b, state.EventTimeBits(fire))
 	b = binary.BigEndian.AppendUint64(b, state.EventTimeBits(hold))
 	return append(b, noFiringPane...)
+}
+
+// windowEndTimer is a timer of in's key at the end of its window, held at
+// hold (at the window's end if hold is -1).
+func windowEndTimer(codec *shuffle.ElementCodec, in shuffle.WindowedValue, hold int64) ([]byte, error) {
+	k, _, err := codec.SplitKV(in.Elem)
+	if err != nil {
+		return nil, err
+	}
+	end, err := windowMaxTimestamp(in.Windows)
+	if err != nil {
+		return nil, err
+	}
+	if hold == -1 {
+		hold = end
+	}
+	key, _, _ := state.ReadLP(k)
+	return timer(string(key), in.Windows, end, hold), nil
 }
 
 // A stateful stage's timers are stored as the bundle sets them (a timer
@@ -42,16 +61,10 @@ func TestUserTimers(t *testing.T) {
 	// Each element sets a timer at the end of its window, held at its
 	// timestamp, in two chunks cut inside the timer.
 	f.each = func(b *fakeBundle, in shuffle.WindowedValue) error {
-		k, _, err := codec.SplitKV(in.Elem)
+		tm, err := windowEndTimer(codec, in, in.Timestamp)
 		if err != nil {
 			return err
 		}
-		end, err := windowMaxTimestamp(in.Windows)
-		if err != nil {
-			return err
-		}
-		key, _, _ := state.ReadLP(k)
-		tm := timer(string(key), in.Windows, end, in.Timestamp)
 		if err := b.io.Timers(fam.TransformID, fam.FamilyID, tm[:5]); err != nil {
 			return err
 		}
@@ -145,4 +158,51 @@ func TestStatefulStageDropsExpiredElements(t *testing.T) {
 	if n := counter(t, te.env.Metrics.Attempted, stage.Transforms[0], "dropped_late_elements"); n != 1 {
 		t.Errorf("dropped_late_elements %d, want 1", n)
 	}
+}
+
+// A stateful ParDo reading a GroupByKey's groups in its sub-topology gets
+// its input watermark from the root: its timers fire (and its state
+// expires) only once every group of their window came. Here a cycle fires
+// one group at most (Env.MaxFiredGroups): the timer that the first group
+// sets at the window's end must wait for the other group, which the next
+// cycle fires.
+func TestGroupReaderTimersWaitForGroups(t *testing.T) {
+	te := newTestEnv(t, marshal(t, groupTimerPipeline()), 1)
+	te.env.MaxFiredGroups = 1
+	sub := te.sub(translate.RootGroupByKey)
+	if len(sub.Stages) != 1 || !sub.Stages[0].Stateful || !sub.Stages[0].PagedGroups {
+		t.Fatalf("stages %d: the stateful group reader is not in the GroupByKey's sub-topology, paged", len(sub.Stages))
+	}
+	fam := sub.Stages[0].TimerFamilies[0]
+	codec := te.env.Codecs[sub.Stages[0].Input]
+	f := te.exec(sub)
+	f.each = func(b *fakeBundle, in shuffle.WindowedValue) error {
+		tm, err := windowEndTimer(codec, in, -1)
+		if err != nil {
+			return err
+		}
+		return b.io.Timers(fam.TransformID, fam.FamilyID, tm)
+	}
+	tk := te.task(sub, 0)
+	in := te.input(sub, 0)
+	prod := te.producer(sub, 0)
+	w0 := interval(0, 60000)
+	// Stored first: groups whose values all came in the cycle that fires
+	// them fire whatever the limit.
+	te.cycle(tk, append(in.data(wv(1000, kv("k1", "a"), w0), wv(2000, kv("k2", "b"), w0)), in.wm(prod, 30000))...)
+	checkLines(t, "stored", f.inputs(), nil)
+	groups := []string{`"k1":["a"] @59999 [0,60000) ontime#0 first last`, `"k2":["b"] @59999 [0,60000) ontime#0 first last`}
+	te.cycle(tk, in.wm(prod, 70000))
+	first := f.inputs()
+	if len(first) != 1 || !slices.Contains(groups, first[0]) {
+		t.Fatalf("first firing: %q, want one of the groups %q and no timer", first, groups)
+	}
+	other := groups[0]
+	if first[0] == other {
+		other = groups[1]
+	}
+	te.cycle(tk)
+	checkLines(t, "second firing", f.inputs(), []string{
+		other, `timer fire "\x02k1" fire 59999 hold 59999`, `timer fire "\x02k2" fire 59999 hold 59999`,
+	})
 }
