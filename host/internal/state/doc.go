@@ -2,7 +2,8 @@
 // registry of store-key kinds (keys.go), the key encodings every writer
 // shares, the helpers that keep indexed batches cheap, and the stores built
 // on them that the Fn API reads and writes: user state and timers of
-// stateful stages (user.go) and side inputs (side.go).
+// stateful stages (user.go), with the expiry of a window's state once the
+// watermark passes it (expiry.go), and side inputs (side.go).
 //
 // Layout: every key of a task starts with TaskPrefix(sub-topology,
 // partition) followed by one Kind byte; side inputs, which belong to the
