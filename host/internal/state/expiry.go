@@ -95,6 +95,17 @@ func (u *User) noteAppend(kind Kind, transform, id string, win []byte) error {
 	return nil
 }
 
+// windowExpired reports whether transform's state in window win expired by
+// watermark wm (never at the end of time, see above). Under u.mu.
+func (u *User) windowExpired(transform string, win []byte, wm int64) bool {
+	lateness, ok := u.expiry[transform]
+	if !ok || len(win) < 8 || wm >= maxTime {
+		return false
+	}
+	maxTs := int64(binary.BigEndian.Uint64(win)^(1<<63)) - 1
+	return maxTs < wm && wm-maxTs > lateness
+}
+
 // ExpireState deletes the state of every window that expired before
 // watermark wm, for every key, and returns how many scopes (state and
 // window) it deleted.

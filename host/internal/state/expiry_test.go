@@ -3,8 +3,11 @@ package state
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/typex"
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 )
 
@@ -103,4 +106,30 @@ func TestExpireState(t *testing.T) {
 
 	expire(u, maxTime, 0)
 	check("at the end of time", h, expired)
+}
+
+// A processing-time timer of a window whose state expired does not fire,
+// as Java's runners ignore it, and is gone; one of a window still open
+// fires, and at the end of time, when nothing expires, every one does.
+func TestProcessingTimerOfExpiredWindow(t *testing.T) {
+	w0, w1 := window.IntervalWindow{Start: 0, End: 100}, window.IntervalWindow{Start: 100, End: 200}
+	timers := func() []tmr {
+		return []tmr{
+			{key: "k", wins: []typex.Window{w0}, fire: 50, hold: 50},
+			{key: "k", tag: "open", wins: []typex.Window{w1}, fire: 50, hold: 150},
+		}
+	}
+	th := newTimerHarness(t, true)
+	th.u.SetStateExpiry("t1", 0)
+	th.set(t, procFam, timers()...)
+	if got, want := th.due(t, 150, 1000), []string{"proc k/open@50"}; !slices.Equal(got, want) {
+		t.Errorf("due at watermark 150: %q, want %q (w0 expired at 99)", got, want)
+	}
+	if got := th.due(t, 150, 1000); len(got) != 0 {
+		t.Errorf("due again: %q, want nothing (the expired window's timer is gone)", got)
+	}
+	th.set(t, procFam, timers()...)
+	if got, want := th.due(t, maxTime, 1000), []string{"proc k/@50", "proc k/open@50"}; !slices.Equal(got, want) {
+		t.Errorf("due at the end of time: %q, want %q", got, want)
+	}
 }

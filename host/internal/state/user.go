@@ -469,11 +469,14 @@ type DueTimer struct {
 
 // DueTimers returns the timers that fire now: event-time timers the input
 // watermark has passed, processing-time timers whose time has come (all of
-// them once the input is complete).
+// them once the input is complete). A processing-time timer of a window
+// whose state expired (expiry.go) is deleted instead, as Java's runners
+// ignore it: its state is gone. (An event-time timer of a window is due
+// at the latest at its expiry, so it fired before.)
 func (u *User) DueTimers(inputWM, now int64) ([]DueTimer, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var out []DueTimer
+	var out, expired []DueTimer
 	scan := func(domain byte, upTo int64) error {
 		prefix := u.key(UserTimers, []byte{domain})
 		upper := binary.BigEndian.AppendUint64(append([]byte(nil), prefix...), EventTimeBits(upTo))
@@ -496,14 +499,29 @@ func (u *User) DueTimers(inputWM, now int64) ([]DueTimer, error) {
 			if err != nil {
 				return err
 			}
-			fam, _, err := ReadLP(rest)
+			fam, rest, err := ReadLP(rest)
 			if err != nil {
 				return err
 			}
-			out = append(out, DueTimer{
+			d := DueTimer{
 				key: k, refKey: u.key(TimerRefs, id),
 				Family: [2]string{string(tr), string(fam)}, Encoded: append([]byte(nil), it.Value()...),
-			})
+			}
+			if domain == 'p' {
+				_, rest, err := ReadLP(rest) // the key
+				if err != nil {
+					return err
+				}
+				win, _, err := ReadLP(rest)
+				if err != nil {
+					return err
+				}
+				if u.windowExpired(string(tr), win, inputWM) {
+					expired = append(expired, d)
+					continue
+				}
+			}
+			out = append(out, d)
 		}
 		return it.Error()
 	}
@@ -521,7 +539,7 @@ func (u *User) DueTimers(inputWM, now int64) ([]DueTimer, error) {
 	if err := scan('p', upTo); err != nil {
 		return nil, err
 	}
-	for _, d := range out {
+	for _, d := range append(expired, out...) {
 		if err := u.batch.Delete(d.key, nil); err != nil {
 			return nil, err
 		}
