@@ -618,8 +618,9 @@ func (t *translator) staysWithGroups(id string, tr *pipepb.PTransform, sb *subBu
 // pageGroups sets PagedGroups on a GroupByKey root and the stages reading
 // its output when every consumer can take state-backed iterables: harness
 // stages whose input is consumed at once (no side inputs but those the
-// root waits for, no time sorting, no splittable DoFn), reading a wire coder of KV<K, iterable<V>>. A
-// flatten, a sink or a WASM stage reading the output gets whole groups.
+// root waits for, no time sorting, no splittable DoFn), reading a wire
+// coder of KV<K, iterable<V>>. A flatten, a sink or a WASM stage reading
+// the output gets whole groups.
 func (t *translator) pageGroups(st *SubTopology) {
 	if st.Root.Kind != RootGroupByKey {
 		return
