@@ -59,8 +59,9 @@ func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 	for _, si := range sr.stage.SideInputs {
 		ready = min(ready, t.env.SideWatermark(si.Topic))
 	}
-	// Released when ready is past their windows' ends: the keys below
-	// EventTimeBits(ready), as sidesReady's groups.
+	// A parked piece is keyed by the largest maximum timestamp of its
+	// windows: it is released once ready is past it (the same test
+	// sidesReady's groups pass).
 	lower := t.key(state.Gate, []byte{sr.idx})
 	return t.unpark(sr, lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
 }

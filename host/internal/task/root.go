@@ -95,7 +95,7 @@ func (passthroughRoot) watermark(in int64) (int64, error)    { return in, nil }
 
 // groupByKeyRoot is the GroupByKey fast path: the default trigger over
 // non-merging windows, each key and window fired once at the end of its
-// window (gbk.go), and once the side inputs of the ParDos reading the
+// window (gbk.go), and only once the side inputs of the ParDo reading the
 // groups here are complete for it (Root.SideInputTopics): until then the
 // group stays in the store, its timer holding the output watermark, where
 // a parked group would have to be copied whole.
