@@ -98,12 +98,17 @@ func TestCustomWindowFns(t *testing.T) {
 // (singleton, list, dict), combines, Flatten and CoGroupByKey over inputs
 // of different coders, Reshuffle, fixed, sliding and session windows, and a
 // stateful DoFn with bag state and an event-time timer, a group of 3 MB
-// (paged: host/internal/task/gbkpages.go), an ordered list state of 3 MB
+// (paged: host/internal/task/gbkpages.go; to a plain ParDo, to one with a
+// side input and to a stateful one, with internal_max_message_bytes at
+// 1 MiB), an ordered list state of 3 MB
 // (paged: host/internal/state/user.go), and a splittable DoFn with a
 // windowed side input that defers its remainders.
 func TestFeatures(t *testing.T) {
 	matchDirectRunner(t, "features.py", map[string]int{
-		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "ordered": 1, "sdfside": 500,
+		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "hotside": 1, "hotstate": 1, "ordered": 1, "sdfside": 500,
+	}, func(o *host.Options) {
+		// No 3 MB group may cross a topic or the store whole.
+		o.InternalMaxMessageBytes = 1 << 20
 	})
 }
 
@@ -192,7 +197,7 @@ func TestPythonValidatesRunner(t *testing.T) {
 // be exactly the DirectRunner's. minimum gives, per result kind (a line's
 // first word), how many results the reference must have at least, so the
 // comparison means something.
-func matchDirectRunner(t *testing.T, script string, minimum map[string]int) {
+func matchDirectRunner(t *testing.T, script string, minimum map[string]int, with ...func(*host.Options)) {
 	py := beamPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -210,6 +215,9 @@ func matchDirectRunner(t *testing.T, script string, minimum map[string]int) {
 		t.Run(fmt.Sprintf("internal_parallelism=%d", par), func(t *testing.T) {
 			opts := host.DefaultOptions()
 			opts.InternalParallelism = par
+			for _, f := range with {
+				f(&opts)
+			}
 			endpoint := startJobServer(t, opts)
 			got := runPipeline(ctx, t, py, script,
 				"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK")

@@ -48,6 +48,18 @@ class BufferUntilWindowEnd(beam.DoFn):
         yield (key, (len(vals), sum(vals)))
 
 
+class SummarizeGroupOnce(beam.DoFn):
+    """Stateful, reading a GroupByKey's groups: summarizes a key's group
+    and marks the key seen (ksrunner runs it beside the GroupByKey and
+    pages the group to it)."""
+    SEEN = userstate.ReadModifyWriteStateSpec("seen", coders.BooleanCoder())
+
+    def process(self, kv, seen=beam.DoFn.StateParam(SEEN)):
+        first = not seen.read()
+        seen.write(True)
+        yield (kv[0], first, sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1]))
+
+
 class OrderedUntilEnd(beam.DoFn):
     """Ordered list state: adds each value under its index and, when the
     input ends, reads the list whole and one range of it (3 MB and 1 MB:
@@ -172,6 +184,22 @@ def main():
          | "HotGroup" >> beam.GroupByKey()
          | "HotSummary" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1]), sum(len(v) for v in kv[1])))
          | "WHot" >> beam.Map(write("hotkey")))
+        # The same group read by a ParDo with a side input, then by a
+        # stateful one, each the group's only reader: ksrunner runs them
+        # beside their GroupByKey and pages the group to them.
+        (p
+         | "HotSideIndices" >> beam.Create(list(range(3000)))
+         | "HotSidePair" >> beam.Map(lambda i: ("hot", "%06d%s" % (i, "v" * 1000)))
+         | "HotSideGroup" >> beam.GroupByKey()
+         | "HotSideSummary" >> beam.Map(lambda kv, side: (kv[0], sorted(side), sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1])),
+                                        beam.pvalue.AsList(p | "HotSideValues" >> beam.Create(["y", "x"])))
+         | "WHotSide" >> beam.Map(write("hotside")))
+        (p
+         | "HotStateIndices" >> beam.Create(list(range(3000)))
+         | "HotStatePair" >> beam.Map(lambda i: ("hot", "%06d%s" % (i, "v" * 1000)))
+         | "HotStateGroup" >> beam.GroupByKey()
+         | "HotStateSummary" >> beam.ParDo(SummarizeGroupOnce())
+         | "WHotState" >> beam.Map(write("hotstate")))
         (p
          | "OrderedIndices" >> beam.Create(random.Random(5).sample(range(3000), 3000))
          | "OrderedPair" >> beam.Map(lambda i: ("ordered", "%06d%s" % (i, "v" * 1000)))
