@@ -65,11 +65,15 @@ func (u *User) noteAppend(kind Kind, transform, id string, win []byte) error {
 	if !ok || len(win) == 0 { // not expiring, or the global window
 		return nil
 	}
-	scope := LP([]byte(transform), []byte(id), win)
-	cached := string(kind) + string(scope)
-	if u.indexed[cached] {
+	// kind | scope, built in a reused buffer: the lookup, on every
+	// append, allocates nothing.
+	u.scratch = append(u.scratch[:0], byte(kind))
+	u.scratch = AppendLP(AppendLP(AppendLP(u.scratch, []byte(transform)), []byte(id)), win)
+	if u.indexed[string(u.scratch)] {
 		return nil
 	}
+	cached := string(u.scratch)
+	scope := []byte(cached[1:])
 	if len(win) < 8 {
 		return fmt.Errorf("transform %s: state %s: window encoding of %d bytes", transform, id, len(win))
 	}

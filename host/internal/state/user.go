@@ -74,6 +74,7 @@ type User struct {
 	expiry      map[string]int64
 	indexed     map[string]bool
 	expiryFloor Floor
+	scratch     []byte // noteAppend's lookup key
 }
 
 // maxBagFloors bounds User.bagFloors; past it the map starts over.
