@@ -62,7 +62,7 @@ func (u *User) SetStateExpiry(transform string, lateness int64) {
 // expires. Under u.mu.
 func (u *User) noteAppend(kind Kind, transform, id string, win []byte) error {
 	lateness, ok := u.expiry[transform]
-	if !ok || len(win) == 0 { // not expiring, or the global window
+	if !ok || len(win) == 0 { // not expiring, or the global window (fast)
 		return nil
 	}
 	// kind | scope, built in a reused buffer: the lookup, on every
@@ -74,18 +74,12 @@ func (u *User) noteAppend(kind Kind, transform, id string, win []byte) error {
 	}
 	cached := string(u.scratch)
 	scope := []byte(cached[1:])
-	if len(win) < 8 {
-		return fmt.Errorf("transform %s: state %s: window encoding of %d bytes", transform, id, len(win))
+	expiry, expires, err := WindowExpiry(win, lateness)
+	if err != nil {
+		return fmt.Errorf("transform %s: state %s: %w", transform, id, err)
 	}
-	// An interval window starts with its end (exclusive) in Beam's
-	// event-time encoding.
-	maxTs := int64(binary.BigEndian.Uint64(win)^(1<<63)) - 1
-	expiry := maxTime
-	if maxTs < maxTime-lateness {
-		expiry = maxTs + lateness
-	}
-	if expiry >= maxTime {
-		return nil // it expires at the end of time: never (see above)
+	if !expires {
+		return nil
 	}
 	k := u.key(StateExpiry, binary.BigEndian.AppendUint64(nil, EventTimeBits(expiry)), []byte{byte(kind)}, scope)
 	if err := u.batch.Set(k, nil, nil); err != nil {
@@ -103,11 +97,32 @@ func (u *User) noteAppend(kind Kind, transform, id string, win []byte) error {
 // watermark wm (never at the end of time, see above). Under u.mu.
 func (u *User) windowExpired(transform string, win []byte, wm int64) bool {
 	lateness, ok := u.expiry[transform]
-	if !ok || len(win) < 8 || wm >= maxTime {
+	if !ok || wm >= maxTime {
 		return false
 	}
+	expiry, expires, err := WindowExpiry(win, lateness)
+	return err == nil && expires && expiry < wm
+}
+
+// WindowExpiry is the time state in the encoded window win expires:
+// lateness after the window's maximum timestamp, the state gone once a
+// watermark is past it. expires is false for a window whose state never
+// expires: the global window (encoded as nothing), or one that would
+// expire at the end of time (see above).
+func WindowExpiry(win []byte, lateness int64) (expiry int64, expires bool, err error) {
+	if len(win) == 0 {
+		return 0, false, nil
+	}
+	if len(win) < 8 {
+		return 0, false, fmt.Errorf("window encoding of %d bytes", len(win))
+	}
+	// An interval window starts with its end (exclusive) in Beam's
+	// event-time encoding.
 	maxTs := int64(binary.BigEndian.Uint64(win)^(1<<63)) - 1
-	return maxTs < wm && wm-maxTs > lateness
+	if maxTs >= maxTime-lateness {
+		return 0, false, nil
+	}
+	return maxTs + lateness, true, nil
 }
 
 // ExpireState deletes the state of every window that expired before

@@ -507,11 +507,11 @@ func (t *Task) expired(sr *stageRun, raw []byte) (bool, error) {
 		return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
 	}
 	for _, w := range wins {
-		maxTs, err := windowMaxTimestamp(w)
+		expiry, expires, err := state.WindowExpiry(w, sr.lateness)
 		if err != nil {
 			return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
 		}
-		if maxTs >= in || in-maxTs <= sr.lateness {
+		if !expires || expiry >= in {
 			return false, nil
 		}
 	}
