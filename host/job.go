@@ -54,6 +54,9 @@ type jobSpec struct {
 	// EmbeddedBroker: Options.BootstrapServers is this process's embedded
 	// broker, which the runner's Kafka security does not apply to.
 	EmbeddedBroker bool
+	// Layout is, for a job read from the pipeline topic, the layout
+	// version of the plan its application runs under (0: the first).
+	Layout int
 }
 
 // jobOrigin is how a process got a job, which decides what it publishes and
@@ -140,11 +143,7 @@ var (
 // fails here, before anything runs), compiles and checks the WASM modules of
 // option stage_wasm, and starts running it.
 func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *serverConfig) (_ *job, err error) {
-	stageWASM, err := spec.Options.stageWASM()
-	if err != nil {
-		return nil, err
-	}
-	plan, err := translate.Translate(spec.Pipeline, translate.Options{StageWASM: stageWASM})
+	plan, stageWASM, err := planOf(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +155,9 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		return nil, err
 	}
 	if err := checkStreaming(plan, spec.RawOptions); err != nil {
+		return nil, err
+	}
+	if err := checkLayout(spec, plan); err != nil {
 		return nil, err
 	}
 	// Without an application_id a job gets one of its own, unique to this
@@ -190,7 +192,7 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 		observer: metrics.NewInstance(),
 		started:  time.Now(),
 	}
-	if j.fingerprint, err = (&application.Spec{Pipeline: spec.Pipeline, Topology: spec.Options.topology()}).Fingerprint(); err != nil {
+	if j.fingerprint, err = fingerprintOf(spec, plan); err != nil {
 		return nil, err
 	}
 	if j.wasm, err = executor.PrepareWASM(ctx, plan, executor.WASMConfig{
@@ -236,6 +238,36 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	return j, nil
 }
 
+// planOf translates spec's pipeline, with the stage_wasm patterns it was
+// translated under.
+func planOf(spec jobSpec) (*translate.Plan, map[string]string, error) {
+	stageWASM, err := spec.Options.stageWASM()
+	if err != nil {
+		return nil, nil, err
+	}
+	plan, err := translate.Translate(spec.Pipeline, translate.Options{StageWASM: stageWASM})
+	return plan, stageWASM, err
+}
+
+// fingerprintOf is spec's application fingerprint, laid out as plan (whose
+// layout version it covers).
+func fingerprintOf(spec jobSpec, plan *translate.Plan) (string, error) {
+	return (&application.Spec{Pipeline: spec.Pipeline, Topology: spec.Options.topology(), Layout: plan.Layout}).Fingerprint()
+}
+
+// checkLayout refuses a job read from its pipeline topic (a worker's, a
+// resumed one) that this ksrunner lays out otherwise than the version that
+// published it: the job would run on the state, changelogs and internal
+// topics of the other layout's sub-topologies. Publish checks a
+// submission (application.Topic.sameLayout).
+func checkLayout(spec jobSpec, plan *translate.Plan) error {
+	have := max(spec.Layout, translate.LayoutFirst)
+	if spec.Origin == originSubmitted || have == plan.Layout {
+		return nil
+	}
+	return &application.LayoutError{AppID: spec.Options.ApplicationID, JobID: spec.ID, JobName: spec.Name, State: application.Running, Have: have, Want: plan.Layout}
+}
+
 // publish writes the job to its application's pipeline topic, so that
 // workers and a restarted job server can run it, or joins the application
 // if it already runs this pipeline; another pipeline under a live
@@ -273,7 +305,7 @@ func (j *job) publish(ctx context.Context, submitted *pipepb.Pipeline, stageWASM
 	defer t.Close()
 	out, replaced, err := t.Publish(pctx, &application.Spec{
 		JobID: j.spec.ID, JobName: j.spec.Name, Pipeline: submitted, RawOptions: j.spec.RawOptions,
-		Options: encoded, Modules: modules, Artifacts: artifacts, Topology: opts.topology(),
+		Options: encoded, Modules: modules, Artifacts: artifacts, Topology: opts.topology(), Layout: j.plan.Layout,
 	})
 	if err != nil {
 		return withCause(err)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,7 +28,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ksrunner/ksrunner/host/endpoint"
-	"github.com/ksrunner/ksrunner/host/internal/application"
 	statuspage "github.com/ksrunner/ksrunner/host/internal/status"
 )
 
@@ -311,6 +311,7 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 			return nil, status.Errorf(codes.Unavailable, "job %s: %v", prep.id, err)
 		}
 	}
+	canonicalOrder(prep.pipeline)
 	spec := jobSpec{ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
 		StageDir: filepath.Join(s.stageDir, prep.id), EmbeddedBroker: embedded}
 	if running, err := s.runningHere(spec); err != nil || running != nil {
@@ -337,6 +338,20 @@ func (s *JobServer) register(j *job) {
 	s.mu.Unlock()
 }
 
+// canonicalOrder lists p's root transforms, and each composite's parts, in
+// one order. The Go SDK lists them in map order, so one program marshalled
+// twice lists them differently; the order decides the fingerprint (an
+// encoded list) and the numbering of the plan's sub-topologies (the order
+// translate visits transforms in), which a resubmission that joins the
+// application must share with it. A job read from the pipeline topic keeps
+// the order stored there, as the application laid it out.
+func canonicalOrder(p *pipepb.Pipeline) {
+	slices.Sort(p.RootTransformIds)
+	for _, tr := range p.GetComponents().GetTransforms() {
+		slices.Sort(tr.Subtransforms)
+	}
+}
+
 // runningHere looks for a job of spec's application that this server runs
 // already. The same pipeline submitted by its SDK joins it (the client
 // follows the running job); one resumed from the pipeline topic is stopped
@@ -358,7 +373,13 @@ func (s *JobServer) runningHere(spec jobSpec) (*job, error) {
 	if running == nil {
 		return nil, nil
 	}
-	fp, err := (&application.Spec{Pipeline: spec.Pipeline, Topology: spec.Options.topology()}).Fingerprint()
+	// The fingerprint covers the plan's layout: the same pipeline, laid
+	// out by this ksrunner, matches the running job's.
+	plan, _, err := planOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	fp, err := fingerprintOf(spec, plan)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func (t *translator) inWS(pc string) string {
 // topics, fuses each sub-topology's SDK transforms into stages and fills the
 // wire coders and descriptors.
 func (t *translator) layout() (*Plan, error) {
-	plan := &Plan{Pipeline: t.p, WireCoders: t.wireCoders, Bounded: true}
+	plan := &Plan{Pipeline: t.p, WireCoders: t.wireCoders, Bounded: true, Layout: LayoutFirst}
 	subOf := map[string]*subBuilder{} // PCollection → sub-topology producing it
 	var subs []*subBuilder
 	topics := map[string]*Topic{}
@@ -285,6 +285,7 @@ func (t *translator) layout() (*Plan, error) {
 					})
 				}
 				if t.staysWithGroups(id, tr, sb, in) {
+					plan.Layout = max(plan.Layout, LayoutGroupReaders)
 					// The GroupByKey fires each group only once these
 					// side inputs are complete for its window (see
 					// Root.SideInputTopics): the ParDo reads its groups

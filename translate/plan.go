@@ -1,6 +1,7 @@
 package translate
 
 import (
+	"fmt"
 	"slices"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
@@ -43,6 +44,37 @@ type Plan struct {
 	// then runs on the TestStream's synthetic processing-time clock instead of
 	// the wall clock, and every GroupByKey root is Windowed.
 	TestStream bool
+
+	// Layout is the version of ksrunner's layout rules the plan depends on:
+	// LayoutFirst when every earlier ksrunner laid it out the same (its
+	// sub-topologies, topics and changelogs), a later one when a rule
+	// changed since touches it. An application's state and in-flight
+	// records are only valid under the layout that made them, so the
+	// version is part of the application's fingerprint (see
+	// host/internal/application).
+	Layout int
+}
+
+const (
+	// LayoutFirst is the layout of every ksrunner before 2026-12-06.
+	LayoutFirst = 1
+	// LayoutGroupReaders: a ParDo with side inputs or user state that is
+	// the only reader of a fast-path GroupByKey's groups stays in the
+	// GroupByKey's sub-topology, where it had a "-main" topic and a
+	// sub-topology of its own (staysWithGroups), renumbering the
+	// sub-topologies after it.
+	LayoutGroupReaders = 2
+)
+
+// LayoutChange says what layout version l changed, for messages.
+func LayoutChange(l int) string {
+	switch l {
+	case LayoutFirst:
+		return "the first layout"
+	case LayoutGroupReaders:
+		return "a ParDo with side inputs or user state that is the only reader of a GroupByKey's groups stays in the GroupByKey's sub-topology, renumbering the sub-topologies after it"
+	}
+	return fmt.Sprintf("layout %d, unknown to this ksrunner", l)
 }
 
 // TopicKind tells how records reach a topic and how many partitions it has.

@@ -1092,6 +1092,15 @@ func TestPagedGroups(t *testing.T) {
 			if wantMain := reader && !tc.want; (len(main) > 0) != wantMain {
 				t.Errorf("main input topics %q; want one: %v", main, wantMain)
 			}
+			// The layout is a later one exactly when a reader that had a
+			// "-main" topic before stays with the GroupByKey.
+			wantLayout := LayoutFirst
+			if reader && tc.want {
+				wantLayout = LayoutGroupReaders
+			}
+			if plan.Layout != wantLayout {
+				t.Errorf("layout %d, want %d", plan.Layout, wantLayout)
+			}
 		})
 	}
 }

@@ -9,13 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/runners/universal/extworker"
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/ksrunner/ksrunner/host"
 	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
+	"github.com/ksrunner/ksrunner/translate"
 )
 
 // testLogger logs to stderr under KSRUNNER_DEBUG, else nowhere.
@@ -260,5 +265,86 @@ func TestAnotherPipelineRefused(t *testing.T) {
 	same, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), opts)
 	if err != nil || same != id {
 		t.Errorf("the same pipeline resubmitted to its job server: job %q, %v; want it to follow job %s", same, err, id)
+	}
+}
+
+func init() {
+	register.Function3x2(sumGroupWithSide)
+	register.Iter1[int64]()
+}
+
+// sumGroupWithSide sums a group, reading a side input.
+func sumGroupWithSide(k string, vs func(*int64) bool, side []string) (string, int64) {
+	var sum int64
+	for v := int64(0); vs(&v); {
+		sum += v
+	}
+	return k, sum + int64(len(side)) - 1
+}
+
+// kafkaGroupSidePipeline is kafkaCountPipeline with its sums made by a
+// ParDo with a side input, the only reader of a GroupByKey's groups: a plan
+// of the later layout (translate.LayoutGroupReaders), whose fingerprint
+// covers it.
+func kafkaGroupSidePipeline(t *testing.T, in, out string) *pipepb.Pipeline {
+	t.Helper()
+	p, s := beam.NewPipelineWithRoot()
+	recs := beam.ParDo(s, kafkaReadPlaceholder, beam.Impulse(s))
+	groups := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), recs))
+	sums := beam.ParDo(s, sumGroupWithSide, groups, beam.SideInput{Input: beam.Create(s, "x")})
+	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, keyByWindow, sums)))
+	pipe := jobtest.MarshalLoopback(t, p, loopback.EnvironmentConfig, workerBin)
+	withKafkaPrimitives(t, pipe, &translate.KafkaRead{
+		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
+		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
+	}, &translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
+	return pipe
+}
+
+// TestSameLayoutJoins: a pipeline of a later layout, resubmitted under its
+// running application id, is the same pipeline: its job server's client
+// follows the running job, and another job server and a worker join the
+// application (the fingerprints all compute cover the layout alike).
+func TestSameLayoutJoins(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "lin"), kafkatest.UniqueName(t, "lout")
+	kafkatest.CreateTopic(t, bootstrap, in, 2)
+	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
+	appID := kafkatest.UniqueName(t, "layout")
+	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"}
+	pipe := kafkaGroupSidePipeline(t, in, out)
+	if plan, err := translate.Translate(pipe, translate.Options{}); err != nil || plan.Layout != translate.LayoutGroupReaders {
+		t.Fatalf("the pipeline's plan: layout %v, %v; want %d", plan.Layout, err, translate.LayoutGroupReaders)
+	}
+	id, err := submit(ctx, t, ksrunner, pipe, opts)
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	for deadline := time.Now().Add(60 * time.Second); len(memberTasks(ctx, t, bootstrap, appID)) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the job has not joined its group after 60s")
+		}
+	}
+	same, err := submit(ctx, t, ksrunner, kafkaGroupSidePipeline(t, in, out), opts)
+	if err != nil || same != id {
+		t.Errorf("the same pipeline resubmitted to its job server: job %q, %v; want it to follow job %s", same, err, id)
+	}
+	opts2 := host.DefaultOptions()
+	opts2.BootstrapServers = bootstrap
+	_, client2 := startServer(t, opts2)
+	joined, err := submit(ctx, t, client2, kafkaGroupSidePipeline(t, in, out), opts)
+	if err != nil {
+		t.Fatalf("the same pipeline submitted to another job server: %v; want it to join the application", err)
+	}
+	t.Cleanup(func() { client2.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: joined}) })
+	// A worker reads the job from the pipeline topic, with its layout,
+	// and lays the pipeline out alike (host.checkLayout).
+	startWorkerInProcess(ctx, t, appID, bootstrap)
+	for deadline := time.Now().Add(60 * time.Second); len(memberTasks(ctx, t, bootstrap, appID)) < 3; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the group has %d members 60s after the second job server and a worker joined, want 3", len(memberTasks(ctx, t, bootstrap, appID)))
+		}
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -54,10 +57,18 @@ func TestFingerprint(t *testing.T) {
 		{"another LOOPBACK pool and staging path", &Spec{Pipeline: testPipeline("Count", "localhost:2222"), Topology: "p=4"}, true},
 		{"another transform", &Spec{Pipeline: testPipeline("Sum", "localhost:1111"), Topology: "p=4"}, false},
 		{"another topology", &Spec{Pipeline: testPipeline("Count", "localhost:1111"), Topology: "p=8"}, false},
+		{"the first layout, named", &Spec{Pipeline: testPipeline("Count", "localhost:1111"), Topology: "p=4", Layout: 1}, true},
+		{"a later layout", &Spec{Pipeline: testPipeline("Count", "localhost:1111"), Topology: "p=4", Layout: 2}, false},
 	} {
 		if got := fingerprint(t, tc.spec); (got == base) != tc.same {
 			t.Errorf("%s: fingerprint %s vs %s, want same=%v", tc.name, got, base, tc.same)
 		}
+	}
+	// What ksrunners before layout versions computed for this spec: an
+	// application of the first layout keeps its fingerprint across the
+	// upgrade, so its processes of either version join one another.
+	if want := "68edcdc145c3813c79c8b917243f1d3d"; base != want {
+		t.Errorf("first-layout fingerprint %s, want %s as before layout versions", base, want)
 	}
 }
 
@@ -85,6 +96,37 @@ func TestSpecRoundTrip(t *testing.T) {
 	for _, cut := range []int{0, 1, len(b) / 2, len(b) - 1} {
 		if _, err := decodeSpec(b[:cut]); err == nil {
 			t.Errorf("decoding %d of %d bytes: no error", cut, len(b))
+		}
+	}
+}
+
+// A Spec keeps its layout through the pipeline topic. One of a later
+// layout is written in a format that ksrunners from before layout versions
+// (which read format 1 only) refuse, rather than run it on their own plan;
+// one of the first layout stays readable by them.
+func TestSpecLayout(t *testing.T) {
+	for _, tc := range []struct {
+		layout, format int
+	}{{0, 1}, {1, 1}, {2, 2}} {
+		in := &Spec{JobID: "job-1", Pipeline: testPipeline("Count", "x:1"), RawOptions: &structpb.Struct{}, Topology: "p=4", Layout: tc.layout}
+		b, err := in.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, k := binary.Uvarint(b)
+		var h specHeader
+		if err := json.Unmarshal(b[k:k+int(n)], &h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Format != tc.format {
+			t.Errorf("layout %d: written as format %d, want %d", tc.layout, h.Format, tc.format)
+		}
+		out, err := decodeSpec(b)
+		if err != nil {
+			t.Fatalf("layout %d: %v", tc.layout, err)
+		}
+		if out.Layout != tc.layout {
+			t.Errorf("layout %d: read back as %d", tc.layout, out.Layout)
 		}
 	}
 }
@@ -198,6 +240,68 @@ func TestPublish(t *testing.T) {
 	// Cancelled: another pipeline may take the application id, live group or not.
 	if out, _, err := tp.Publish(ctx, first); err != nil || out != Published {
 		t.Fatalf("publishing after a cancel: %v %v", out, err)
+	}
+}
+
+// The same pipeline laid out by other rules (the application was started
+// by another ksrunner version) is refused whatever the application's state,
+// with the layouts named; the same layout joins, and another pipeline is
+// Publish's usual business.
+func TestPublishRefusesAnotherLayout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "layout")
+	tp := openTopic(ctx, t, bootstrap, app)
+
+	// As a ksrunner before layout versions wrote it: no layout.
+	old := &Spec{JobID: "count-1", JobName: "count", Pipeline: testPipeline("Count", "localhost:1"), RawOptions: &structpb.Struct{}, Topology: "p=2"}
+	if out, _, err := tp.Publish(ctx, old); err != nil || out != Published {
+		t.Fatalf("first Publish: %v %v", out, err)
+	}
+	relaid := &Spec{JobID: "count-2", JobName: "count", Pipeline: testPipeline("Count", "localhost:2"), RawOptions: &structpb.Struct{}, Topology: "p=2", Layout: 2}
+	refused := func(state State) {
+		t.Helper()
+		_, _, err := tp.Publish(ctx, relaid)
+		var le *LayoutError
+		if !errors.As(err, &le) || le.Have != 1 || le.Want != 2 || le.JobID != "count-1" || le.State != state {
+			t.Fatalf("the same pipeline at layout 2 over layout 1 (%s): %v, want a LayoutError 1 -> 2 naming job count-1", state, err)
+		}
+		for _, want := range []string{`application_id "` + app + `"`, "(layout 1)", "(layout 2: a ParDo with side inputs", "new application_id"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("refusal %q does not say %q", err, want)
+			}
+		}
+	}
+	// No process runs it (the group has no member), yet it is refused:
+	// its state is the earlier layout's.
+	refused(Running)
+	if err := tp.SetState(ctx, fingerprint(t, old), Cancelled); err != nil {
+		t.Fatal(err)
+	}
+	refused(Cancelled)
+	if m, _ := tp.Manifest(ctx); m.JobID != "count-1" {
+		t.Fatalf("a refused Publish wrote the manifest: %+v", m)
+	}
+
+	// Another pipeline may take the cancelled application, at any layout;
+	// then the same pipeline at the same layout joins it.
+	other := &Spec{JobID: "sum-3", JobName: "sum", Pipeline: testPipeline("Sum", "localhost:3"), RawOptions: &structpb.Struct{}, Topology: "p=2", Layout: 2}
+	if out, _, err := tp.Publish(ctx, other); err != nil || out != Published {
+		t.Fatalf("another pipeline at layout 2: %v %v", out, err)
+	}
+	if m, _ := tp.Manifest(ctx); m.Layout != 2 {
+		t.Fatalf("manifest layout %d, want 2", m.Layout)
+	}
+	again := &Spec{JobID: "sum-4", JobName: "sum", Pipeline: testPipeline("Sum", "localhost:4"), RawOptions: &structpb.Struct{}, Topology: "p=2", Layout: 2}
+	if out, _, err := tp.Publish(ctx, again); err != nil || out != Joined {
+		t.Fatalf("the same pipeline at the same layout: %v %v, want Joined", out, err)
+	}
+	// And back: the pipeline at layout 1 over its layout-2 application.
+	again.Layout = 1
+	var le *LayoutError
+	if _, _, err := tp.Publish(ctx, again); !errors.As(err, &le) || le.Have != 2 || le.Want != 1 {
+		t.Fatalf("layout 1 over layout 2: %v, want a LayoutError 2 -> 1", err)
 	}
 }
 

@@ -39,4 +39,10 @@
 //     that shape topics), not where the submitting SDK happens to run (its
 //     environments' addresses and staged file paths), so a resubmission of
 //     the same program from another process joins rather than conflicts.
+//   - The fingerprint covers the version of the layout rules the plan
+//     depends on (Spec.Layout) only above the first, so that applications a
+//     rule change does not touch keep their fingerprint across the upgrade;
+//     the same pipeline at another layout is refused, never joined or
+//     replaced (Topic.sameLayout), since the application's state and topics
+//     belong to the other layout's sub-topologies.
 package application

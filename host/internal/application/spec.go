@@ -39,11 +39,27 @@ type Spec struct {
 	// stages (the host's job options that shape them), in a stable form; it
 	// is part of the fingerprint.
 	Topology string
+	// Layout is the version of the layout rules the job's plan depends on
+	// (translate.Plan.Layout): 0 and 1 are alike, the first rules. Above 1
+	// it is part of the fingerprint, so that the same pipeline laid out by
+	// other rules is another job; at 1 it is not, so that the fingerprints
+	// of the applications it does not touch stay what the ksrunners before
+	// layout versions computed.
+	Layout int
 }
+
+// layout is l with 0 (a Spec or Manifest written before layout versions)
+// read as the first rules.
+func layout(l int) int { return max(l, 1) }
 
 // Fingerprint identifies the job's pipeline and topology (see the package
 // invariants): equal for the same program submitted from anywhere.
 func (s *Spec) Fingerprint() (string, error) {
+	return s.fingerprintAt(s.Layout)
+}
+
+// fingerprintAt is the fingerprint s would have under layout version l.
+func (s *Spec) fingerprintAt(l int) (string, error) {
 	p := proto.Clone(s.Pipeline).(*pipepb.Pipeline)
 	// Where the SDK runs is not what the pipeline computes: the LOOPBACK
 	// pool's address and the staged files' paths differ per submission.
@@ -59,6 +75,9 @@ func (s *Spec) Fingerprint() (string, error) {
 	h.Write(b)
 	h.Write([]byte{0})
 	h.Write([]byte(s.Topology))
+	if layout(l) > 1 {
+		fmt.Fprintf(h, "\x00layout=%d", l)
+	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
 
@@ -70,6 +89,7 @@ type specHeader struct {
 	JobName  string    `json:"job_name"`
 	Options  []byte    `json:"options"`
 	Topology string    `json:"topology"`
+	Layout   int       `json:"layout,omitempty"`
 	Sections []section `json:"sections"`
 }
 
@@ -79,7 +99,14 @@ type section struct {
 	Size int    `json:"size"`
 }
 
-const specFormat = 1
+// specFormat is the format of a Spec of the first layout. A Spec of a
+// later layout is written as specLayoutFormat, which ksrunners from before
+// layout versions refuse ("a newer ksrunner wrote it?") rather than run on
+// the first layout's plan.
+const (
+	specFormat       = 1
+	specLayoutFormat = 2
+)
 
 // encode is uvarint(len(header)) | header (JSON) | sections.
 func (s *Spec) encode() ([]byte, error) {
@@ -91,7 +118,10 @@ func (s *Spec) encode() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding the pipeline options: %w", err)
 	}
-	h := specHeader{Format: specFormat, JobID: s.JobID, JobName: s.JobName, Options: s.Options, Topology: s.Topology}
+	h := specHeader{Format: specFormat, JobID: s.JobID, JobName: s.JobName, Options: s.Options, Topology: s.Topology, Layout: s.Layout}
+	if layout(s.Layout) > 1 {
+		h.Format = specLayoutFormat
+	}
 	bodies := [][]byte{pipe, raw}
 	h.Sections = append(h.Sections, section{Kind: "pipeline", Size: len(pipe)}, section{Kind: "raw_options", Size: len(raw)})
 	for _, name := range slices.Sorted(maps.Keys(s.Modules)) {
@@ -124,10 +154,10 @@ func decodeSpec(b []byte) (*Spec, error) {
 	if err := json.Unmarshal(b[k:k+int(n)], &h); err != nil {
 		return nil, fmt.Errorf("spec header: %w", err)
 	}
-	if h.Format != specFormat {
-		return nil, fmt.Errorf("spec format %d, this ksrunner reads format %d (a newer ksrunner wrote it?)", h.Format, specFormat)
+	if h.Format != specFormat && h.Format != specLayoutFormat {
+		return nil, fmt.Errorf("spec format %d, this ksrunner reads formats %d and %d (a newer ksrunner wrote it?)", h.Format, specFormat, specLayoutFormat)
 	}
-	s := &Spec{JobID: h.JobID, JobName: h.JobName, Options: h.Options, Topology: h.Topology,
+	s := &Spec{JobID: h.JobID, JobName: h.JobName, Options: h.Options, Topology: h.Topology, Layout: h.Layout,
 		Pipeline: &pipepb.Pipeline{}, RawOptions: &structpb.Struct{}, Modules: map[string][]byte{}, Artifacts: map[string][]byte{}}
 	rest := b[k+int(n):]
 	for _, sec := range h.Sections {

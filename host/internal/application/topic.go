@@ -18,6 +18,7 @@ import (
 	"github.com/ksrunner/ksrunner/host/internal/kafkaconn"
 	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/shuffle"
+	"github.com/ksrunner/ksrunner/translate"
 )
 
 // State is an application's state as its Manifest records it.
@@ -54,6 +55,9 @@ type Manifest struct {
 	Written     time.Time `json:"written"`
 	// By is the host and process that wrote it, for messages.
 	By string `json:"by"`
+	// Layout is the Spec's layout version (0: written before layout
+	// versions, the first rules).
+	Layout int `json:"layout,omitempty"`
 }
 
 const (
@@ -315,6 +319,9 @@ func (t *Topic) Publish(ctx context.Context, spec *Spec) (out Outcome, replaced 
 	if err != nil {
 		return 0, nil, err
 	}
+	if err := t.sameLayout(spec, m); err != nil {
+		return 0, nil, err
+	}
 	if m != nil && m.State == Running {
 		if m.Fingerprint == fp {
 			return Joined, nil, nil
@@ -337,6 +344,41 @@ func (t *Topic) Publish(ctx context.Context, spec *Spec) (out Outcome, replaced 
 	return Published, replaced, nil
 }
 
+// sameLayout refuses spec when the application's manifest m is the same
+// pipeline laid out by other rules (an application started by another
+// ksrunner version), whatever its state: its changelogs, internal topics
+// and committed offsets are those of the other layout's sub-topologies,
+// which this one numbers and feeds differently, so its state and the
+// records in flight would not carry over (a cancelled or drained job too
+// leaves state: global windows, kept topics). Another pipeline is not
+// this function's business (Publish decides).
+func (t *Topic) sameLayout(spec *Spec, m *Manifest) error {
+	if m == nil || layout(m.Layout) == layout(spec.Layout) {
+		return nil
+	}
+	fp, err := spec.fingerprintAt(m.Layout)
+	if err != nil || fp != m.Fingerprint {
+		return err
+	}
+	return &LayoutError{AppID: t.appID, JobID: m.JobID, JobName: m.JobName, State: m.State, Have: layout(m.Layout), Want: layout(spec.Layout)}
+}
+
+// LayoutError is the refusal of a job whose application was laid out by
+// another version of ksrunner's layout rules (see Spec.Layout).
+type LayoutError struct {
+	AppID, JobID, JobName string
+	State                 State
+	// Have is the application's layout, Want this ksrunner's for the
+	// pipeline.
+	Have, Want int
+}
+
+func (e *LayoutError) Error() string {
+	return fmt.Sprintf("application_id %q holds this pipeline (job %s, %q, %s) as another ksrunner version laid it out (layout %d); this version lays it out differently (layout %d: %s), so the application's state and the records in flight on its internal topics would not carry over. "+
+		"Run it with the ksrunner version that started it, or drain it there and submit the pipeline under a new application_id",
+		e.AppID, e.JobID, e.JobName, e.State, e.Have, e.Want, translate.LayoutChange(max(e.Have, e.Want)))
+}
+
 // write produces spec's pieces, then its manifest (state Running), then
 // tombstones for the pieces of old, if it was another pipeline.
 func (t *Topic) write(ctx context.Context, spec *Spec, fp string, old *Manifest) error {
@@ -345,7 +387,7 @@ func (t *Topic) write(ctx context.Context, spec *Spec, fp string, old *Manifest)
 		return err
 	}
 	sum := sha256.Sum256(blob)
-	m := Manifest{Format: specFormat, Fingerprint: fp, JobID: spec.JobID, JobName: spec.JobName, State: Running,
+	m := Manifest{Format: specFormat, Fingerprint: fp, JobID: spec.JobID, JobName: spec.JobName, State: Running, Layout: spec.Layout,
 		Size: len(blob), SHA256: hex.EncodeToString(sum[:]), Written: time.Now().UTC(), By: processName()}
 	var recs []*kgo.Record
 	for off := 0; off < len(blob) || off == 0; off += pieceBytes {
