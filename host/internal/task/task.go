@@ -145,8 +145,8 @@ type stageRun struct {
 	timerCarry map[string][]byte                // partial timers of the open bundle, by family key
 	// expiring: the stage's first transform keeps user state that expires
 	// lateness after its windows end (Stage.StateExpiry); an element
-	// whose windows all expired is dropped where it arrives (route) and
-	// counted in droppedLate until the cycle's metrics take it.
+	// goes on in its windows that have not expired (liveWindows), the
+	// others counted in droppedLate until the cycle's metrics take it.
 	expiring    bool
 	lateness    int64
 	droppedLate int64
@@ -457,18 +457,20 @@ func (t *Task) route(pcoll string, raw []byte) error {
 	for _, c := range t.consumers[pcoll] {
 		switch {
 		case c.stage != nil:
+			in := raw
 			if c.stage.expiring {
-				late, err := t.expired(c.stage, raw)
+				live, dropped, err := t.liveWindows(c.stage, raw)
 				if err != nil {
 					return err
 				}
-				if late {
-					c.stage.droppedLate++
+				c.stage.droppedLate += int64(dropped)
+				if live == nil {
 					continue
 				}
+				in = live
 			}
 			t.mu.Lock()
-			c.stage.appendPending(raw)
+			c.stage.appendPending(in)
 			t.mu.Unlock()
 		case c.flat != nil:
 			if err := t.route(c.flat.Output, raw); err != nil {
@@ -483,39 +485,60 @@ func (t *Task) route(pcoll string, raw []byte) error {
 	return nil
 }
 
-// expired reports whether every window of an element arriving for stateful
-// stage sr has expired by the input watermark (its end plus the allowed
-// lateness is before it), so that its state is gone or going
-// (state/expiry.go). Beam's runners drop such an element, as a GroupByKey
-// drops one past its allowed lateness: handed to the DoFn, it would see the
-// window's state empty. An element in some windows that have not expired
-// goes on whole; what it writes in the expired ones is deleted at the next
-// sweep. The watermark is the one the element arrived under: the records
-// before it moved it, the watermark report after it has not yet.
-func (t *Task) expired(sr *stageRun, raw []byte) (bool, error) {
+// liveWindows is an element arriving for stateful stage sr in those of its
+// windows that have not expired by the input watermark (their end plus the
+// allowed lateness is not before it), and how many windows it dropped:
+// raw itself when none expired, nil when all did. An expired window's
+// state is gone or going (state/expiry.go), so Beam's runners drop the
+// element there, as a GroupByKey drops one past its allowed lateness, and
+// count each window dropped (dropped_late_elements); handed to the DoFn, it
+// would see the window's state empty. The watermark is the one the element
+// arrived under: the records before it moved it, the watermark report
+// after it has not yet.
+func (t *Task) liveWindows(sr *stageRun, raw []byte) (live []byte, dropped int, err error) {
 	in := t.inputWatermark()
 	if in <= minWatermark {
-		return false, nil
+		return raw, 0, nil
 	}
 	codec := t.env.Codecs[sr.stage.Input]
 	wv, err := codec.Next(raw)
 	if err != nil {
-		return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+		return nil, 0, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
 	}
 	wins, err := codec.SplitWindows(wv)
 	if err != nil {
-		return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+		return nil, 0, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
 	}
-	for _, w := range wins {
+	keep := make([]bool, len(wins))
+	for i, w := range wins {
 		expiry, expires, err := state.WindowExpiry(w, sr.lateness)
 		if err != nil {
-			return false, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+			return nil, 0, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
 		}
-		if !expires || expiry >= in {
-			return false, nil
+		keep[i] = !expires || expiry >= in
+		if !keep[i] {
+			dropped++
 		}
 	}
-	return len(wins) > 0, nil
+	switch dropped {
+	case 0:
+		return raw, 0, nil
+	case len(wins):
+		return nil, dropped, nil
+	}
+	// The element in its live windows: the timestamp, their count, the
+	// windows kept, then the pane and the element as they were.
+	out := make([]byte, 0, len(wv.Raw))
+	out = append(out, raw[:8]...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(wins)-dropped))
+	for i, w := range wins {
+		if keep[i] {
+			out = append(out, w...)
+		}
+	}
+	out = append(out, wv.Pane...)
+	out = append(out, wv.Elem...)
+	return out, dropped, nil
 }
 
 func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {

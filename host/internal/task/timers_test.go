@@ -129,7 +129,8 @@ func TestUserTimers(t *testing.T) {
 // allowed lateness, none here), so after the window's user state went
 // (state.User.ExpireState), is dropped and counted in dropped_late_elements,
 // as Beam's runners do; one that came before the watermark report expiring
-// its window is not, nor one of a window still open.
+// its window is not, nor one of a window still open. One in an expired and
+// an open window goes on in the open one only, its expired window counted.
 func TestStatefulStageDropsExpiredElements(t *testing.T) {
 	te := newTestEnv(t, marshal(t, timerPipeline()), 1)
 	sub := te.find("with a stateful stage", func(st *translate.SubTopology) bool {
@@ -148,15 +149,19 @@ func TestStatefulStageDropsExpiredElements(t *testing.T) {
 	recs = append(recs, in.data(wv(2000, kv("k1", "b"), w0))...)
 	recs = append(recs, in.wm(prod, 60000)) // past it
 	recs = append(recs, in.data(wv(3000, kv("k1", "late"), w0), wv(61000, kv("k1", "c"), w1))...)
+	// In both windows (as sliding windows put it): it goes on in w1 only.
+	recs = append(recs, in.data(wv(59000, kv("k1", "both"), w0, w1), wv(59500, kv("k1", "both2"), w1, w0))...)
 	te.cycle(tk, recs...)
 	want := []string{
 		`"k1":"a" @1000 [0,60000) nofiring`,
 		`"k1":"b" @2000 [0,60000) nofiring`,
 		`"k1":"c" @61000 [60000,120000) nofiring`,
+		`"k1":"both" @59000 [60000,120000) nofiring`,
+		`"k1":"both2" @59500 [60000,120000) nofiring`,
 	}
 	checkLines(t, "stage input", te.exec(sub).inputs(), want)
-	if n := counter(t, te.env.Metrics.Attempted, stage.Transforms[0], "dropped_late_elements"); n != 1 {
-		t.Errorf("dropped_late_elements %d, want 1", n)
+	if n := counter(t, te.env.Metrics.Attempted, stage.Transforms[0], "dropped_late_elements"); n != 3 {
+		t.Errorf("dropped_late_elements %d, want 3 (one element, and two in one of their windows)", n)
 	}
 }
 
