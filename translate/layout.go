@@ -284,8 +284,8 @@ func (t *translator) layout() (*Plan, error) {
 						Multimap: sides[l].GetAccessPattern().GetUrn() == urnSideInputMultimap,
 					})
 				}
-				if t.staysWithGroups(id, tr, sb, in) {
-					plan.Layout = max(plan.Layout, LayoutGroupReaders)
+				if stays, layout := t.staysWithGroups(id, tr, sb, in); stays {
+					plan.Layout = max(plan.Layout, layout)
 					// The GroupByKey fires each group only once these
 					// side inputs are complete for its window (see
 					// Root.SideInputTopics): the ParDo reads its groups
@@ -586,34 +586,57 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 // staysWithGroups reports whether ParDo id, reading side inputs or keeping
 // user state, stays in sub-topology sb, whose GroupByKey root produces its
 // main input in, rather than heading a sub-topology of its own fed by a
-// "-main" topic. It does when the root is the GroupByKey fast path (one
-// pane per key and window, at its end) and the ParDo is the only reader of
-// the groups. The root then holds a group back until the ParDo's side
-// inputs are complete for its window, as the ParDo's own task would hold
-// its input; the groups of a key all come to the one task that owns the
-// key, as a topic keyed for state would bring them; so a group is read
-// from the store in pages however large, and never crosses a topic whole
-// (which bounded it to internal_max_message_bytes).
+// "-main" topic, and the layout version (Plan.Layout) that rule came with.
+// The groups of a key all come to the one task that owns the key, as a
+// topic keyed for state would bring them; so a group is read from the store
+// in pages however large, and never crosses a topic whole (which bounded
+// it to internal_max_message_bytes).
 //
-// The only reader, because any other would get each group only when this
-// ParDo's side inputs are ready, a wait that is not its own; and then
-// nothing made from the groups (nothing in sb) comes before the ParDo, so
-// none of its side inputs can wait on the groups held for them. Splittable
-// ParDos, ParDos requiring stable or time-sorted input, and windowed
-// GroupByKeys (whose panes fire early or late) keep the "-main" topic.
-func (t *translator) staysWithGroups(id string, tr *pipepb.PTransform, sb *subBuilder, in string) bool {
+// A ParDo with side inputs stays when the root is the GroupByKey fast path
+// (one pane per key and window, at its end) and the ParDo is the only
+// reader of the groups. The root then holds a group back until the ParDo's
+// side inputs are complete for its window, as the ParDo's own task would
+// hold its input. The only reader, because any other would get each group
+// only when this ParDo's side inputs are ready, a wait that is not its own;
+// and then nothing made from the groups (nothing in sb) comes before the
+// ParDo, so none of its side inputs can wait on the groups held for them.
+// Windowed GroupByKeys (whose panes fire early or late, and whose held
+// panes would need more than the timer) keep the topic.
+//
+// A stateful ParDo without side inputs waits for nothing, so it stays
+// whatever else reads the groups (LayoutGroupReaders when it is the fast
+// path's only reader, LayoutStatefulReaders otherwise), behind a windowed
+// GroupByKey too: its timers and state expiry follow the root's output
+// watermark, which holds at the earliest pane the root still holds, as the
+// watermark the root reports to a topic would. Merging windows keep the
+// topic (Beam has no user state over merging windows).
+//
+// Splittable ParDos and ParDos requiring stable or time-sorted input keep
+// the topic.
+func (t *translator) staysWithGroups(id string, tr *pipepb.PTransform, sb *subBuilder, in string) (bool, int) {
 	r := sb.st.Root
-	if r.Kind != RootGroupByKey || r.Windowed || r.Output != in || r.MergeWindows != nil {
-		return false
+	if r.Kind != RootGroupByKey || r.Output != in || t.sidesUpstream[id] || tr.GetSpec().GetUrn() != urnParDo {
+		return false, 0
 	}
-	if len(t.consumers[in]) != 1 || t.sidesUpstream[id] || tr.GetSpec().GetUrn() != urnParDo {
-		return false
+	ws := t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[in].GetWindowingStrategyId()]
+	if ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
+		return false, 0
 	}
 	pd := &pipepb.ParDoPayload{}
 	if err := proto.Unmarshal(tr.GetSpec().GetPayload(), pd); err != nil {
-		return false
+		return false, 0
 	}
-	return !pd.GetRequiresStableInput() && !pd.GetRequiresTimeSortedInput() && pd.GetRestrictionCoderId() == ""
+	if pd.GetRequiresStableInput() || pd.GetRequiresTimeSortedInput() || pd.GetRestrictionCoderId() != "" {
+		return false, 0
+	}
+	onlyReader := len(t.consumers[in]) == 1
+	switch {
+	case !r.Windowed && onlyReader:
+		return true, LayoutGroupReaders
+	case len(t.sideInputsOf[id]) == 0:
+		return true, LayoutStatefulReaders
+	}
+	return false, 0
 }
 
 // pageGroups sets PagedGroups on a GroupByKey root and the stages reading

@@ -64,6 +64,10 @@ const (
 	// sub-topology of its own (staysWithGroups), renumbering the
 	// sub-topologies after it.
 	LayoutGroupReaders = 2
+	// LayoutStatefulReaders: a stateful ParDo without side inputs also
+	// stays with a GroupByKey whose groups other transforms read too, or
+	// whose windowing has triggers or allowed lateness.
+	LayoutStatefulReaders = 3
 )
 
 // LayoutChange says what layout version l changed, for messages.
@@ -73,6 +77,8 @@ func LayoutChange(l int) string {
 		return "the first layout"
 	case LayoutGroupReaders:
 		return "a ParDo with side inputs or user state that is the only reader of a GroupByKey's groups stays in the GroupByKey's sub-topology, renumbering the sub-topologies after it"
+	case LayoutStatefulReaders:
+		return "a stateful ParDo without side inputs stays in its GroupByKey's sub-topology also when other transforms read the groups or the GroupByKey has triggers or allowed lateness, renumbering the sub-topologies after it"
 	}
 	return fmt.Sprintf("layout %d, unknown to this ksrunner", l)
 }

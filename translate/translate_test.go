@@ -91,8 +91,20 @@ func (f *groupStateFn) ProcessElement(sp state.Provider, k string, vs func(*int)
 	return k
 }
 
+// groupStateSideFn is groupStateFn with a side input.
+type groupStateSideFn struct {
+	Count state.Value[int]
+}
+
+func (f *groupStateSideFn) ProcessElement(sp state.Provider, k string, vs func(*int) bool, side []string) string {
+	c, _, _ := f.Count.Read(sp)
+	f.Count.Write(sp, c+1)
+	return k
+}
+
 func init() {
 	register.DoFn3x1[state.Provider, string, func(*int) bool, string](&groupStateFn{})
+	register.DoFn4x1[state.Provider, string, func(*int) bool, []string, string](&groupStateSideFn{})
 	register.Function2x0(splitWords)
 	register.Function2x1(formatCount)
 	register.Function1x2(pairWithOne)
@@ -1016,44 +1028,58 @@ func TestPagedGroups(t *testing.T) {
 		// for, its side-input readers staying in its sub-topology; with
 		// none, a side-input reader heads one of its own ("-main").
 		sides int
+		// layout is the plan's layout version (0: LayoutFirst).
+		layout int
 	}{
 		{"a harness stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
-		}, Options{}, true, 0},
+		}, Options{}, true, 0, 0},
 		{"a WASM stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
-		}, Options{StageWASM: map[string]string{"translate.joinFn2": "j.wasm"}}, false, 0},
+		}, Options{StageWASM: map[string]string{"translate.joinFn2": "j.wasm"}}, false, 0, 0},
 		{"a stage with a side input", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, true, 1},
+		}, Options{}, true, 1, LayoutGroupReaders},
 		{"a stateful stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, &groupStateFn{}, beam.GroupByKey(s, kvs))
-		}, Options{}, true, 0},
+		}, Options{}, true, 0, LayoutGroupReaders},
 		{"a stateful stage, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, &groupStateFn{}, g)
 			beam.ParDo(s, joinFn2, g)
-		}, Options{}, false, 0},
+		}, Options{}, true, 0, LayoutStatefulReaders},
+		{"a stateful stage after a GroupByKey with allowed lateness (a windowed GroupByKey)", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
+			beam.ParDo(s, &groupStateFn{}, g)
+		}, Options{}, true, 0, LayoutStatefulReaders},
+		{"a stateful stage and a side input, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, kvs)
+			beam.ParDo(s, &groupStateSideFn{}, g, beam.SideInput{Input: beam.Create(s, "x")})
+			beam.ParDo(s, joinFn2, g)
+		}, Options{}, false, 0, 0},
+		{"a stateful stage after merging windows", func(s beam.Scope, kvs beam.PCollection) {
+			beam.ParDo(s, &groupStateFn{}, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
+		}, Options{}, false, 0, 0},
 		{"a side input, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
 			beam.ParDo(s, joinFn2, g)
-		}, Options{}, false, 0},
+		}, Options{}, false, 0, 0},
 		{"a side input made from the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.ParDo(s, joinFn2, g)})
-		}, Options{}, false, 0},
+		}, Options{}, false, 0, 0},
 		{"a side input made from the groups in another sub-topology", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Reshuffle(s, beam.ParDo(s, joinFn2, g))})
-		}, Options{}, false, 0},
+		}, Options{}, false, 0, 0},
 		{"merging windows (a windowed GroupByKey)", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
-		}, Options{}, true, 0},
+		}, Options{}, true, 0, 0},
 		{"a side input after merging windows", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs))
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, false, 0},
+		}, Options{}, false, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, s := beam.NewPipelineWithRoot()
@@ -1092,12 +1118,7 @@ func TestPagedGroups(t *testing.T) {
 			if wantMain := reader && !tc.want; (len(main) > 0) != wantMain {
 				t.Errorf("main input topics %q; want one: %v", main, wantMain)
 			}
-			// The layout is a later one exactly when a reader that had a
-			// "-main" topic before stays with the GroupByKey.
-			wantLayout := LayoutFirst
-			if reader && tc.want {
-				wantLayout = LayoutGroupReaders
-			}
+			wantLayout := max(tc.layout, LayoutFirst)
 			if plan.Layout != wantLayout {
 				t.Errorf("layout %d, want %d", plan.Layout, wantLayout)
 			}

@@ -44,6 +44,7 @@ var pipelines = []struct {
 	{"hotsidegroups", hotSideOfGroupsPipeline, func() []string { return hotSideWantWith("ccch") }},
 	{"hotstateful", hotStatefulPipeline, func() []string { return hotSideWantWith("st") }},
 	{"sdfside", sdfSidePipeline, sdfSideWant},
+	{"windowedstateful", windowedStatefulPipeline, windowedStatefulWant},
 }
 
 // runToLines runs build's pipeline on client and returns the sorted lines

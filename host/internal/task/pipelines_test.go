@@ -56,6 +56,7 @@ func init() {
 	register.Function2x1(formatFn)
 	register.Function3x0(withSideFn)
 	register.Function4x0(groupWithSideFn)
+	register.Function2x0(dropGroupFn)
 	register.Emitter1[string]()
 	register.Iter1[string]()
 }
@@ -69,6 +70,21 @@ func groupTimerPipeline() *beam.Pipeline {
 	beam.ParDo(s, &groupTimerFn{Fire: timers.InEventTime("fire")}, beam.GroupByKey(s, kvs))
 	return p
 }
+
+// lateGroupTimerPipeline is groupTimerPipeline with a minute of allowed
+// lateness (a windowed GroupByKey root) and a second, plain reader of the
+// groups: groupTimerFn still stays in the GroupByKey's sub-topology
+// (translate.LayoutStatefulReaders).
+func lateGroupTimerPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.ParDo(s, pairFn, beam.Create(s, "a")), beam.AllowedLateness(time.Minute))
+	groups := beam.GroupByKey(s, kvs)
+	beam.ParDo(s, &groupTimerFn{Fire: timers.InEventTime("fire")}, groups)
+	beam.ParDo0(s, dropGroupFn, groups)
+	return p
+}
+
+func dropGroupFn(string, func(*string) bool) {}
 
 // groupsWithSidePipeline is Create | pairFn | WindowInto(fixed minutes) |
 // GroupByKey | groupWithSideFn, which reads a side input over minute

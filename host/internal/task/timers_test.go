@@ -165,6 +165,55 @@ func TestStatefulStageDropsExpiredElements(t *testing.T) {
 	}
 }
 
+// setsWindowEndTimers makes sub's one stage set a timer at the window's end
+// of each element it gets, of its first timer family; its executor records
+// what the stage got.
+func setsWindowEndTimers(te *testEnv, sub *translate.SubTopology) *fakeExec {
+	fam := sub.Stages[0].TimerFamilies[0]
+	codec := te.env.Codecs[sub.Stages[0].Input]
+	f := te.exec(sub)
+	f.each = func(b *fakeBundle, in shuffle.WindowedValue) error {
+		tm, err := windowEndTimer(codec, in, -1)
+		if err != nil {
+			return err
+		}
+		return b.io.Timers(fam.TransformID, fam.FamilyID, tm)
+	}
+	return f
+}
+
+// A stateful ParDo that stays with a windowed GroupByKey (allowed
+// lateness), beside another reader of the groups, gets each pane before the
+// timer it sets at the window's end fires: the pane the watermark makes due
+// fires first in the cycle, then the timers due by the root's output
+// watermark. A late pane (within the allowed lateness) reaches it too, not
+// dropped as expired, and its timer, behind the watermark, fires at once.
+func TestWindowedGroupReaderTimers(t *testing.T) {
+	te := newTestEnv(t, marshal(t, lateGroupTimerPipeline()), 1)
+	sub := te.sub(translate.RootGroupByKey)
+	if !sub.Root.Windowed || len(sub.Stages) != 1 || !sub.Stages[0].Stateful || len(sub.Stages[0].Transforms) != 2 {
+		t.Fatalf("the stateful reader is not in the windowed GroupByKey's sub-topology with the plain one (windowed %v, %d stages)", sub.Root.Windowed, len(sub.Stages))
+	}
+	if te.plan.Layout != translate.LayoutStatefulReaders {
+		t.Fatalf("layout %d, want %d", te.plan.Layout, translate.LayoutStatefulReaders)
+	}
+	f := setsWindowEndTimers(te, sub)
+	tk := te.task(sub, 0)
+	in := te.input(sub, 0)
+	prod := te.producer(sub, 0)
+	w0 := interval(0, 60000)
+	te.cycle(tk, append(in.data(wv(1000, kv("k1", "a"), w0)), in.wm(prod, 30000))...)
+	checkLines(t, "before the window's end", f.inputs(), nil)
+	te.cycle(tk, in.wm(prod, 70000))
+	checkLines(t, "at the window's end", f.inputs(), []string{
+		`"k1":["a"] @59999 [0,60000) ontime#0 first`, `timer fire "\x02k1" fire 59999 hold 59999`,
+	})
+	te.cycle(tk, in.data(wv(2000, kv("k1", "late"), w0))...)
+	checkLines(t, "a late element", f.inputs(), []string{
+		`"k1":["late"] @59999 [0,60000) late#1`, `timer fire "\x02k1" fire 59999 hold 59999`,
+	})
+}
+
 // A stateful ParDo reading a GroupByKey's groups in its sub-topology gets
 // its input watermark from the root: its timers fire (and its state
 // expires) only once every group of their window came. Here a cycle fires
@@ -178,16 +227,7 @@ func TestGroupReaderTimersWaitForGroups(t *testing.T) {
 	if len(sub.Stages) != 1 || !sub.Stages[0].Stateful || !sub.Stages[0].PagedGroups {
 		t.Fatalf("stages %d: the stateful group reader is not in the GroupByKey's sub-topology, paged", len(sub.Stages))
 	}
-	fam := sub.Stages[0].TimerFamilies[0]
-	codec := te.env.Codecs[sub.Stages[0].Input]
-	f := te.exec(sub)
-	f.each = func(b *fakeBundle, in shuffle.WindowedValue) error {
-		tm, err := windowEndTimer(codec, in, -1)
-		if err != nil {
-			return err
-		}
-		return b.io.Timers(fam.TransformID, fam.FamilyID, tm)
-	}
+	f := setsWindowEndTimers(te, sub)
 	tk := te.task(sub, 0)
 	in := te.input(sub, 0)
 	prod := te.producer(sub, 0)
