@@ -55,8 +55,10 @@ type jobSpec struct {
 	// broker, which the runner's Kafka security does not apply to.
 	EmbeddedBroker bool
 	// Layout is, for a job read from the pipeline topic, the layout
-	// version of the plan its application runs under (0: the first).
-	Layout int
+	// version of the plan its application runs under (0: the first), and
+	// PublishedAs the id of the job that published it there.
+	Layout      int
+	PublishedAs string
 }
 
 // jobOrigin is how a process got a job, which decides what it publishes and
@@ -265,7 +267,7 @@ func checkLayout(spec jobSpec, plan *translate.Plan) error {
 	if spec.Origin == originSubmitted || have == plan.Layout {
 		return nil
 	}
-	return &application.LayoutError{AppID: spec.Options.ApplicationID, JobID: spec.ID, JobName: spec.Name, State: application.Running, Have: have, Want: plan.Layout}
+	return &application.LayoutError{AppID: spec.Options.ApplicationID, JobID: spec.PublishedAs, JobName: spec.Name, State: application.Running, Have: have, Want: plan.Layout}
 }
 
 // publish writes the job to its application's pipeline topic, so that

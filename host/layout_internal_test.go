@@ -87,11 +87,11 @@ func TestCheckLayout(t *testing.T) {
 	opts := DefaultOptions()
 	opts.ApplicationID = "layout-app"
 	opts.BootstrapServers = "127.0.0.1:1"
-	_, err = startJob(context.Background(), jobSpec{ID: "j2", Name: "grouped", Pipeline: pipe, RawOptions: nil, Options: opts, Origin: originWorker, StageDir: t.TempDir()},
+	_, err = startJob(context.Background(), jobSpec{ID: "local-3", PublishedAs: "j2", Name: "grouped", Pipeline: pipe, RawOptions: nil, Options: opts, Origin: originResumed, StageDir: t.TempDir()},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), &serverConfig{})
 	var le *application.LayoutError
 	if !errors.As(err, &le) || le.Have != translate.LayoutFirst || le.Want != translate.LayoutGroupReaders {
-		t.Fatalf("startJob of a worker's layout-1 job laid out at layout 2: %v, want a LayoutError 1 -> 2", err)
+		t.Fatalf("startJob of a resumed layout-1 job laid out at layout 2: %v, want a LayoutError 1 -> 2", err)
 	}
 	for _, want := range []string{`application_id "layout-app"`, "job j2", "(layout 1)", "(layout 2: a ParDo with side inputs or user state", "new application_id"} {
 		if !strings.Contains(err.Error(), want) {

@@ -216,7 +216,7 @@ func specFromTopic(m *application.Manifest, s *application.Spec, origin jobOrigi
 	if err != nil {
 		return jobSpec{}, fmt.Errorf("job %s: %w", m.JobID, err)
 	}
-	return jobSpec{ID: s.JobID, Name: s.JobName, Pipeline: p, RawOptions: s.RawOptions, Options: opts, Origin: origin, Modules: s.Modules, Layout: s.Layout}, nil
+	return jobSpec{ID: s.JobID, Name: s.JobName, Pipeline: p, RawOptions: s.RawOptions, Options: opts, Origin: origin, Modules: s.Modules, Layout: s.Layout, PublishedAs: m.JobID}, nil
 }
 
 // useWorkerPools makes each environment of pools an EXTERNAL one at the
