@@ -44,7 +44,8 @@ type run struct {
 // it starts the job when the manifest says the application runs, stops it
 // when the manifest says it was cancelled or done, or names another
 // pipeline (and then runs that one), and runs a failed job again after
-// Retry. A job that is done is not run again until the manifest changes.
+// Retry. A job that is done, or that this ksrunner refused for its layout
+// (LayoutError), is not run again until the manifest changes.
 // It returns when ctx ends (nil) or the manifest could not be read for
 // cfg.Unavailable (an error naming the topic, its brokers and the option),
 // after the job it runs has stopped.
@@ -59,6 +60,7 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 	var (
 		cur       *run
 		finished  string       // the fingerprint of a run that ended done
+		refused   string       // the fingerprint of a run refused for its layout
 		failedAt  time.Time    // when the last run failed
 		lastState string       // the last state logged, to log changes once
 		readErr   bool         // a manifest read failed; logged once until one succeeds
@@ -80,10 +82,17 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 		if cur != nil {
 			select {
 			case <-cur.done:
-				if cur.err != nil {
+				var layout *LayoutError
+				switch {
+				case errors.As(cur.err, &layout):
+					// Running it again cannot help: this ksrunner lays
+					// the pipeline out otherwise for as long as it runs.
+					log.Error("this ksrunner cannot run the application's job; waiting for another pipeline", "error", cur.err)
+					refused = cur.fp
+				case cur.err != nil:
 					log.Error("the job failed; running it again", "error", cur.err, "after", cfg.Retry)
 					failedAt = time.Now()
-				} else {
+				default:
 					log.Info("the job is done; waiting for the next pipeline", "fingerprint", cur.fp)
 					finished = cur.fp
 				}
@@ -121,7 +130,7 @@ func Follow(ctx context.Context, t *Topic, cfg FollowConfig) error {
 			case cur != nil && cur.fp != m.Fingerprint:
 				stop("another pipeline replaced it", context.Canceled)
 			}
-			if cur == nil && m != nil && m.State == Running && m.Fingerprint != finished && time.Since(failedAt) >= cfg.Retry {
+			if cur == nil && m != nil && m.State == Running && m.Fingerprint != finished && m.Fingerprint != refused && time.Since(failedAt) >= cfg.Retry {
 				cur, err = start(ctx, t, m.Fingerprint, cfg, log)
 				if err != nil {
 					log.Error("loading the job from the pipeline topic (retrying)", "error", err)

@@ -137,3 +137,58 @@ func TestFollowRidesOutAnOutage(t *testing.T) {
 		t.Errorf("Follow, its context ended: %v", err)
 	}
 }
+
+// TestFollowRefusedLayout: a job this ksrunner refuses for its layout
+// (LayoutError) is not run again and again, as a failed one is, until the
+// manifest names another pipeline.
+func TestFollowRefusedLayout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "refused")
+	tp := openTopic(ctx, t, bootstrap, app)
+	first := &Spec{JobID: "count-1", JobName: "count", Pipeline: testPipeline("Count", "localhost:1"), RawOptions: &structpb.Struct{}, Topology: "p=1"}
+	if _, _, err := tp.Publish(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	runs := make(chan string, 100)
+	done := make(chan error, 1)
+	fctx, stop := context.WithCancel(ctx)
+	go func() {
+		done <- Follow(fctx, tp, FollowConfig{
+			Poll:   20 * time.Millisecond,
+			Retry:  20 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Run: func(ctx context.Context, m *Manifest, _ *Spec) error {
+				runs <- m.JobID
+				if m.JobID == "count-1" {
+					return &LayoutError{AppID: app, JobID: m.JobID, Have: 1, Want: 2}
+				}
+				<-ctx.Done()
+				return nil
+			},
+		})
+	}()
+	defer func() { stop(); <-done }()
+	if id := <-runs; id != "count-1" {
+		t.Fatalf("first run: job %s", id)
+	}
+	// Fifty retry intervals: a failed job would have run again by now.
+	select {
+	case id := <-runs:
+		t.Fatalf("the refused job ran again (job %s)", id)
+	case <-time.After(50 * 20 * time.Millisecond):
+	}
+	other := &Spec{JobID: "sum-2", JobName: "sum", Pipeline: testPipeline("Sum", "localhost:2"), RawOptions: &structpb.Struct{}, Topology: "p=1"}
+	if _, _, err := tp.Publish(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-runs:
+		if id != "sum-2" {
+			t.Fatalf("after the replacement: job %s ran, want sum-2", id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the pipeline that replaced the refused one did not run within 30s")
+	}
+}
