@@ -134,6 +134,10 @@ var (
 	// its restart takes its tasks back without a rebalance; meanwhile the
 	// other instances wait up to session_timeout_ms for them.
 	errStopped = errors.New("job stopped in this process")
+	// errStoppedLeaving is errStopped in a process stopped for good
+	// (WithLeaveGroupOnStop): its instance leaves the group
+	// (runtime.ErrEnded), so the other processes take its tasks at once.
+	errStoppedLeaving = fmt.Errorf("%w, leaving its consumer group (leave_group_on_stop): %w", errStopped, runtime.ErrEnded)
 	// errAppEnded: the job's application was cancelled or is draining
 	// elsewhere, as its pipeline topic says (a worker following it): the
 	// instance leaves the group, as for a Cancel, but records nothing
@@ -448,6 +452,17 @@ func (j *job) drained() bool { return j.draining.Load() && j.State() == drainedS
 // unless it already ended, and goes on in the application's other
 // processes.
 func (j *job) Stop() { j.cancel(errStopped) }
+
+// stopProcess stops the job because its process stops: as Stop, but
+// leaving the consumer group if the process was told to
+// (WithLeaveGroupOnStop).
+func (j *job) stopProcess() {
+	if j.server.leaveOnStop {
+		j.cancel(errStoppedLeaving)
+		return
+	}
+	j.Stop()
+}
 
 // Wait blocks until the job has stopped and released everything it started.
 func (j *job) Wait() { <-j.done }

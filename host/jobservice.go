@@ -170,7 +170,7 @@ func (s *JobServer) Stop() {
 	// Stopped, not cancelled: the applications go on in their other
 	// processes, and this one resumes them when it restarts.
 	for _, j := range jobs {
-		j.Stop()
+		j.stopProcess()
 	}
 	for _, j := range jobs {
 		j.Wait()

@@ -37,6 +37,9 @@ type serverConfig struct {
 	allowedBootstrap []string
 	// loopback: the job server listens on loopback only.
 	loopback bool
+	// leaveOnStop: the process's jobs leave their consumer groups when it
+	// stops (WithLeaveGroupOnStop).
+	leaveOnStop bool
 }
 
 // WithStuckBundlePolicy sets what happens when a bundle of a
@@ -102,6 +105,18 @@ func WithProcessEnvironments(allow bool) ServerOption {
 // allows only its own.
 func WithAllowedBootstrapServers(entries []string) ServerOption {
 	return func(c *serverConfig) { c.allowedBootstrap = entries }
+}
+
+// WithLeaveGroupOnStop makes the process leave its applications' consumer
+// groups when it stops (JobServer.Stop, a worker's Run ending), so that
+// the other processes take its tasks at once: for a process stopped for
+// good, as when an application is scaled down. Without it a process with a
+// state_dir keeps its static membership for its restart, which takes its
+// tasks back without a rebalance, and the others wait up to
+// session_timeout_ms for them. (A process without a state_dir always
+// leaves: its restart is another member.)
+func WithLeaveGroupOnStop(leave bool) ServerOption {
+	return func(c *serverConfig) { c.leaveOnStop = leave }
 }
 
 // processAllowed says whether jobs may use PROCESS environments.

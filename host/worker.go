@@ -191,7 +191,7 @@ func (w *Worker) runJob(ctx context.Context, m *application.Manifest, s *applica
 		if errors.Is(context.Cause(ctx), application.ErrEnded) {
 			j.end() // cancelled or draining elsewhere: leave the group too
 		} else {
-			j.Stop()
+			j.stopProcess()
 		}
 	case <-j.done:
 	}

@@ -45,6 +45,9 @@ type serverConfig struct {
 	AllowProcessEnvironments string `koanf:"allow_process_environments"`
 	// AllowedBootstrapServers limits a job's bootstrap_servers.
 	AllowedBootstrapServers []string `koanf:"allowed_bootstrap_servers"`
+	// LeaveGroupOnStop: the server's jobs leave their consumer groups when
+	// it stops (host.WithLeaveGroupOnStop).
+	LeaveGroupOnStop bool `koanf:"leave_group_on_stop"`
 }
 
 func defaultServerConfig() serverConfig {
@@ -142,9 +145,12 @@ func jobServerFlags() *pflag.FlagSet {
 	fs.String("allow_process_environments", def.AllowProcessEnvironments, allowProcessHelp)
 	fs.Lookup("allow_process_environments").NoOptDefVal = "true"
 	fs.StringSlice("allowed_bootstrap_servers", nil, "HOST:PORT entries (\"*\" globs, or embedded) that a job's bootstrap_servers may name besides this server's own (default: any on loopback without Kafka credentials, else none)")
+	fs.Bool("leave_group_on_stop", false, leaveGroupOnStopHelp)
 	kafkaSecurityFlags(fs, new(host.KafkaSecurity))
 	return fs
 }
+
+const leaveGroupOnStopHelp = "when this process stops (SIGTERM), its jobs leave their consumer groups, so the application's other processes take its tasks at once: for a process stopped for good (scaling down). Without it a process with a state_dir keeps its membership for its restart, and the others wait up to session_timeout_ms for its tasks"
 
 // loadServerConfig merges, lowest first: defaults, the --config YAML file,
 // KSRUNNER_* environment variables, flags. An unknown name in any of them

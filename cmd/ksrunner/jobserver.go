@@ -29,6 +29,7 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 		host.WithEndpointSecurity(cfg.Security),
 		host.WithKafkaSecurity(cfg.KafkaSecurity),
 		host.WithAllowedBootstrapServers(cfg.AllowedBootstrapServers),
+		host.WithLeaveGroupOnStop(cfg.LeaveGroupOnStop),
 	}
 	if allow, _ := cfg.processEnvironments(); allow != nil {
 		opts = append(opts, host.WithProcessEnvironments(*allow))

@@ -28,6 +28,7 @@ type workerFlags struct {
 	kafka                              host.KafkaSecurity
 	endpoint                           endpoint.Security // of the status endpoint
 	allowProcess                       bool
+	leaveOnStop                        bool
 }
 
 // workerFlagSet defines the worker's flags, into f.
@@ -43,6 +44,7 @@ func workerFlagSet(f *workerFlags) *pflag.FlagSet {
 	fs.IntVar(&f.brokerUnavailableMs, "broker_unavailable_timeout_ms", host.DefaultOptions().BrokerUnavailableTimeoutMs,
 		"how long the worker goes on without reading its application's pipeline topic (its Kafka brokers out of reach; it retries with backoff) before it fails, naming them; the jobs it runs keep the option they were submitted with")
 	fs.BoolVar(&f.allowProcess, "allow_process_environments", true, "run the commands of the job's PROCESS environments (false: leave their stages to other processes)")
+	fs.BoolVar(&f.leaveOnStop, "leave_group_on_stop", false, leaveGroupOnStopHelp)
 	kafkaSecurityFlags(fs, &f.kafka)
 	endpointSecurityFlags(fs, &f.endpoint, "status endpoint")
 	return fs
@@ -110,6 +112,7 @@ func runWorker(ctx context.Context, args []string, stdout io.Writer) error {
 		host.WithKafkaSecurity(f.kafka),
 		host.WithProcessEnvironments(f.allowProcess),
 		host.WithEndpointSecurity(f.endpoint),
+		host.WithLeaveGroupOnStop(f.leaveOnStop),
 	}
 	if f.statusPort != 0 {
 		opts = append(opts, host.WithStatus(host.StatusConfig{Addr: net.JoinHostPort(f.statusHost, strconv.Itoa(f.statusPort))}))

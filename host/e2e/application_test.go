@@ -2,9 +2,12 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +56,32 @@ func memberTasks(ctx context.Context, t *testing.T, bootstrap, appID string) map
 		out[m.MemberID] = n
 	}
 	return out
+}
+
+// waitBusyMembers waits up to 90 s until the application's group has n
+// members, each with tasks, and returns their tasks by member; more, if
+// not nil, says more in the failure.
+func waitBusyMembers(ctx context.Context, t *testing.T, bootstrap, appID string, n int, more func() string) map[string]int {
+	t.Helper()
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		members := memberTasks(ctx, t, bootstrap, appID)
+		busy := 0
+		for _, tasks := range members {
+			if tasks > 0 {
+				busy++
+			}
+		}
+		if len(members) == n && busy == n {
+			return members
+		}
+		if time.Now().After(deadline) {
+			extra := ""
+			if more != nil {
+				extra = " (" + more() + ")"
+			}
+			t.Fatalf("the group of %s has members %v 90s after the processes started, want %d with tasks each%s", appID, members, n, extra)
+		}
+	}
 }
 
 // startServer starts an in-process job server with defaults opts (and
@@ -129,23 +158,10 @@ func TestWorkerJoinsApplication(t *testing.T) {
 	w, _ := startWorkerInProcess(ctx, t, appID, bootstrap)
 
 	// Both processes hold tasks.
-	var members map[string]int
-	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		members = memberTasks(ctx, t, bootstrap, appID)
-		busy := 0
-		for _, n := range members {
-			if n > 0 {
-				busy++
-			}
-		}
-		if len(members) == 2 && busy == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			wid, wstate := w.Job()
-			t.Fatalf("the group of %s has members %v 90s after the worker started, want 2 with tasks each (worker job %q %v)", appID, members, wid, wstate)
-		}
-	}
+	members := waitBusyMembers(ctx, t, bootstrap, appID, 2, func() string {
+		wid, wstate := w.Job()
+		return fmt.Sprintf("worker job %q %v", wid, wstate)
+	})
 	if wid, wstate := w.Job(); wstate != jobpb.JobState_RUNNING {
 		t.Fatalf("the worker's job %q is %v, want RUNNING", wid, wstate)
 	}
@@ -347,4 +363,62 @@ func TestSameLayoutJoins(t *testing.T) {
 			t.Fatalf("the group has %d members 60s after the second job server and a worker joined, want 3", len(memberTasks(ctx, t, bootstrap, appID)))
 		}
 	}
+}
+
+// TestWorkerLeavesOnStop: a worker on a state_dir (a static member of the
+// application's group) started with leave_group_on_stop leaves the group
+// when it stops, so the job server takes its tasks at once, not after
+// session_timeout_ms (45 s here), as for a process stopped for good; the
+// output stays exact across the handover.
+func TestWorkerLeavesOnStop(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	const partitions, n = 4, 400
+	in, out := countTopics(t, bootstrap, "lin", partitions)
+	data := newCountData(n, partitions)
+	want1, want2 := data.halves(t)
+	appID := kafkatest.UniqueName(t, "leave")
+	data.produce(ctx, t, bootstrap, in, data.recs[:n/2])
+	id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), map[string]string{
+		"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2",
+		"source_idle_timeout_ms": "3600000", "session_timeout_ms": "45000",
+	})
+	if err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
+	kafkatest.CheckCounts(t, "before the worker", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want1)), want1)
+
+	w, err := host.NewWorker(host.WorkerConfig{ApplicationID: appID, BootstrapServers: bootstrap, StateDir: t.TempDir(), Logger: testLogger()}, host.WithLeaveGroupOnStop(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	workerDone := make(chan struct{})
+	var runErr error
+	go func() { runErr = w.Run(wctx); close(workerDone) }()
+	t.Cleanup(func() { stopWorker(); <-workerDone })
+	total := 0
+	for _, n := range waitBusyMembers(ctx, t, bootstrap, appID, 2, nil) {
+		total += n
+	}
+
+	stopped := time.Now()
+	stopWorker()
+	<-workerDone
+	if runErr != nil {
+		t.Fatalf("the worker's Run: %v", runErr)
+	}
+	for deadline := stopped.Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		members := memberTasks(ctx, t, bootstrap, appID)
+		if len(members) == 1 && slices.Collect(maps.Values(members))[0] == total {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group has members %v 20s after the worker stopped, want the job server alone with all %d partitions (the session lasts 45s)", members, total)
+		}
+	}
+	t.Logf("the job server held all %d partitions %v after the worker stopped", total, time.Since(stopped).Round(time.Millisecond))
+	data.produce(ctx, t, bootstrap, in, data.recs[n/2:])
+	kafkatest.CheckCounts(t, "after the worker left", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(want2)), want2)
 }
