@@ -44,6 +44,12 @@ func startStatus(src status.Source, c *serverConfig, logger *slog.Logger) (*stat
 }
 
 // statusView is the job as the status page shows it.
+// statusSummary is the job for a probe: nothing asked of Kafka.
+func (j *job) statusSummary(process string) status.JobSummary {
+	return status.JobSummary{ID: j.spec.ID, Name: j.spec.Name, State: j.State().String(), Drained: j.drained(),
+		ApplicationID: j.spec.Options.ApplicationID, StartedAt: j.started, Process: process}
+}
+
 func (j *job) statusView(ctx context.Context, process string) *status.Job {
 	local := j.observer.Snapshot()
 	v := &status.Job{
@@ -152,6 +158,20 @@ func (v serverStatus) Jobs(ctx context.Context) []*status.Job {
 	return out
 }
 
+func (v serverStatus) Summaries() []status.JobSummary {
+	v.s.mu.Lock()
+	jobs := make([]*job, 0, len(v.s.order))
+	for _, id := range v.s.order {
+		jobs = append(jobs, v.s.jobs[id])
+	}
+	v.s.mu.Unlock()
+	out := make([]status.JobSummary, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.statusSummary("jobserver")
+	}
+	return out
+}
+
 func (v serverStatus) Cancel(id string) error {
 	j, err := v.s.job(id)
 	if err != nil {
@@ -183,6 +203,16 @@ func (v workerStatus) Jobs(ctx context.Context) []*status.Job {
 		return nil
 	}
 	return []*status.Job{j.statusView(ctx, "worker")}
+}
+
+func (v workerStatus) Summaries() []status.JobSummary {
+	v.w.mu.Lock()
+	j := v.w.job
+	v.w.mu.Unlock()
+	if j == nil {
+		return nil
+	}
+	return []status.JobSummary{j.statusSummary("worker")}
 }
 
 func (v workerStatus) Cancel(id string) error {

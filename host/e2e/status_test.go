@@ -217,6 +217,14 @@ func TestStatusAPI(t *testing.T) {
 		t.Error("no messages")
 	}
 
+	// The probes: alive, and ready with the job consuming.
+	if code, b := httpGet(t, base+"readyz"); code != http.StatusOK || string(b) != "ready: 1 jobs running\n" {
+		t.Errorf("GET readyz: %d %q, want 200 with the running job", code, b)
+	}
+	if code, b := httpGet(t, base+"healthz"); code != http.StatusOK || string(b) != "ok\n" {
+		t.Errorf("GET healthz: %d %q, want 200 ok", code, b)
+	}
+
 	code, b = httpGet(t, base+"metrics")
 	metrics := string(b)
 	for _, want := range []string{

@@ -10,6 +10,9 @@ import (
 type Source interface {
 	// Jobs are the process's jobs, newest last, as of now.
 	Jobs(ctx context.Context) []*Job
+	// Summaries are the jobs without what Jobs asks Kafka for: cheap
+	// enough for a probe's every call.
+	Summaries() []JobSummary
 	// Cancel cancels a job; ErrNotFound for an unknown id.
 	Cancel(id string) error
 	// Drain drains a job; ErrNotFound for an unknown id, ErrConflict for a

@@ -117,6 +117,8 @@ func (s *Server) routes() *http.ServeMux {
 	static, _ := fs.Sub(assets, "assets")
 	files := http.FileServerFS(static)
 	mux.Handle("GET /", files)
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /api/jobs", s.listJobs)
 	mux.HandleFunc("GET /api/jobs/{id}", s.getJob)
 	mux.HandleFunc("POST /api/jobs/{id}/cancel", s.action(s.src.Cancel))
@@ -127,6 +129,33 @@ func (s *Server) routes() *http.ServeMux {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	return mux
+}
+
+// healthz is a liveness probe: the process answers.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// readyz is a readiness probe: 503 while a job of the process has not yet
+// started consuming (STOPPED, STARTING: its topics, group membership and
+// store are being set up), naming it; else 200. A process without jobs (a
+// job server awaiting submissions, a worker awaiting its application's
+// pipeline) is ready, and so is one whose jobs ended.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	var running int
+	for _, j := range s.src.Summaries() {
+		switch j.State {
+		case "STOPPED", "STARTING":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: job %s (%s) of application %s is %s\n", j.ID, j.Name, j.ApplicationID, j.State)
+			return
+		case "RUNNING", "DRAINING":
+			running++
+		}
+	}
+	fmt.Fprintf(w, "ready: %d jobs running\n", running)
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {

@@ -45,6 +45,15 @@ func (f *fakeSource) Cancel(id string) error {
 
 func (f *fakeSource) Drain(id string) error { return fmt.Errorf("drain %s: %w", id, ErrUnsupported) }
 
+func (f *fakeSource) Summaries() []JobSummary {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.job.ID == "" {
+		return nil
+	}
+	return []JobSummary{f.job.summary()}
+}
+
 func varint(vs ...int64) []byte {
 	var b bytes.Buffer
 	for _, v := range vs {
@@ -245,5 +254,39 @@ func TestStartClose(t *testing.T) {
 	}
 	if _, err := Start(&fakeSource{}, Options{Addr: "127.0.0.1:-1"}); err == nil || !strings.Contains(err.Error(), "status page") {
 		t.Errorf("a bad address: %v, want an error naming the status page", err)
+	}
+}
+
+// The probes: /healthz answers; /readyz is 503 naming a job that has not
+// started consuming, 200 once it runs, for a process without jobs and for
+// one whose jobs ended.
+func TestProbes(t *testing.T) {
+	src := &fakeSource{}
+	ts := serve(t, src)
+	if code, body := get(t, ts.URL+"/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("GET /healthz: %d %q", code, body)
+	}
+	for _, c := range []struct {
+		state string // "": no job
+		code  int
+		body  string
+	}{
+		{"", 200, "ready: 0 jobs running\n"},
+		{"STOPPED", 503, "not ready: job job-1 (count) of application app is STOPPED\n"},
+		{"STARTING", 503, "not ready: job job-1 (count) of application app is STARTING\n"},
+		{"RUNNING", 200, "ready: 1 jobs running\n"},
+		{"DRAINING", 200, "ready: 1 jobs running\n"},
+		{"FAILED", 200, "ready: 0 jobs running\n"},
+		{"CANCELLED", 200, "ready: 0 jobs running\n"},
+	} {
+		src.mu.Lock()
+		src.job = Job{}
+		if c.state != "" {
+			src.job = Job{ID: "job-1", Name: "count", ApplicationID: "app", State: c.state}
+		}
+		src.mu.Unlock()
+		if code, body := get(t, ts.URL+"/readyz"); code != c.code || body != c.body {
+			t.Errorf("job %q: GET /readyz %d %q, want %d %q", c.state, code, body, c.code, c.body)
+		}
 	}
 }
