@@ -93,7 +93,7 @@ func TestCheckLayout(t *testing.T) {
 	if !errors.As(err, &le) || le.Have != translate.LayoutFirst || le.Want != translate.LayoutGroupReaders {
 		t.Fatalf("startJob of a resumed layout-1 job laid out at layout 2: %v, want a LayoutError 1 -> 2", err)
 	}
-	for _, want := range []string{`application_id "layout-app"`, "job j2", "(layout 1)", "(layout 2: a ParDo with side inputs or user state", "new application_id"} {
+	for _, want := range []string{`application_id "layout-app"`, "job j2", "(layout 1)", "(layout 2: a ParDo with side inputs or user state", "ksrunner reset --application_id layout-app"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("refusal %q does not say %q", err, want)
 		}

@@ -61,7 +61,7 @@ func TestHelp(t *testing.T) {
 			t.Errorf("%q: exit %d, output lacks the flags or the environment:\n%s", args, code, out)
 		}
 	}
-	for _, c := range []struct{ cmd, flag string }{{"worker", "--sdk_worker_pool"}, {"drain", "--endpoint"}, {"broker", "--port"}} {
+	for _, c := range []struct{ cmd, flag string }{{"worker", "--sdk_worker_pool"}, {"drain", "--endpoint"}, {"broker", "--port"}, {"reset", "--delete_source_offsets"}, {"worker", "--leave_group_on_stop"}, {"jobserver", "--leave_group_on_stop"}} {
 		if code, out, _ := runCLI(t, "help", c.cmd); code != 0 || !strings.Contains(out, c.flag) {
 			t.Errorf("help %s: exit %d, lacks %s:\n%s", c.cmd, code, c.flag, out)
 		}
@@ -304,5 +304,17 @@ func TestBrokerCheck(t *testing.T) {
 	defer cancel()
 	if err := reachBrokers(ctx, "127.0.0.1:1", host.KafkaSecurity{}, &buf); err == nil {
 		t.Errorf("reaching 127.0.0.1:1: no error (%s)", buf.String())
+	}
+}
+
+// `ksrunner reset` needs the application and its brokers, and resets one
+// that never ran (no topics, no group) to nothing, saying so.
+func TestResetCommand(t *testing.T) {
+	if code, _, errOut := runCLI(t, "reset"); code == 0 || !strings.Contains(errOut, "--application_id and --bootstrap_servers are required") {
+		t.Errorf("reset without flags: exit %d, %q", code, errOut)
+	}
+	code, out, errOut := runCLI(t, "reset", "--application_id=never-ran", "--bootstrap_servers="+kafkatest.Broker(t))
+	if code != 0 || !strings.Contains(out, "deleted 0 internal topics") {
+		t.Errorf("reset of an application that never ran: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

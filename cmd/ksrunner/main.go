@@ -9,6 +9,8 @@
 //	ksrunner jobs                list a job server's jobs
 //	ksrunner cancel JOB          cancel a job
 //	ksrunner drain JOB           drain a job: its sources stop, every window fires, it ends DONE
+//	ksrunner reset --application_id X --bootstrap_servers B
+//	                             reset an application: its internal topics and state go, its reads' offsets stay
 //	ksrunner version             the build's version
 //	ksrunner help [COMMAND]      the commands, or a command's flags
 //
@@ -70,6 +72,14 @@ func init() {
 				"and timer, and the job ends DONE once all it read is written (DONE, not Beam's DRAINED, which\n" +
 				"Python's portable runner reports as a failure; `ksrunner jobs` shows it as DONE (drained)).",
 			flags: func() *pflag.FlagSet { return clientFlags(new(string)) }, run: runDrain},
+		{name: "reset", args: "--application_id ID --bootstrap_servers BROKERS [flags]", summary: "reset an application no process runs: its internal topics and state go, its Kafka reads' offsets stay",
+			about: "As Kafka Streams' application reset tool: deletes the application's internal topics (pipeline,\n" +
+				"status, changelog, repartition, side-input and impulse topics; the dead-letter topic stays) and\n" +
+				"its consumer group's offsets of them, keeping those of the user's topics, so that the next job\n" +
+				"under the application id, whatever its pipeline, starts with empty state and its Kafka reads go\n" +
+				"on where the last job's stopped. Drain the job first (ksrunner drain); a job that did not end on\n" +
+				"purpose is refused unless --force. Processes' state_dirs empty themselves at their next start.",
+			flags: func() *pflag.FlagSet { return resetFlagSet(new(resetFlags)) }, run: runReset},
 		{name: "version", summary: "print the build's version (module, VCS revision, Go, Beam SDK)", run: runVersion},
 		{name: "help", args: "[COMMAND]", summary: "list the commands, or show a command's flags", run: runHelp},
 	}

@@ -267,7 +267,7 @@ func TestPublishRefusesAnotherLayout(t *testing.T) {
 		if !errors.As(err, &le) || le.Have != 1 || le.Want != 2 || le.JobID != "count-1" || le.State != state {
 			t.Fatalf("the same pipeline at layout 2 over layout 1 (%s): %v, want a LayoutError 1 -> 2 naming job count-1", state, err)
 		}
-		for _, want := range []string{`application_id "` + app + `"`, "(layout 1)", "(layout 2: a ParDo with side inputs", "new application_id"} {
+		for _, want := range []string{`application_id "` + app + `"`, "(layout 1)", "(layout 2: a ParDo with side inputs", "ksrunner reset --application_id " + app} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("refusal %q does not say %q", err, want)
 			}

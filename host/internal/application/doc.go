@@ -24,6 +24,8 @@
 //     replaced.
 //   - SetState (the end of a job on purpose): record cancelled or done, so
 //     that workers stop and a restarted job server does not resume it.
+//   - Reset (`ksrunner reset`): delete an application's internal topics and
+//     its group's offsets of them, keeping its Kafka reads' (reset.go).
 //
 // Invariants:
 //   - Pieces are written before the Manifest that names them, on one

@@ -375,7 +375,7 @@ type LayoutError struct {
 
 func (e *LayoutError) Error() string {
 	return fmt.Sprintf("application_id %q holds this pipeline (job %s, %q, %s) as another ksrunner version laid it out (layout %d); this version lays it out differently (layout %d: %s), so the application's state and the records in flight on its internal topics would not carry over. "+
-		"Run it with the ksrunner version that started it, or drain it there and submit the pipeline under a new application_id",
+		"Run it with the ksrunner version that started it, or drain it there, reset the application (`ksrunner reset --application_id %[1]s`: its state goes, its Kafka reads' offsets stay) and submit the pipeline again",
 		e.AppID, e.JobID, e.JobName, e.State, e.Have, e.Want, translate.LayoutChange(max(e.Have, e.Want)))
 }
 

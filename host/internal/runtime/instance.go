@@ -168,6 +168,18 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 			return nil, err
 		}
 		i.reportIdentity()
+		emptied, err := checkIncarnation(db, stateDir, cfg.incarnation)
+		if err != nil {
+			db.Close()
+			return nil, err
+		}
+		if emptied {
+			msg := fmt.Sprintf("the application's topics were made again since the local store %s was written (a reset, or a bounded job done): it starts empty and restores from the new changelogs", stateDir)
+			cfg.Logger.Warn(msg)
+			if cfg.Progress != nil {
+				cfg.Progress(msg)
+			}
+		}
 	default:
 		i.ident = randomIdentity()
 		i.reportIdentity()

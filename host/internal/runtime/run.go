@@ -140,6 +140,9 @@ type Config struct {
 	// outcomes records how this process's transactions with group
 	// offsets ended, for its instances (hangingtxn.go).
 	outcomes *txnOutcomes
+	// incarnation is the id of the topics' incarnation a stable store
+	// follows (incarnation.go); "": not checked.
+	incarnation string
 	// written is what this process's producers wrote to, and what they
 	// must write again (hangingdata.go).
 	written *written
@@ -266,6 +269,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// Only an explicit state_dir outlives the process: it alone can keep
 	// the instance's identity for its restart (identity.go).
 	stable := cfg.StateDir != ""
+	if stable {
+		if cfg.incarnation, err = topicsIncarnation(ctx, admin, ts); err != nil {
+			return brokersLost(err)
+		}
+	}
 	stateDir := cfg.StateDir
 	if stateDir == "" {
 		dir, err := os.MkdirTemp("", "ksrunner-state-")
