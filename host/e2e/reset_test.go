@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,8 @@ func TestResetKeepsReadOffsets(t *testing.T) {
 	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2",
 		"source_idle_timeout_ms": "3600000", "state_dir": t.TempDir()}
 
-	run := func(out string, recs []countRec) {
+	// run runs a job to its drain and returns its messages.
+	run := func(out string, recs []countRec) []string {
 		t.Helper()
 		id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), opts)
 		if err != nil {
@@ -46,12 +48,19 @@ func TestResetKeepsReadOffsets(t *testing.T) {
 		if _, err := ksrunner.Drain(ctx, &jobpb.DrainJobRequest{JobId: id}); err != nil {
 			t.Fatalf("Drain: %v", err)
 		}
-		if r, err := wait(ctx, ksrunner, id); err != nil || r.State != jobpb.JobState_DONE {
+		r, err := wait(ctx, ksrunner, id)
+		if err != nil || r.State != jobpb.JobState_DONE {
 			t.Fatalf("the drained job ended %v (%v), want DONE", r.State, err)
 		}
 		kafkatest.CheckCounts(t, "after the drain", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), d.windows(recs))
+		return r.Messages
 	}
-	run(out1, first)
+	emptied := func(msgs []string) bool {
+		return slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "topics were made again since the local store") })
+	}
+	if emptied(run(out1, first)) {
+		t.Error("the first job emptied its new store")
+	}
 
 	rep, err := host.ResetApplication(ctx, host.ResetConfig{ApplicationID: appID, BootstrapServers: bootstrap})
 	if err != nil {
@@ -72,8 +81,11 @@ func TestResetKeepsReadOffsets(t *testing.T) {
 	}
 
 	// The next job reads the second half only: its windows hold the
-	// second half's records alone (the window the halves share too).
-	run(out2, second)
+	// second half's records alone (the window the halves share too). Its
+	// store, on the same state_dir, saw the topics made again.
+	if !emptied(run(out2, second)) {
+		t.Error("the second job's store did not see the topics made again (no message)")
+	}
 }
 
 // sumsOf is the part of windows (as countData.fired gives them, from
