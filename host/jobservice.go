@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ksrunner/ksrunner/host/endpoint"
+	"github.com/ksrunner/ksrunner/host/internal/application"
 	statuspage "github.com/ksrunner/ksrunner/host/internal/status"
 )
 
@@ -314,6 +315,7 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 	canonicalOrder(prep.pipeline)
 	spec := jobSpec{ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
 		StageDir: filepath.Join(s.stageDir, prep.id), EmbeddedBroker: embedded}
+	s.keepStoredOrder(ctx, spec)
 	if running, err := s.runningHere(spec); err != nil || running != nil {
 		if err != nil {
 			s.logger.Error("job rejected at submission", "job", prep.id, "error", err)
@@ -349,6 +351,38 @@ func canonicalOrder(p *pipepb.Pipeline) {
 	slices.Sort(p.RootTransformIds)
 	for _, tr := range p.GetComponents().GetTransforms() {
 		slices.Sort(tr.Subtransforms)
+	}
+}
+
+// keepStoredOrder gives spec's pipeline the order of its roots and parts
+// that its application's pipeline topic stored, when the topic holds the
+// same pipeline in another order: one submitted to a ksrunner before
+// canonicalOrder, whose plan numbers its sub-topologies by that order. A
+// topic that cannot be read leaves the order as it is: publishing the job
+// then meets the same trouble and says what it is.
+func (s *JobServer) keepStoredOrder(ctx context.Context, spec jobSpec) {
+	app := spec.Options.ApplicationID
+	if app == "" {
+		return
+	}
+	sec := s.cfg.kafka
+	if spec.EmbeddedBroker {
+		sec = nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	t, err := application.Open(ctx, spec.Options.BootstrapServers, sec, app, 0, false)
+	if err != nil {
+		s.logger.Debug("reading the application's pipeline topic for its order", "application_id", app, "error", err)
+		return
+	}
+	defer t.Close()
+	_, stored, err := t.Load(ctx)
+	if err != nil || stored == nil {
+		return
+	}
+	if application.StoredOrder(spec.Pipeline, stored.Pipeline) {
+		s.logger.Info("the pipeline takes the order of its transforms its application stored (submitted to an earlier ksrunner)", "job", spec.ID, "application_id", app)
 	}
 }
 

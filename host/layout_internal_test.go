@@ -9,13 +9,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/runtime/graphx"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ksrunner/ksrunner/host/internal/application"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
 )
 
@@ -140,5 +143,54 @@ func TestCanonicalOrder(t *testing.T) {
 	}
 	if fp(pipe) != fp(other) {
 		t.Errorf("after canonicalOrder: fingerprints %s and %s", fp(pipe), fp(other))
+	}
+}
+
+// A submission of a pipeline whose application stored it in another order
+// (submitted to a ksrunner before canonicalOrder) takes the stored order,
+// so that its fingerprint and plan are the stored job's; a submission of
+// another pipeline keeps its own.
+func TestKeepStoredOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "order")
+	stored := groupReaderPipeline(t)
+	canonicalOrder(stored)
+	slices.Reverse(stored.RootTransformIds)
+	tp, err := application.Open(ctx, bootstrap, nil, app, -1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if _, _, err := tp.Publish(ctx, &application.Spec{JobID: "old-1", JobName: "old", Pipeline: stored, RawOptions: &structpb.Struct{}, Topology: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	s := &JobServer{logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	opts := Options{ApplicationID: app, BootstrapServers: bootstrap}
+
+	same := groupReaderPipeline(t)
+	canonicalOrder(same)
+	s.keepStoredOrder(ctx, jobSpec{ID: "j1", Pipeline: same, Options: opts})
+	if !slices.Equal(same.RootTransformIds, stored.RootTransformIds) {
+		t.Errorf("the same pipeline: roots %q, want the stored %q", same.RootTransformIds, stored.RootTransformIds)
+	}
+
+	p, sc := beam.NewPipelineWithRoot()
+	beam.ParDo(sc, layoutPair, beam.Create(sc, "a"))
+	beam.ParDo(sc, layoutPair, beam.Create(sc, "b"))
+	edges, _, err := p.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := graphx.Marshal(edges, &graphx.Options{Environment: stored.GetComponents().GetEnvironments()[same.GetComponents().GetTransforms()[same.GetRootTransformIds()[0]].GetEnvironmentId()]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	canonicalOrder(other)
+	want := slices.Clone(other.RootTransformIds)
+	s.keepStoredOrder(ctx, jobSpec{ID: "j2", Pipeline: other, Options: opts})
+	if !slices.Equal(other.RootTransformIds, want) {
+		t.Errorf("another pipeline: roots %q, want its own %q", other.RootTransformIds, want)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -425,5 +426,37 @@ func TestReadAfterRecreation(t *testing.T) {
 	}
 	if len(all) != 1 || string(all["new"]) != "y" {
 		t.Errorf("read %v, want only new=y", all)
+	}
+}
+
+// StoredOrder gives a pipeline the order of roots and parts its stored
+// self has, and leaves it alone when the orders agree or the pipelines
+// differ (where SDKs run aside).
+func TestStoredOrder(t *testing.T) {
+	twoRoots := func(endpoint string, roots ...string) *pipepb.Pipeline {
+		p := testPipeline("Count", endpoint)
+		p.Components.Transforms["a"] = &pipepb.PTransform{UniqueName: "A", Subtransforms: []string{"t1", "b"}}
+		p.Components.Transforms["b"] = &pipepb.PTransform{UniqueName: "B"}
+		if roots[0] == "b" {
+			p.Components.Transforms["a"].Subtransforms = []string{"b", "t1"}
+		}
+		p.RootTransformIds = roots
+		return p
+	}
+	stored := twoRoots("localhost:1", "b", "a")
+	p := twoRoots("localhost:2", "a", "b")
+	if !StoredOrder(p, stored) || !slices.Equal(p.RootTransformIds, []string{"b", "a"}) || !slices.Equal(p.Components.Transforms["a"].Subtransforms, []string{"b", "t1"}) {
+		t.Fatalf("the same pipeline in another order: roots %q, parts %q; want the stored order", p.RootTransformIds, p.Components.Transforms["a"].Subtransforms)
+	}
+	if fingerprint(t, &Spec{Pipeline: p}) != fingerprint(t, &Spec{Pipeline: stored}) {
+		t.Error("after StoredOrder the fingerprints differ")
+	}
+	if StoredOrder(p, stored) {
+		t.Error("StoredOrder of a pipeline in the stored order reported a change")
+	}
+	other := twoRoots("localhost:2", "a", "b")
+	other.Components.Transforms["b"].UniqueName = "C"
+	if StoredOrder(other, stored) || !slices.Equal(other.RootTransformIds, []string{"a", "b"}) {
+		t.Errorf("another pipeline took the stored order: %q", other.RootTransformIds)
 	}
 }

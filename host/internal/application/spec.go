@@ -60,13 +60,7 @@ func (s *Spec) Fingerprint() (string, error) {
 
 // fingerprintAt is the fingerprint s would have under layout version l.
 func (s *Spec) fingerprintAt(l int) (string, error) {
-	p := proto.Clone(s.Pipeline).(*pipepb.Pipeline)
-	// Where the SDK runs is not what the pipeline computes: the LOOPBACK
-	// pool's address and the staged files' paths differ per submission.
-	for _, env := range p.GetComponents().GetEnvironments() {
-		env.Payload = nil
-		env.Dependencies = nil
-	}
+	p := withoutSDKPlaces(s.Pipeline)
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
 	if err != nil {
 		return "", fmt.Errorf("pipeline fingerprint: %w", err)
@@ -187,4 +181,61 @@ func decodeSpec(b []byte) (*Spec, error) {
 		return nil, fmt.Errorf("spec: %d bytes after the last section", len(rest))
 	}
 	return s, nil
+}
+
+// StoredOrder makes p list its root transforms, and each composite's
+// parts, in the order stored of the same pipeline lists them, when stored
+// is p up to those orders and where SDKs run (what the fingerprint leaves
+// out); it reports whether it did. A submission lists them in one order
+// (host's canonicalOrder), but a pipeline stored by a ksrunner before that
+// lists them as its SDK did, and the order decides the fingerprint and
+// the plan's sub-topology numbering: a resubmission of it must keep the
+// stored order to be the same job.
+func StoredOrder(p, stored *pipepb.Pipeline) bool {
+	if stored == nil || slices.Equal(p.GetRootTransformIds(), stored.GetRootTransformIds()) && sameParts(p, stored) {
+		return false
+	}
+	a, b := orderFree(p), orderFree(stored)
+	if !proto.Equal(a, b) {
+		return false
+	}
+	p.RootTransformIds = slices.Clone(stored.GetRootTransformIds())
+	for id, tr := range p.GetComponents().GetTransforms() {
+		tr.Subtransforms = slices.Clone(stored.GetComponents().GetTransforms()[id].GetSubtransforms())
+	}
+	return true
+}
+
+// sameParts reports whether every composite of a lists its parts as b's
+// does.
+func sameParts(a, b *pipepb.Pipeline) bool {
+	for id, tr := range a.GetComponents().GetTransforms() {
+		if !slices.Equal(tr.GetSubtransforms(), b.GetComponents().GetTransforms()[id].GetSubtransforms()) {
+			return false
+		}
+	}
+	return true
+}
+
+// withoutSDKPlaces is a copy of p without where its SDKs run, which is not
+// what the pipeline computes: the LOOPBACK pool's address and the staged
+// files' paths differ per submission.
+func withoutSDKPlaces(p *pipepb.Pipeline) *pipepb.Pipeline {
+	c := proto.Clone(p).(*pipepb.Pipeline)
+	for _, env := range c.GetComponents().GetEnvironments() {
+		env.Payload = nil
+		env.Dependencies = nil
+	}
+	return c
+}
+
+// orderFree is p as the fingerprint sees it, its lists of roots and parts
+// sorted.
+func orderFree(p *pipepb.Pipeline) *pipepb.Pipeline {
+	c := withoutSDKPlaces(p)
+	slices.Sort(c.RootTransformIds)
+	for _, tr := range c.GetComponents().GetTransforms() {
+		slices.Sort(tr.Subtransforms)
+	}
+	return c
 }
