@@ -270,8 +270,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// the instance's identity for its restart (identity.go).
 	stable := cfg.StateDir != ""
 	if stable {
+		// Without the id the store is taken as is, as before incarnations:
+		// a failed look should not keep the job from starting.
 		if cfg.incarnation, err = topicsIncarnation(ctx, admin, ts); err != nil {
-			return brokersLost(err)
+			cfg.Logger.Warn("the application's topics' incarnation is unknown: the local store is not checked against it", "error", err)
+			cfg.incarnation, err = "", nil
 		}
 	}
 	stateDir := cfg.StateDir
