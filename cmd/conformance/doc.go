@@ -27,5 +27,6 @@
 // usage or setup error (a package does not build, the job server does not start). Tests not
 // in the list may fail. The list only grows: add a test once ksrunner passes it reliably.
 //
-// Each test's output is kept under --logdir (default: a new temporary directory, printed).
+// Each test's output is kept under --logdir (default: a new temporary directory, printed);
+// the binaries built there are deleted at the end.
 package main

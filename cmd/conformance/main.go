@@ -119,6 +119,9 @@ func conform(ctx context.Context, cfg config, stdout, stderr io.Writer) (int, er
 		return 2, err
 	}
 	fmt.Fprintf(stderr, "conformance: logs in %s\n", cfg.logdir)
+	// The binaries built there (the test packages', the job server's) are
+	// hundreds of MB a run; the logs are what is kept.
+	defer removeBinaries(cfg.logdir)
 
 	// Build the test binaries first: that is the slow part, and it needs no job server.
 	var pkgs []*testPackage
@@ -198,4 +201,13 @@ func noteSuffix(n string) string {
 		return ""
 	}
 	return " (" + n + ")"
+}
+
+// removeBinaries deletes the binaries conform builds into logdir: the test
+// packages' (*.test) and the job server's.
+func removeBinaries(logdir string) {
+	bins, _ := filepath.Glob(filepath.Join(logdir, "*.test"))
+	for _, b := range append(bins, filepath.Join(logdir, "ksrunner"), filepath.Join(logdir, "prism")) {
+		os.Remove(b)
+	}
 }
