@@ -267,7 +267,7 @@ func fingerprintOf(spec jobSpec, plan *translate.Plan) (string, error) {
 // topics of the other layout's sub-topologies. Publish checks a
 // submission (application.Topic.sameLayout).
 func checkLayout(spec jobSpec, plan *translate.Plan) error {
-	have := max(spec.Layout, translate.LayoutFirst)
+	have := application.LayoutOf(spec.Layout)
 	if spec.Origin == originSubmitted || have == plan.Layout {
 		return nil
 	}

@@ -144,13 +144,19 @@ func (j *job) closeCluster() {
 // serverStatus is a JobServer as the status page's Source.
 type serverStatus struct{ s *JobServer }
 
-func (v serverStatus) Jobs(ctx context.Context) []*status.Job {
+// inOrder is the server's jobs, oldest first, as of now.
+func (v serverStatus) inOrder() []*job {
 	v.s.mu.Lock()
+	defer v.s.mu.Unlock()
 	jobs := make([]*job, 0, len(v.s.order))
 	for _, id := range v.s.order {
 		jobs = append(jobs, v.s.jobs[id])
 	}
-	v.s.mu.Unlock()
+	return jobs
+}
+
+func (v serverStatus) Jobs(ctx context.Context) []*status.Job {
+	jobs := v.inOrder()
 	out := make([]*status.Job, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.statusView(ctx, "jobserver")
@@ -159,12 +165,7 @@ func (v serverStatus) Jobs(ctx context.Context) []*status.Job {
 }
 
 func (v serverStatus) Summaries() []status.JobSummary {
-	v.s.mu.Lock()
-	jobs := make([]*job, 0, len(v.s.order))
-	for _, id := range v.s.order {
-		jobs = append(jobs, v.s.jobs[id])
-	}
-	v.s.mu.Unlock()
+	jobs := v.inOrder()
 	out := make([]status.JobSummary, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.statusSummary("jobserver")
@@ -196,9 +197,7 @@ func (v serverStatus) Drain(id string) error {
 type workerStatus struct{ w *Worker }
 
 func (v workerStatus) Jobs(ctx context.Context) []*status.Job {
-	v.w.mu.Lock()
-	j := v.w.job
-	v.w.mu.Unlock()
+	j := v.w.current()
 	if j == nil {
 		return nil
 	}
@@ -206,9 +205,7 @@ func (v workerStatus) Jobs(ctx context.Context) []*status.Job {
 }
 
 func (v workerStatus) Summaries() []status.JobSummary {
-	v.w.mu.Lock()
-	j := v.w.job
-	v.w.mu.Unlock()
+	j := v.w.current()
 	if j == nil {
 		return nil
 	}

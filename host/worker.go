@@ -84,12 +84,18 @@ func (w *Worker) StatusURL() string {
 // Job is the id and state of the job the worker runs or ran last ("" and
 // UNSPECIFIED before the first).
 func (w *Worker) Job() (id string, state jobpb.JobState_Enum) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.job == nil {
+	j := w.current()
+	if j == nil {
 		return "", jobpb.JobState_UNSPECIFIED
 	}
-	return w.job.ID(), w.job.State()
+	return j.ID(), j.State()
+}
+
+// current is the job the worker runs (nil: none).
+func (w *Worker) current() *job {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.job
 }
 
 // NewWorker checks cfg. Run starts the work.

@@ -245,29 +245,47 @@ func TestJobServerResumes(t *testing.T) {
 	}
 }
 
+// runningCountApp is an application running a pipeline of build
+// (reading in, writing out) on the package's job server, a member of its
+// group: the job id, its options and topics.
+type runningCountApp struct {
+	bootstrap, appID, in, out, id string
+	opts                          map[string]string
+}
+
+// runningApp submits build's pipeline under a new application and waits
+// until its job has joined the group; the job is cancelled at the test's
+// end.
+func runningApp(ctx context.Context, t *testing.T, name string, build func(t *testing.T, in, out string) *pipepb.Pipeline) runningCountApp {
+	t.Helper()
+	a := runningCountApp{bootstrap: kafkatest.Broker(t)}
+	a.in, a.out = kafkatest.UniqueName(t, name+"-in"), kafkatest.UniqueName(t, name+"-out")
+	kafkatest.CreateTopic(t, a.bootstrap, a.in, 2)
+	kafkatest.CreateTopic(t, a.bootstrap, a.out, kafkatest.CountOutPartitions)
+	a.appID = kafkatest.UniqueName(t, name)
+	a.opts = map[string]string{"application_id": a.appID, "bootstrap_servers": a.bootstrap, "internal_parallelism": "2"}
+	var err error
+	if a.id, err = submit(ctx, t, ksrunner, build(t, a.in, a.out), a.opts); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: a.id}) })
+	// RUNNING: a member of the group.
+	for deadline := time.Now().Add(60 * time.Second); len(memberTasks(ctx, t, a.bootstrap, a.appID)) == 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the job has not joined its group after 60s")
+		}
+	}
+	return a
+}
+
 // TestAnotherPipelineRefused: while an application runs, a different
 // pipeline under its application id is refused at submission, naming the
 // id, by the job server that runs it and by another one; the same
 // pipeline submitted to another job server joins it.
 func TestAnotherPipelineRefused(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
-	bootstrap := kafkatest.Broker(t)
-	in, out := kafkatest.UniqueName(t, "xin"), kafkatest.UniqueName(t, "xout")
-	kafkatest.CreateTopic(t, bootstrap, in, 2)
-	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-	appID := kafkatest.UniqueName(t, "refuse")
-	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"}
-	id, err := submit(ctx, t, ksrunner, kafkaCountPipeline(t, in, out), opts)
-	if err != nil {
-		t.Fatalf("submit: %v", err)
-	}
-	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
-	// RUNNING: a member of the group.
-	for deadline := time.Now().Add(60 * time.Second); len(memberTasks(ctx, t, bootstrap, appID)) == 0; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the job has not joined its group after 60s")
-		}
-	}
+	app := runningApp(ctx, t, "refuse", kafkaCountPipeline)
+	bootstrap, appID, in, out, opts, id := app.bootstrap, app.appID, app.in, app.out, app.opts, app.id
 	other := kafkaCountPipeline(t, in, out+"-other")
 	opts2 := host.DefaultOptions()
 	opts2.BootstrapServers = bootstrap
@@ -310,10 +328,7 @@ func kafkaGroupSidePipeline(t *testing.T, in, out string) *pipepb.Pipeline {
 	sums := beam.ParDo(s, sumGroupWithSide, groups, beam.SideInput{Input: beam.Create(s, "x")})
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, keyByWindow, sums)))
 	pipe := jobtest.MarshalLoopback(t, p, loopback.EnvironmentConfig, workerBin)
-	withKafkaPrimitives(t, pipe, &translate.KafkaRead{
-		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
-		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
-	}, &translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
+	withCountKafkaIO(t, pipe, in, out)
 	return pipe
 }
 
@@ -323,26 +338,11 @@ func kafkaGroupSidePipeline(t *testing.T, in, out string) *pipepb.Pipeline {
 // application (the fingerprints all compute cover the layout alike).
 func TestSameLayoutJoins(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
-	bootstrap := kafkatest.Broker(t)
-	in, out := kafkatest.UniqueName(t, "lin"), kafkatest.UniqueName(t, "lout")
-	kafkatest.CreateTopic(t, bootstrap, in, 2)
-	kafkatest.CreateTopic(t, bootstrap, out, kafkatest.CountOutPartitions)
-	appID := kafkatest.UniqueName(t, "layout")
-	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_parallelism": "2"}
-	pipe := kafkaGroupSidePipeline(t, in, out)
-	if plan, err := translate.Translate(pipe, translate.Options{}); err != nil || plan.Layout != translate.LayoutGroupReaders {
+	if plan, err := translate.Translate(kafkaGroupSidePipeline(t, "in", "out"), translate.Options{}); err != nil || plan.Layout != translate.LayoutGroupReaders {
 		t.Fatalf("the pipeline's plan: layout %v, %v; want %d", plan.Layout, err, translate.LayoutGroupReaders)
 	}
-	id, err := submit(ctx, t, ksrunner, pipe, opts)
-	if err != nil {
-		t.Fatalf("submit: %v", err)
-	}
-	t.Cleanup(func() { ksrunner.Cancel(context.Background(), &jobpb.CancelJobRequest{JobId: id}) })
-	for deadline := time.Now().Add(60 * time.Second); len(memberTasks(ctx, t, bootstrap, appID)) == 0; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the job has not joined its group after 60s")
-		}
-	}
+	app := runningApp(ctx, t, "layout", kafkaGroupSidePipeline)
+	bootstrap, appID, in, out, opts, id := app.bootstrap, app.appID, app.in, app.out, app.opts, app.id
 	same, err := submit(ctx, t, ksrunner, kafkaGroupSidePipeline(t, in, out), opts)
 	if err != nil || same != id {
 		t.Errorf("the same pipeline resubmitted to its job server: job %q, %v; want it to follow job %s", same, err, id)

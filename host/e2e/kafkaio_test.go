@@ -67,11 +67,19 @@ func kafkaSumPipeline(t *testing.T, env func(context.Context) string, in, out st
 	keyed := beam.ParDo(s, keyByWindow, sums)
 	beam.ParDo0(s, kafkaWritePlaceholder, beam.WindowInto(s, window.NewGlobalWindows(), keyed))
 	pipe := jobtest.MarshalLoopback(t, p, env, workerBin)
+	withCountKafkaIO(t, pipe, in, out)
+	return pipe
+}
+
+// withCountKafkaIO puts the count pipelines' Kafka read of in (String
+// keys, Long values, CreateTime, from the earliest offset) and write to
+// out in place of pipe's placeholders.
+func withCountKafkaIO(t *testing.T, pipe *pipepb.Pipeline, in, out string) {
+	t.Helper()
 	withKafkaPrimitives(t, pipe, &translate.KafkaRead{
 		Topics: []string{in}, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong,
 		TimestampPolicy: translate.TimestampCreateTime, ConsumerConfig: map[string]string{"auto.offset.reset": "earliest"},
 	}, &translate.KafkaWrite{Topic: out, KeyFormat: translate.KafkaString, ValueFormat: translate.KafkaLong})
-	return pipe
 }
 
 // withKafkaPrimitives puts read and write in place of pipe's

@@ -14,6 +14,8 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ksrunner/ksrunner/translate"
 )
 
 // Spec is a job as every process of its application runs it.
@@ -48,9 +50,9 @@ type Spec struct {
 	Layout int
 }
 
-// layout is l with 0 (a Spec or Manifest written before layout versions)
-// read as the first rules.
-func layout(l int) int { return max(l, 1) }
+// LayoutOf is layout version l with 0 (a Spec or Manifest written before
+// layout versions) read as the first rules.
+func LayoutOf(l int) int { return max(l, translate.LayoutFirst) }
 
 // Fingerprint identifies the job's pipeline and topology (see the package
 // invariants): equal for the same program submitted from anywhere.
@@ -69,7 +71,7 @@ func (s *Spec) fingerprintAt(l int) (string, error) {
 	h.Write(b)
 	h.Write([]byte{0})
 	h.Write([]byte(s.Topology))
-	if layout(l) > 1 {
+	if LayoutOf(l) > translate.LayoutFirst {
 		fmt.Fprintf(h, "\x00layout=%d", l)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
@@ -113,7 +115,7 @@ func (s *Spec) encode() ([]byte, error) {
 		return nil, fmt.Errorf("encoding the pipeline options: %w", err)
 	}
 	h := specHeader{Format: specFormat, JobID: s.JobID, JobName: s.JobName, Options: s.Options, Topology: s.Topology, Layout: s.Layout}
-	if layout(s.Layout) > 1 {
+	if LayoutOf(s.Layout) > translate.LayoutFirst {
 		h.Format = specLayoutFormat
 	}
 	bodies := [][]byte{pipe, raw}

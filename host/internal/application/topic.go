@@ -353,14 +353,14 @@ func (t *Topic) Publish(ctx context.Context, spec *Spec) (out Outcome, replaced 
 // leaves state: global windows, kept topics). Another pipeline is not
 // this function's business (Publish decides).
 func (t *Topic) sameLayout(spec *Spec, m *Manifest) error {
-	if m == nil || layout(m.Layout) == layout(spec.Layout) {
+	if m == nil || LayoutOf(m.Layout) == LayoutOf(spec.Layout) {
 		return nil
 	}
 	fp, err := spec.fingerprintAt(m.Layout)
 	if err != nil || fp != m.Fingerprint {
 		return err
 	}
-	return &LayoutError{AppID: t.appID, JobID: m.JobID, JobName: m.JobName, State: m.State, Have: layout(m.Layout), Want: layout(spec.Layout)}
+	return &LayoutError{AppID: t.appID, JobID: m.JobID, JobName: m.JobName, State: m.State, Have: LayoutOf(m.Layout), Want: LayoutOf(spec.Layout)}
 }
 
 // LayoutError is the refusal of a job whose application was laid out by
