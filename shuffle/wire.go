@@ -40,7 +40,10 @@ type ElementCodec struct {
 	elem       lengthFunc
 	window     lengthFunc
 	key, value lengthFunc // non-nil when the element coder is a KV
-	globalOnly bool       // window coder is the global window
+	// grouped is the length of one value of a KV's iterable value
+	// (KV<K, iterable<V>>: a GroupByKey's output), nil for other coders.
+	grouped    lengthFunc
+	globalOnly bool // window coder is the global window
 	// elemPrefixed: the element is a varint length and that many bytes
 	// (bytes, string_utf8 and length_prefix coders).
 	elemPrefixed bool
@@ -76,6 +79,11 @@ func NewElementCodec(coders map[string]*pipepb.Coder, wvCoderID string) (*Elemen
 		}
 		if c.value, err = compileLength(coders, ec.GetComponentCoderIds()[1]); err != nil {
 			return nil, fmt.Errorf("coder %q: value: %w", wvCoderID, err)
+		}
+		if vc := coders[ec.GetComponentCoderIds()[1]]; vc.GetSpec().GetUrn() == urnIterable && len(vc.GetComponentCoderIds()) == 1 {
+			if c.grouped, err = compileLength(coders, vc.GetComponentCoderIds()[0]); err != nil {
+				return nil, fmt.Errorf("coder %q: iterable value: %w", wvCoderID, err)
+			}
 		}
 	}
 	return c, nil
@@ -228,6 +236,15 @@ func (c *ElementCodec) SplitWindows(wv WindowedValue) ([][]byte, error) {
 		b = b[l:]
 	}
 	return out, nil
+}
+
+// GroupedValueLength returns the length of the encoded value at the start
+// of b, one of the values of an element KV<K, iterable<V>>.
+func (c *ElementCodec) GroupedValueLength(b []byte) (int, error) {
+	if c.grouped == nil {
+		return 0, fmt.Errorf("element coder %q is not a KV of an iterable", c.elemCoderID)
+	}
+	return c.grouped(b)
 }
 
 // SplitKV splits an encoded KV element into its encoded key and value.

@@ -286,17 +286,22 @@ func (t *translator) layout() (*Plan, error) {
 				}
 				if stays, layout := t.staysWithGroups(id, tr, sb, in); stays {
 					plan.Layout = max(plan.Layout, layout)
-					// The GroupByKey fires each group only once these
+					// The fast path fires each group only once these
 					// side inputs are complete for its window (see
 					// Root.SideInputTopics): the ParDo reads its groups
 					// where they are, in pages, and nothing is parked.
-					// Its state, if any, is keyed as the groups are.
-					for _, si := range t.sideInputsOf[id] {
-						if !slices.Contains(sb.st.Root.SideInputTopics, si.Topic) {
-							sb.st.Root.SideInputTopics = append(sb.st.Root.SideInputTopics, si.Topic)
+					// A windowed GroupByKey fires as its triggers say,
+					// and the ParDo's stage parks the panes its side
+					// inputs are not ready for (with their pages). Its
+					// state, if any, is keyed as the groups are.
+					if !sb.st.Root.Windowed {
+						for _, si := range t.sideInputsOf[id] {
+							if !slices.Contains(sb.st.Root.SideInputTopics, si.Topic) {
+								sb.st.Root.SideInputTopics = append(sb.st.Root.SideInputTopics, si.Topic)
+							}
 						}
+						slices.Sort(sb.st.Root.SideInputTopics)
 					}
-					slices.Sort(sb.st.Root.SideInputTopics)
 				} else if !t.sidesUpstream[id] {
 					tp := &Topic{Name: sanitizeTopicName(tr.GetUniqueName()) + "-main", Kind: TopicRedistribute, PCollection: in, Producers: []string{in}}
 					sinkTo(tp.Name, in)
@@ -600,8 +605,15 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 // only when this ParDo's side inputs are ready, a wait that is not its own;
 // and then nothing made from the groups (nothing in sb) comes before the
 // ParDo, so none of its side inputs can wait on the groups held for them.
-// Windowed GroupByKeys (whose panes fire early or late, and whose held
-// panes would need more than the timer) keep the topic.
+// Behind a windowed GroupByKey (whose panes fire early or late, which the
+// fast path's timer cannot hold back) a ParDo with side inputs stays too
+// when it is the only reader (LayoutGatedPanes), over merging windows as
+// well unless it keeps user state: the root fires as its triggers say, and
+// the ParDo's stage parks each pane until its side inputs are ready for
+// it, as its own task would, copying a paged pane's values into the store
+// (host/internal/task/gatepages.go). The parked panes hold the task's
+// output watermark, which only the ParDo's own output follows (it is the
+// only reader), so no side input waits on them.
 //
 // A stateful ParDo without side inputs waits for nothing, so it stays
 // whatever else reads the groups (LayoutGroupReaders when it is the fast
@@ -609,17 +621,13 @@ func (t *translator) sameWire(name, to string, from ...string) error {
 // GroupByKey too: its timers and state expiry follow the root's output
 // watermark, which holds at the earliest pane the root still holds, as the
 // watermark the root reports to a topic would. Merging windows keep the
-// topic (Beam has no user state over merging windows).
+// topic for stateful ParDos (Beam has no user state over merging windows).
 //
 // Splittable ParDos and ParDos requiring stable or time-sorted input keep
 // the topic.
 func (t *translator) staysWithGroups(id string, tr *pipepb.PTransform, sb *subBuilder, in string) (bool, int) {
 	r := sb.st.Root
 	if r.Kind != RootGroupByKey || r.Output != in || t.sidesUpstream[id] || tr.GetSpec().GetUrn() != urnParDo {
-		return false, 0
-	}
-	ws := t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[in].GetWindowingStrategyId()]
-	if ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING {
 		return false, 0
 	}
 	pd := &pipepb.ParDoPayload{}
@@ -629,22 +637,32 @@ func (t *translator) staysWithGroups(id string, tr *pipepb.PTransform, sb *subBu
 	if pd.GetRequiresStableInput() || pd.GetRequiresTimeSortedInput() || pd.GetRestrictionCoderId() != "" {
 		return false, 0
 	}
+	ws := t.comps.GetWindowingStrategies()[t.comps.GetPcollections()[in].GetWindowingStrategyId()]
+	merging := ws.GetMergeStatus() != pipepb.MergeStatus_NON_MERGING
 	onlyReader := len(t.consumers[in]) == 1
+	sides := len(t.sideInputsOf[id]) > 0
 	switch {
+	case merging:
+		if sides && !t.statefulOf[id] && onlyReader {
+			return true, LayoutGatedPanes
+		}
 	case !r.Windowed && onlyReader:
 		return true, LayoutGroupReaders
-	case len(t.sideInputsOf[id]) == 0:
+	case !sides:
 		return true, LayoutStatefulReaders
+	case onlyReader:
+		return true, LayoutGatedPanes
 	}
 	return false, 0
 }
 
 // pageGroups sets PagedGroups on a GroupByKey root and the stages reading
 // its output when every consumer can take state-backed iterables: harness
-// stages whose input is consumed at once (no side inputs but those the
-// root waits for, no time sorting, no splittable DoFn), reading a wire
-// coder of KV<K, iterable<V>>. A flatten, a sink or a WASM stage reading
-// the output gets whole groups.
+// stages whose input is consumed at once (no time sorting, no splittable
+// DoFn; a stage parking its input for side inputs the root does not wait
+// for copies a parked group's pages, host/internal/task/gatepages.go),
+// reading a wire coder of KV<K, iterable<V>>. A flatten, a sink or a WASM
+// stage reading the output gets whole groups.
 func (t *translator) pageGroups(st *SubTopology) {
 	if st.Root.Kind != RootGroupByKey {
 		return
@@ -667,7 +685,7 @@ func (t *translator) pageGroups(st *SubTopology) {
 		if s.Input != st.Root.Output {
 			continue
 		}
-		if s.Executor != ExecutorHarness || !st.Root.WaitsForSides(s) || s.TimeSortedInput || t.splits(s) {
+		if s.Executor != ExecutorHarness || s.TimeSortedInput || t.splits(s) {
 			return
 		}
 		readers = append(readers, s)

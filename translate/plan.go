@@ -68,6 +68,11 @@ const (
 	// stays with a GroupByKey whose groups other transforms read too, or
 	// whose windowing has triggers or allowed lateness.
 	LayoutStatefulReaders = 3
+	// LayoutGatedPanes: a ParDo with side inputs that is the only reader of
+	// a windowed GroupByKey's panes (triggers, allowed lateness, merging
+	// windows) stays in the GroupByKey's sub-topology too, its input parked
+	// there until its side inputs are ready.
+	LayoutGatedPanes = 4
 )
 
 // LayoutChange says what layout version l changed, for messages.
@@ -79,6 +84,8 @@ func LayoutChange(l int) string {
 		return "a ParDo with side inputs or user state that is the only reader of a GroupByKey's groups stays in the GroupByKey's sub-topology, renumbering the sub-topologies after it"
 	case LayoutStatefulReaders:
 		return "a stateful ParDo without side inputs stays in its GroupByKey's sub-topology also when other transforms read the groups or the GroupByKey has triggers or allowed lateness, renumbering the sub-topologies after it"
+	case LayoutGatedPanes:
+		return "a ParDo with side inputs that is the only reader of a GroupByKey with triggers, allowed lateness or merging windows stays in the GroupByKey's sub-topology, renumbering the sub-topologies after it"
 	}
 	return fmt.Sprintf("layout %d, unknown to this ksrunner", l)
 }

@@ -1076,9 +1076,28 @@ func TestPagedGroups(t *testing.T) {
 		{"merging windows (a windowed GroupByKey)", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
 		}, Options{}, true, 0, 0},
+		// Behind a windowed GroupByKey the root does not wait: the
+		// reader's stage parks its panes (gated, sides 0).
 		{"a side input after merging windows", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs))
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
+		}, Options{}, true, 0, LayoutGatedPanes},
+		{"a side input after a GroupByKey with allowed lateness", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
+			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
+		}, Options{}, true, 0, LayoutGatedPanes},
+		{"a stateful stage and a side input after a GroupByKey with allowed lateness", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
+			beam.ParDo(s, &groupStateSideFn{}, g, beam.SideInput{Input: beam.Create(s, "x")})
+		}, Options{}, true, 0, LayoutGatedPanes},
+		{"a stateful stage and a side input after merging windows", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs))
+			beam.ParDo(s, &groupStateSideFn{}, g, beam.SideInput{Input: beam.Create(s, "x")})
+		}, Options{}, false, 0, 0},
+		{"a side input after a GroupByKey with allowed lateness, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
+			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
+			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
+			beam.ParDo(s, joinFn2, g)
 		}, Options{}, false, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -35,8 +35,9 @@ func TestElementTooLargeForTopic(t *testing.T) {
 }
 
 // TestLargeGroupToSideInputReader: a ParDo with a side input, or with user
-// state, that is the only reader of a GroupByKey's groups reads them where
-// they are, in pages, so the hot group of about 4 MB passes with
+// state, that is the only reader of a GroupByKey's groups (behind a
+// windowed GroupByKey too: merging windows, allowed lateness) reads them
+// where they are, in pages, so the hot group of about 4 MB passes with
 // internal_max_message_bytes at Kafka's 1 MiB, which no topic record or
 // stored value of it could take; the output is exact.
 func TestLargeGroupToSideInputReader(t *testing.T) {
@@ -47,6 +48,8 @@ func TestLargeGroupToSideInputReader(t *testing.T) {
 	}{
 		{"side input", hotSidePipeline, "xy"},
 		{"user state", hotStatefulPipeline, "st"},
+		{"side input after session windows", hotSideSessionsPipeline, "ccch"},
+		{"user state and a side input after allowed lateness", hotStatefulSideLatenessPipeline, "xy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t, 2*time.Minute)

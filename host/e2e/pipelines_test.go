@@ -47,6 +47,7 @@ func init() {
 	register.Function3x1(summarizeWithSide)
 	register.Function2x1(keyInitial)
 	register.DoFn3x2[state.Provider, string, func(*string) bool, string, error](&summarizeStatefulFn{})
+	register.DoFn4x2[state.Provider, string, func(*string) bool, func(*string) bool, string, error](&summarizeStatefulSideFn{})
 	register.Function1x2(hotRandomPair)
 }
 
@@ -139,6 +140,55 @@ func (fn *summarizeStatefulFn) ProcessElement(sp state.Provider, key string, vs 
 		side = "again"
 	}
 	return "side=" + side + " " + summarize(key, vs), nil
+}
+
+// hotSideSessionsPipeline is hotSidePipeline behind a GroupByKey over
+// session windows (merging: a windowed GroupByKey), whose groups the
+// ParDo with the side input, their only reader, reads where they are,
+// parking each until the side input is ready for it. The side input, the
+// initials of the keys that another GroupByKey of the same pairs makes,
+// is complete one topic after the groups fire, so they are parked as a
+// rule. Its output is hotSideWantWith("ccch").
+func hotSideSessionsPipeline(out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewSessions(time.Minute), beam.ParDo(s, hotRandomPair, beam.CreateList(s, hotNumbers())))
+	side := beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, keyInitial, beam.GroupByKey(s, kvs)))
+	sums := beam.ParDo(s, summarizeWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: side})
+	textio.Write(s, out, beam.WindowInto(s, window.NewGlobalWindows(), sums))
+	return p
+}
+
+// hotStatefulSideLatenessPipeline is hotSidePipeline's groups, behind a
+// GroupByKey with allowed lateness (a windowed GroupByKey), read by a ParDo
+// with user state and a side input, their only reader; its output is
+// hotSideWant.
+func hotStatefulSideLatenessPipeline(out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, hotRandomPair, beam.CreateList(s, hotNumbers())), beam.AllowedLateness(time.Minute))
+	side := beam.CreateList(s, []string{"x", "y"})
+	textio.Write(s, out, beam.ParDo(s, &summarizeStatefulSideFn{}, beam.GroupByKey(s, kvs), beam.SideInput{Input: side}))
+	return p
+}
+
+// summarizeStatefulSideFn is summarizeWithSide with user state: a key's
+// second group would say "again" after the side input's letters.
+type summarizeStatefulSideFn struct {
+	Seen state.Value[bool]
+}
+
+func (fn *summarizeStatefulSideFn) ProcessElement(sp state.Provider, key string, vs func(*string) bool, side func(*string) bool) (string, error) {
+	seen, _, err := fn.Seen.Read(sp)
+	if err != nil {
+		return "", err
+	}
+	if err := fn.Seen.Write(sp, true); err != nil {
+		return "", err
+	}
+	out := summarizeWithSide(key, vs, side)
+	if seen {
+		out = "again " + out
+	}
+	return out, nil
 }
 
 // keyInitial is a group's key's first letter.

@@ -19,6 +19,7 @@ const (
 	Timer      Kind = 'T' // a window's end-of-window timer (fast path)
 	Gate       Kind = 'G' // input parked for side inputs or time sorting
 	GateHold   Kind = 'H' // index of input parked for side inputs, by smallest timestamp
+	GatePages  Kind = 'P' // the paged rest of a group parked for side inputs (gbkpages.go)
 	SortedUpTo Kind = 'S' // per stage: time-sorted input was released before this time
 	// SourceCount: a bounded Kafka read's task, the run and how many
 	// records it emitted (host/internal/task/kafkabound.go).
@@ -53,7 +54,7 @@ const (
 
 // kinds lists every Kind, for the registry test and for Kinds.
 var kinds = []Kind{
-	Watermark, Impulse, Buffer, Timer, Gate, GateHold, SortedUpTo, SourceCount, Residual, Changelog,
+	Watermark, Impulse, Buffer, Timer, Gate, GateHold, GatePages, SortedUpTo, SourceCount, Residual, Changelog,
 	WindowState, Value, EventTimer, ProcTimer, Hold, ProcTime, TestStreamDone,
 	Bag, Multimap, Seq, UserTimers, TimerRefs, Ordered, StateExpiry,
 }

@@ -21,8 +21,16 @@ import (
 // holds the task's output watermark at its smallest element timestamp.
 
 // gate parks in and returns the parked chunks that are ready, deleting them.
+// A paged group (a stage reading a GroupByKey's output in pages) that is
+// ready as it comes goes on at once; one that is not is parked alone, with
+// the rest of its values copied into the store (gatepages.go).
 func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 	codec := t.env.Codecs[sr.stage.Input]
+	ready := maxWatermark
+	for _, si := range sr.stage.SideInputs {
+		ready = min(ready, t.env.SideWatermark(si.Topic))
+	}
+	var now []chunk
 	for _, c := range in {
 		// Each stored piece is whole elements of at most about
 		// maxStoredValue bytes: it is one changelog record.
@@ -36,16 +44,40 @@ func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 			if err != nil {
 				return nil, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
 			}
+			elemMax := minWatermark
 			for _, w := range wins {
 				ts, err := windowMaxTimestamp(w)
 				if err != nil {
 					return nil, err
 				}
-				maxWin = max(maxWin, ts)
+				elemMax = max(elemMax, ts)
 			}
+			iterAt, tokenAt := -1, -1
+			if sr.stage.PagedGroups {
+				if iterAt, tokenAt, err = pagedGroupAt(codec, wv); err != nil {
+					return nil, fmt.Errorf("stage %s: input: %w", sr.stage.ID, err)
+				}
+			}
+			b = b[len(wv.Raw):]
+			if tokenAt >= 0 {
+				if n > 0 {
+					if err := t.park(sr, c.data[start:off], n, minTs, maxWin, true); err != nil {
+						return nil, err
+					}
+					minTs, maxWin, n = maxWatermark, minWatermark, 0
+				}
+				if elemMax < ready {
+					now = append(now, chunk{data: wv.Raw, elements: 1})
+				} else if err := t.parkPaged(sr, codec, wv.Raw, iterAt, tokenAt, wv.Timestamp, elemMax); err != nil {
+					return nil, fmt.Errorf("stage %s: %w", sr.stage.ID, err)
+				}
+				off += len(wv.Raw)
+				start = off
+				continue
+			}
+			maxWin = max(maxWin, elemMax)
 			minTs = min(minTs, wv.Timestamp)
 			n++
-			b = b[len(wv.Raw):]
 			off += len(wv.Raw)
 			if len(b) == 0 || off-start >= maxStoredValue {
 				if err := t.park(sr, c.data[start:off], n, minTs, maxWin, true); err != nil {
@@ -55,15 +87,22 @@ func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 			}
 		}
 	}
-	ready := maxWatermark
-	for _, si := range sr.stage.SideInputs {
-		ready = min(ready, t.env.SideWatermark(si.Topic))
-	}
 	// A parked piece is keyed by the largest maximum timestamp of its
 	// windows: it is released once ready is past it (the same test
 	// sidesReady's groups pass).
 	lower := t.key(state.Gate, []byte{sr.idx})
-	return t.unpark(sr, lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
+	out, err := t.unpark(sr, lower, binary.BigEndian.AppendUint64(append([]byte(nil), lower...), state.EventTimeBits(ready)))
+	if err != nil {
+		return nil, err
+	}
+	if sr.stage.PagedGroups {
+		for i := range out {
+			if out[i].data, err = t.unparkPaged(sr, codec, out[i].data); err != nil {
+				return nil, fmt.Errorf("stage %s: %w", sr.stage.ID, err)
+			}
+		}
+	}
+	return append(out, now...), nil
 }
 
 // sidesReady is how far every side input the GroupByKey root waits for
@@ -116,8 +155,18 @@ func (t *Task) unpark(sr *stageRun, lower, upper []byte) ([]chunk, error) {
 // without reading every parked value; time-sorted input is parked under its
 // own timestamp (minTs == maxWin), which orders the keys already.
 func (t *Task) park(sr *stageRun, data []byte, n int, minTs, maxWin int64, indexHold bool) error {
+	return t.parkAt(sr, t.nextGateSeq(), data, n, minTs, maxWin, indexHold)
+}
+
+// nextGateSeq is the sequence number of the next piece of parked input.
+func (t *Task) nextGateSeq() []byte {
 	seq := binary.BigEndian.AppendUint64(nil, t.gateSeq)
 	t.gateSeq++
+	return seq
+}
+
+// parkAt is park under the sequence number seq.
+func (t *Task) parkAt(sr *stageRun, seq, data []byte, n int, minTs, maxWin int64, indexHold bool) error {
 	k := t.key(state.Gate, []byte{sr.idx}, binary.BigEndian.AppendUint64(nil, state.EventTimeBits(maxWin)), seq)
 	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16+len(data)), uint64(minTs))
 	v = binary.BigEndian.AppendUint64(v, uint64(n))

@@ -39,9 +39,11 @@ import (
 //     cycle (only in the batch) is copied when the group is emitted, at most
 //     one cycle's input of that key.
 //   - Every bundle of the cycle finishes before the cycle commits or aborts
-//     (bundles never straddle a commit), and the readers never park or
-//     split their input (translate), so no element holding a token outlives
-//     the cycle: CommitState and Abort drop every paged group.
+//     (bundles never straddle a commit), the readers never split their
+//     input (translate), and a reader that parks its input for side inputs
+//     copies the rest of a parked group into the store and parks it with a
+//     token of its own (gatepages.go), so no element holding a token
+//     outlives the cycle: CommitState and Abort drop every paged group.
 //   - Pages skip values delivered twice exactly as the inline part does
 //     (both read runs with appendRun: a value at or below the last offset
 //     taken is a redelivery), carrying the last offset in the continuation
@@ -61,6 +63,9 @@ type groupPages struct {
 	mu     sync.Mutex
 	seq    uint64
 	groups map[string]*pagedGroup // by token
+	// parked maps the token of each group parked in this cycle to the
+	// element as it came (gatepages.go).
+	parked map[string][]byte
 }
 
 // pagedGroup is the part of a group that is served in pages.
@@ -87,7 +92,7 @@ func (p *groupPages) add(g *pagedGroup) []byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.seq++
-	token := binary.BigEndian.AppendUint64([]byte("group/"), p.seq)
+	token := binary.BigEndian.AppendUint64([]byte("group/"), p.seq) // pageTokenLen bytes
 	if p.groups == nil {
 		p.groups = map[string]*pagedGroup{}
 	}
@@ -95,10 +100,30 @@ func (p *groupPages) add(g *pagedGroup) []byte {
 	return token
 }
 
+// park records that the paged group element was parked as parked.
+func (p *groupPages) park(parked, element []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.parked == nil {
+		p.parked = map[string][]byte{}
+	}
+	p.parked[string(parked)] = slices.Clone(element)
+}
+
+// unpark returns the element of a group parked in this cycle as parked;
+// ok is false for a group parked in an earlier cycle.
+func (p *groupPages) unpark(parked []byte) (element []byte, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	element, ok = p.parked[string(parked)]
+	delete(p.parked, string(parked))
+	return element, ok
+}
+
 // reset drops every paged group: the cycle ended.
 func (p *groupPages) reset() {
 	p.mu.Lock()
-	p.groups = nil
+	p.groups, p.parked = nil, nil
 	p.mu.Unlock()
 }
 
@@ -106,6 +131,11 @@ func (p *groupPages) reset() {
 // in cont (nil: the start), and the continuation token of the next page
 // (nil: none).
 func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
+	return p.pageUpTo(token, cont, groupPageBytes)
+}
+
+// pageUpTo is page with pages that stop growing at limit bytes.
+func (p *groupPages) pageUpTo(token, cont []byte, limit int) (data, next []byte, err error) {
 	p.mu.Lock()
 	g := p.groups[string(token)]
 	p.mu.Unlock()
@@ -122,7 +152,7 @@ func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
 		r := g.runs[run]
 		if r.upper != nil {
 			var more []byte
-			if data, more, err = p.appendRange(data, r, from); err != nil {
+			if data, more, err = p.appendRange(data, r, from, limit); err != nil {
 				return nil, nil, fmt.Errorf("runner state %q: %w", token, err)
 			}
 			if more != nil {
@@ -143,7 +173,7 @@ func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
 			return nil, nil, fmt.Errorf("runner state %q: continuation at byte %d of a run of %d", token, pos, len(b))
 		}
 		var full bool
-		data, _, pos, full, err = appendRun(data, b, r.first, pos, &last, groupPageBytes)
+		data, _, pos, full, err = appendRun(data, b, r.first, pos, &last, limit)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -158,9 +188,10 @@ func (p *groupPages) page(token, cont []byte) (data, next []byte, err error) {
 }
 
 // appendRange appends the values of a range run from key from on (nil:
-// its start) to data until data holds groupPageBytes; more is the key to
-// go on from (nil: the range is done).
-func (p *groupPages) appendRange(data []byte, r pagedRun, from []byte) (_, more []byte, err error) {
+// its start) to data while they fit in limit bytes (at least one key's: a
+// key holds one value of a pane, or whole values of a parked group); more
+// is the key to go on from (nil: the range is done).
+func (p *groupPages) appendRange(data []byte, r pagedRun, from []byte, limit int) (_, more []byte, err error) {
 	lower := r.lower
 	if from != nil {
 		if bytes.Compare(from, r.lower) < 0 || bytes.Compare(from, r.upper) >= 0 {
@@ -173,7 +204,7 @@ func (p *groupPages) appendRange(data []byte, r pagedRun, from []byte) (_, more 
 		return nil, nil, err
 	}
 	for it.First(); it.Valid(); it.Next() {
-		if len(data) >= groupPageBytes {
+		if len(data) > 0 && len(data)+len(it.Value()) > limit {
 			more = slices.Clone(it.Key())
 			break
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window/trigger"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/timers"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/testing/teststream"
@@ -149,5 +150,20 @@ func timerPipeline() *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
 	kvs := beam.ParDo(s, pairFn, beam.Create(s, "a"))
 	beam.ParDo(s, &timerFn{Fire: timers.InEventTime("fire")}, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs))
+	return p
+}
+
+// windowedGroupsWithSidePipeline is groupsWithSidePipeline behind a
+// windowed GroupByKey: an on-time pane, a late pane per late element within
+// a minute's allowed lateness, accumulating. groupWithSideFn, the only
+// reader, stays in the GroupByKey's sub-topology and parks the panes its
+// side input is not ready for.
+func windowedGroupsWithSidePipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.ParDo(s, pairFn, beam.Create(s, "a")),
+		beam.Trigger(trigger.AfterEndOfWindow().LateFiring(trigger.AfterCount(1))),
+		beam.AllowedLateness(time.Minute), beam.PanesAccumulate())
+	side := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.Create(s, "x"))
+	beam.Reshuffle(s, beam.ParDo(s, groupWithSideFn, beam.GroupByKey(s, kvs), beam.SideInput{Input: side}))
 	return p
 }
