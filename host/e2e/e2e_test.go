@@ -45,6 +45,7 @@ var pipelines = []struct {
 	{"hotstateful", hotStatefulPipeline, func() []string { return hotSideWantWith("st") }},
 	{"sdfside", sdfSidePipeline, sdfSideWant},
 	{"windowedstateful", windowedStatefulPipeline, windowedStatefulWant},
+	{"windowedside", windowedSidePipeline, windowedSideWant},
 }
 
 // runToLines runs build's pipeline on client and returns the sorted lines

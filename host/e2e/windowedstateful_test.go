@@ -19,6 +19,9 @@ func init() {
 	register.Function1x3(stampedPair)
 	register.DoFn6x0[beam.Window, state.Provider, timers.Provider, string, func(*int) bool, func(string)](&windowSumFn{})
 	register.Function3x1(plainWindowSum)
+	register.Function4x1(windowSumWithCount)
+	register.Function2x2(constantKey)
+	register.Function2x1(countValues)
 }
 
 // stampedPair keys i by i%7, stamped i*100 ms: 3,000 numbers span five
@@ -111,6 +114,69 @@ func windowedStatefulWant() []string {
 	var out []string
 	for x, s := range sums {
 		out = append(out, fmt.Sprintf("stateful %s@%d: sum %d in 1 groups", x.k, x.w, s), fmt.Sprintf("plain %s@%d: sum %d", x.k, x.w, s))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// windowedSidePipeline groups stampedPair's numbers in one-minute windows
+// with allowed lateness (a windowed GroupByKey), read by a ParDo with a side
+// input, its only reader, which stays with the GroupByKey
+// (translate.LayoutGatedPanes) and parks each pane until the side input is
+// ready for its window. The side input, each window's count of numbers
+// from another GroupByKey of the same pairs, is complete for a window one
+// topic after the panes fire, so panes are parked as a rule.
+func windowedSidePipeline(out string) *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	nums := make([]int, 3000)
+	for i := range nums {
+		nums[i] = i
+	}
+	kvs := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.ParDo(s, stampedPair, beam.CreateList(s, nums)), beam.AllowedLateness(30*time.Second))
+	counts := beam.ParDo(s, countValues, beam.GroupByKey(s, beam.ParDo(s, constantKey, kvs)))
+	sums := beam.ParDo(s, windowSumWithCount, beam.GroupByKey(s, kvs), beam.SideInput{Input: counts})
+	textio.Write(s, out, beam.WindowInto(s, window.NewGlobalWindows(), sums))
+	return p
+}
+
+func constantKey(_ string, v int) (string, int) { return "all", v }
+
+func countValues(_ string, vs func(*int) bool) int {
+	n := 0
+	for v := 0; vs(&v); {
+		n++
+	}
+	return n
+}
+
+func windowSumWithCount(w beam.Window, k string, vs func(*int) bool, count func(*int) bool) string {
+	s := 0
+	for v := 0; vs(&v); {
+		s += v
+	}
+	var n, c int
+	for count(&c) {
+		n += c
+	}
+	return fmt.Sprintf("side %s@%d: sum %d of %d", k, w.MaxTimestamp().Milliseconds(), s, n)
+}
+
+// windowedSideWant is windowedSidePipeline's output.
+func windowedSideWant() []string {
+	type kw struct {
+		k string
+		w int64
+	}
+	sums := map[kw]int{}
+	counts := map[int64]int{}
+	for i := range 3000 {
+		w := int64(i)*100/60000*60000 + 59999
+		sums[kw{fmt.Sprintf("k%d", i%7), w}] += i
+		counts[w]++
+	}
+	var out []string
+	for x, s := range sums {
+		out = append(out, fmt.Sprintf("side %s@%d: sum %d of %d", x.k, x.w, s, counts[x.w]))
 	}
 	slices.Sort(out)
 	return out
