@@ -2,6 +2,11 @@ package translate
 
 import (
 	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 )
@@ -29,8 +34,74 @@ const urnCoderNullable = "beam:coder:nullable:v1"
 
 // kafkaConsumerResets are the values of auto.offset.reset the host honours
 // (none: a partition without a committed offset, and without
-// start_read_time, fails the job).
+// start_read_time, fails the job), besides by_duration:D
+// (KafkaRead.ResetByDuration).
 var kafkaConsumerResets = map[string]bool{"earliest": true, "latest": true, "none": true}
+
+// resetByDurationPrefix starts Kafka 4.0's auto.offset.reset by_duration:D
+// (KIP-1106).
+const resetByDurationPrefix = "by_duration:"
+
+// ResetByDuration reports whether the read's auto.offset.reset is
+// by_duration:D, and D: a partition without a committed offset (and
+// without start_read_time) starts at its first record whose timestamp is
+// no more than D before the read starts, or at its end when none is, as
+// Kafka 4.0's consumer resets (KIP-1106). ok is false for any other value,
+// and for a D that does not parse, which the translation refused.
+func (r *KafkaRead) ResetByDuration() (d time.Duration, ok bool) {
+	v, ok := strings.CutPrefix(r.ConsumerConfig["auto.offset.reset"], resetByDurationPrefix)
+	if !ok {
+		return 0, false
+	}
+	d, err := ParseISODuration(v)
+	return d, err == nil
+}
+
+// isoDuration is the ISO-8601 duration Java's Duration.parse reads, which
+// Kafka's by_duration takes: PnDTnHnMn.nS, each part optional and signed,
+// the letters in either case, the fraction of seconds up to 9 digits.
+var isoDuration = regexp.MustCompile(`^(?i)([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?$`)
+
+// ParseISODuration parses an ISO-8601 duration as Java's Duration.parse
+// does (PT1H, P1DT12H, PT0.5S); Kafka's by_duration refuses negative ones,
+// and so does this.
+func ParseISODuration(v string) (time.Duration, error) {
+	m := isoDuration.FindStringSubmatch(v)
+	if m == nil || m[3] == "T" || (m[2] == "" && m[3] == "") {
+		return 0, fmt.Errorf("%q is not an ISO-8601 duration such as PT1H or P1DT12H", v)
+	}
+	var total float64 // seconds; float64 keeps far more range than any offset lookup needs
+	for _, part := range []struct {
+		group   int
+		seconds float64
+	}{{2, 86400}, {4, 3600}, {5, 60}, {6, 1}} {
+		if m[part.group] == "" {
+			continue
+		}
+		n, err := strconv.ParseInt(m[part.group], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%q: %w", v, err)
+		}
+		total += float64(n) * part.seconds
+	}
+	if m[7] != "" {
+		frac, _ := strconv.ParseFloat("0."+m[7], 64)
+		if strings.HasPrefix(m[6], "-") {
+			frac = -frac
+		}
+		total += frac
+	}
+	if m[1] == "-" {
+		total = -total
+	}
+	if total < 0 {
+		return 0, fmt.Errorf("%q is negative", v)
+	}
+	if total > float64(math.MaxInt64/int64(time.Second)) {
+		return 0, fmt.Errorf("%q is too long", v)
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
 
 // addKafkaRead validates a URNKafkaRead leaf and records it.
 func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
@@ -57,7 +128,13 @@ func (t *translator) addKafkaRead(id string, tr *pipepb.PTransform) error {
 		return fmt.Errorf("transform %q: a Kafka read with metadata reads ByteArray keys and values (its rows hold bytes), not %s and %s", name, r.KeyFormat, r.ValueFormat)
 	}
 	if v, ok := r.ConsumerConfig["auto.offset.reset"]; ok && !kafkaConsumerResets[v] {
-		return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q is not supported (want earliest, latest or none)", name, v)
+		d, isDuration := strings.CutPrefix(v, resetByDurationPrefix)
+		if !isDuration {
+			return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q is not supported (want earliest, latest, none or by_duration:<ISO-8601 duration>)", name, v)
+		}
+		if _, err := ParseISODuration(d); err != nil {
+			return fmt.Errorf("transform %q: consumer config auto.offset.reset=%q: %w", name, v, err)
+		}
 	}
 	if v, ok := r.ConsumerConfig["isolation.level"]; ok && v != "read_committed" {
 		return fmt.Errorf("transform %q: consumer config isolation.level=%q is not supported: ksrunner reads read_committed", name, v)

@@ -121,6 +121,8 @@ func TestKafkaRefused(t *testing.T) {
 		{"with metadata of strings", func(r *KafkaRead) { r.WithMetadata = true }, nil, []string{"kafkaSourcePlaceholder", "with metadata", "ByteArray", "String and Long"}},
 		{"with metadata into KV", func(r *KafkaRead) { r.WithMetadata, r.KeyFormat, r.ValueFormat = true, KafkaByteArray, KafkaByteArray }, nil, []string{"kafkaSourcePlaceholder", "output", "beam:coder:kv:v1", "want a row"}},
 		{"offset reset unknown", func(r *KafkaRead) { r.ConsumerConfig = map[string]string{"auto.offset.reset": "smallest"} }, nil, []string{"kafkaSourcePlaceholder", "auto.offset.reset", "smallest", "none"}},
+		{"offset reset by a bad duration", func(r *KafkaRead) { r.ConsumerConfig = map[string]string{"auto.offset.reset": "by_duration:1h"} }, nil, []string{"kafkaSourcePlaceholder", "auto.offset.reset", `"1h" is not an ISO-8601 duration`}},
+		{"offset reset by a negative duration", func(r *KafkaRead) { r.ConsumerConfig = map[string]string{"auto.offset.reset": "by_duration:-PT1H"} }, nil, []string{"kafkaSourcePlaceholder", "auto.offset.reset", `"-PT1H" is negative`}},
 		{"read format mismatch", func(r *KafkaRead) { r.KeyFormat = KafkaLong }, nil, []string{"kafkaSourcePlaceholder", "key", "string_utf8", "Long"}},
 		{"with headers of strings", nil, func(w *KafkaWrite) { w.WithHeaders = true }, []string{"kafkaSinkPlaceholder", "with headers", "ByteArray", "String and Long"}},
 		{"with headers from KV", nil, func(w *KafkaWrite) { w.WithHeaders, w.KeyFormat, w.ValueFormat = true, KafkaByteArray, KafkaByteArray }, []string{"kafkaSinkPlaceholder", "input", "beam:coder:kv:v1", "want a row"}},
@@ -241,5 +243,51 @@ func TestKafkaSeveralTopicsLayout(t *testing.T) {
 	}
 	if flatten == nil || len(flatten.Stages) == 0 {
 		t.Fatalf("no flatten sub-topology feeding the stages: %s", describe(plan))
+	}
+}
+
+// auto.offset.reset by_duration:D takes D as Java's Duration.parse reads
+// it (Kafka parses it so), and refuses what Kafka refuses.
+func TestParseISODuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		err  string
+	}{
+		{"PT1H", time.Hour, ""},
+		{"pt1h", time.Hour, ""},
+		{"P1D", 24 * time.Hour, ""},
+		{"P1DT12H30M", 36*time.Hour + 30*time.Minute, ""},
+		{"PT0.5S", 500 * time.Millisecond, ""},
+		{"PT1,25S", 1250 * time.Millisecond, ""},
+		{"PT0S", 0, ""},
+		{"P1DT-1H", 23 * time.Hour, ""},
+		{"+PT90M", 90 * time.Minute, ""},
+		{"PT-0.5S", 0, "negative"},
+		{"-PT1H", 0, "negative"},
+		{"PT", 0, "not an ISO-8601 duration"},
+		{"P", 0, "not an ISO-8601 duration"},
+		{"1h", 0, "not an ISO-8601 duration"},
+		{"P1Y", 0, "not an ISO-8601 duration"}, // Java's Duration has no years
+		{"PT1H ", 0, "not an ISO-8601 duration"},
+		{"P999999999999D", 0, "too long"},
+	} {
+		got, err := ParseISODuration(tc.in)
+		switch {
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%q: %v, %v; want %v", tc.in, got, err, tc.want)
+		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%q: %v, %v; want an error with %q", tc.in, got, err, tc.err)
+		}
+	}
+	r := &KafkaRead{ConsumerConfig: map[string]string{"auto.offset.reset": "by_duration:PT2H"}}
+	if d, ok := r.ResetByDuration(); !ok || d != 2*time.Hour {
+		t.Errorf("ResetByDuration of by_duration:PT2H: %v, %v", d, ok)
+	}
+	for _, v := range []string{"earliest", "by_duration:x", ""} {
+		r.ConsumerConfig["auto.offset.reset"] = v
+		if d, ok := r.ResetByDuration(); ok {
+			t.Errorf("ResetByDuration of %q: %v, want none", v, d)
+		}
 	}
 }

@@ -245,6 +245,44 @@ func TestKafkaStartReadTime(t *testing.T) {
 	}
 }
 
+// TestKafkaResetByDuration: auto.offset.reset by_duration:PT1H (Kafka
+// 4.0's KIP-1106) starts each partition without a committed offset at its
+// first record of the last hour: of records two hours old and ten minutes
+// old, a read of max_num_records as many as the recent ones copies exactly
+// those (its quotas split at Run over what each partition holds from
+// there), and a partition with none recent starts at its end.
+func TestKafkaResetByDuration(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	in, out := kafkatest.UniqueName(t, "kin"), kafkatest.UniqueName(t, "kout")
+	kafkatest.CreateTopic(t, bootstrap, in, 3)
+	kafkatest.CreateTopic(t, bootstrap, out, 1)
+	cl := kafkatest.Client(t, bootstrap, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	old, recent := time.Now().Add(-2*time.Hour), time.Now().Add(-10*time.Minute)
+	want := map[int][]int{}
+	var recs []*kgo.Record
+	for p, n := range []struct{ old, recent int }{{5, 7}, {3, 4}, {6, 0}} {
+		for i := range n.old + n.recent {
+			ts := old.Add(time.Duration(i) * time.Second)
+			if i >= n.old {
+				ts = recent.Add(time.Duration(i) * time.Second)
+				want[p] = append(want[p], i)
+			}
+			recs = append(recs, &kgo.Record{Topic: in, Partition: int32(p), Key: fmt.Appendf(nil, "%d/%d", p, i), Value: []byte("v"), Timestamp: ts})
+		}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	runCopy(ctx, t, bootstrap, kafkatest.UniqueName(t, "e2e"), out, func(s beam.Scope) beam.PCollection {
+		return kafkaio.Read(s, "", bootstrap, []string{in}, kafkaio.ConsumerConfigs(map[string]string{"auto.offset.reset": "by_duration:PT1H"}),
+			kafkaio.TimestampPolicy(kafkaio.CreateTime), kafkaio.MaxNumRecords(11))
+	})
+	if got := readOut(ctx, t, bootstrap, out); !maps.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("output indexes by partition %v, want %v", got, want)
+	}
+}
+
 // TestKafkaSeveralTopics: a read of two topics reads every partition of
 // both (one source task each, through the read's flatten topic);
 // max_num_records counts them together: a first job of fewer records than

@@ -26,7 +26,9 @@ import (
 // A partition of a read starts at the group's committed offset, else (with
 // start_read_time) at the first offset whose timestamp is at or after it
 // (the end if there is none), else per auto.offset.reset: earliest,
-// latest (Kafka's default), or none, which makes a partition without a
+// latest (Kafka's default), by_duration:D (its first record no more than D
+// older than the Run's start, Config.resetStart, else the end: Kafka 4.0's
+// KIP-1106), or none, which makes a partition without a
 // committed offset fail the job (Kafka's NoOffsetForPartitionException):
 // checkResetNone at Run, startOffsets for a partition assigned later
 // without one (added to the topic since, or its commit expired). A
@@ -107,11 +109,18 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 				what string
 				list func(context.Context, ...string) (kadm.ListedOffsets, error)
 			)
+			d, byDuration := r.ResetByDuration()
 			switch {
 			case r.StartReadTimeMs != nil:
 				what = fmt.Sprintf("the offsets after start_read_time %d", *r.StartReadTimeMs)
 				list = func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
 					return admin.ListOffsetsAfterMilli(ctx, *r.StartReadTimeMs, t...)
+				}
+			case byDuration:
+				ms := i.cfg.resetStart(d)
+				what = fmt.Sprintf("the offsets after %d (auto.offset.reset by_duration:%s before the job started)", ms, d)
+				list = func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
+					return admin.ListOffsetsAfterMilli(ctx, ms, t...)
 				}
 			case r.ConsumerConfig["auto.offset.reset"] == "earliest":
 				what, list = "the start offsets (auto.offset.reset earliest)", admin.ListStartOffsets
@@ -131,6 +140,21 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 		i.starts.add(topic, started)
 	}
 	return offsets, nil
+}
+
+// resetStart is where auto.offset.reset by_duration:d starts a partition:
+// the timestamp (Unix milliseconds) d before this Run began reading, one
+// time for every partition and for readBounds' quotas, so that a quota
+// split at Run counts the records its partition then starts at.
+func (c *Config) resetStart(d time.Duration) int64 {
+	at := c.resetAt
+	if at.IsZero() {
+		at = time.Now()
+	}
+	// A duration reaching before 1970 asks for every record: ListOffsets
+	// takes negative timestamps for its special lookups (-1 the end, -2
+	// the start, ...).
+	return max(at.Add(-d).UnixMilli(), 0)
 }
 
 // listStarts lists where each of the partitions parts of topic starts,
@@ -474,10 +498,16 @@ func available(ctx context.Context, cfg Config, adm *kadm.Client, st *translate.
 		return nil, err
 	}
 	var reset kadm.ListedOffsets
+	d, byDuration := r.ResetByDuration()
 	switch {
 	case r.StartReadTimeMs != nil:
 		ms := *r.StartReadTimeMs
 		reset, err = list("start_read_time", func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, ms, t...)
+		})
+	case byDuration:
+		ms := cfg.resetStart(d)
+		reset, err = list("auto.offset.reset by_duration", func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
 			return adm.ListOffsetsAfterMilli(ctx, ms, t...)
 		})
 	case r.ConsumerConfig["auto.offset.reset"] == "earliest":

@@ -29,9 +29,11 @@ func kafkaPlan(reset, readServers, writeServers string) *translate.Plan {
 }
 
 // A Kafka read's partitions without a committed offset start at the end
-// (latest, Kafka's default) unless auto.offset.reset is earliest, or at
-// start_read_time (whatever auto.offset.reset says; the end when no record
-// is that late): at an exact offset listed on the broker, which
+// (latest, Kafka's default) unless auto.offset.reset is earliest, or
+// by_duration:D (the first record no more than D older than the Run's
+// start; the end when none is), or at start_read_time (whatever
+// auto.offset.reset says; the end when no record is that late): at an
+// exact offset listed on the broker, which
 // sourceEnds learns; committed offsets and internal topics are left alone
 // (internal topics start at the start).
 func TestStartOffsets(t *testing.T) {
@@ -55,12 +57,18 @@ func TestStartOffsets(t *testing.T) {
 		reset    string
 		readTime int64
 		wantIn   int64 // the offset uncommitted partition 0 of "in" starts at
-	}{{"", 0, 3}, {"latest", 0, 3}, {"earliest", 0, 0}, {"", 2000, 1}, {"earliest", 2000, 1}, {"", 5000, 3}} {
+	}{
+		{"", 0, 3}, {"latest", 0, 3}, {"earliest", 0, 0}, {"", 2000, 1}, {"earliest", 2000, 1}, {"", 5000, 3},
+		// The Run began reading at 5000 (Config.resetAt).
+		{"by_duration:PT3S", 0, 1}, {"by_duration:PT2.5S", 0, 2}, {"by_duration:P1D", 0, 0}, {"by_duration:PT1S", 0, 3},
+		{"by_duration:PT3S", 3000, 2}, // start_read_time first
+	} {
 		plan := kafkaPlan(tc.reset, "", "")
 		if tc.readTime > 0 {
 			plan.SubTopologies[0].Root.KafkaRead.StartReadTimeMs = &tc.readTime
 		}
 		i := &instance{
+			cfg:        Config{resetAt: time.UnixMilli(5000)},
 			subByTopic: map[string]*translate.SubTopology{"in": plan.SubTopologies[0], "__beam_app_gbk-repartition": plan.SubTopologies[1]},
 			admin:      cl,
 			sourceEnds: newSourceEnds(kadm.NewClient(cl), []string{"in"}),

@@ -135,6 +135,10 @@ type Config struct {
 	// partitions the application had read before this Run (knownReadPartitions):
 	// those above start at their beginning (Config.addedReadPartition).
 	readPartitions map[string]int32
+	// resetAt is when this Run began reading: a Kafka read's auto.offset.reset
+	// by_duration:D starts a partition without a committed offset at its
+	// first record since resetAt less D (resetStart).
+	resetAt time.Time
 	// reach watches the brokers for Run's clients (brokers.go).
 	reach *reach
 	// outcomes records how this process's transactions with group
@@ -357,6 +361,9 @@ func setUpTopics(ctx context.Context, cfg *Config, ts *topics.Set, admin *topics
 			}
 			if err := checkResetNone(ctx, *cfg, ts, commits); err != nil {
 				return err
+			}
+			if cfg.resetAt.IsZero() {
+				cfg.resetAt = time.Now()
 			}
 			if cfg.readBounds, err = readBounds(ctx, *cfg, ts, admin.Client, commits, time.Now()); err != nil {
 				return err
