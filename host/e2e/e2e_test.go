@@ -190,9 +190,12 @@ func TestMatchesPrism(t *testing.T) {
 	// The brokers first: starting them may build cmd/ksrunner, which on a
 	// cold build cache takes minutes that are not the jobs' time.
 	bs := brokers(t)
-	ctx := testContext(t, 4*time.Minute)
 	for _, pl := range pipelines {
 		t.Run(pl.name, func(t *testing.T) {
+			// A bound per pipeline, which runs on Prism and then on each
+			// broker at two parallelisms (up to 9 jobs), so that adding
+			// pipelines does not eat into the others' time.
+			ctx := testContext(t, 3*time.Minute)
 			want := runToLines(ctx, t, reference, pl.build, nil)
 			if len(want) == 0 {
 				t.Fatal("Prism wrote no output")

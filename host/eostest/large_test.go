@@ -10,8 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 )
@@ -74,6 +76,9 @@ func summarizeLarge(k string, vs func(*string) bool, side func(*string) bool) st
 // from the groups (their keys), the ParDo heads a sub-topology of its own:
 // each group crosses its main-input topic whole, a record of its own, and
 // is parked for the side input in the store, a changelog record as large.
+// Behind session windows the ParDo stays with the GroupByKey and parks the
+// panes its side input is not ready for, a large one's values copied into
+// the store in pieces.
 func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 	n, sum := map[string]int{}, map[string]int{}
 	for i := range largeValues {
@@ -86,13 +91,17 @@ func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 		name  string
 		side  func(s beam.Scope, groups beam.PCollection) beam.PCollection
 		sides string // the side input's elements, as summarizeLarge joins them
+		// sessions groups in session windows (a windowed GroupByKey),
+		// the side input made by another GroupByKey of the pairs.
+		sessions bool
 	}{
 		{"side input ready apart", func(s beam.Scope, _ beam.PCollection) beam.PCollection {
 			return beam.CreateList(s, []string{"x", "y"})
-		}, "x,y"},
+		}, "x,y", false},
 		{"side input made from the groups", func(s beam.Scope, groups beam.PCollection) beam.PCollection {
 			return beam.ParDo(s, largeGroupKey, groups)
-		}, strings.Join(keys, ",")},
+		}, strings.Join(keys, ","), false},
+		{"side input ready after the panes of session windows", nil, strings.Join(keys, ","), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			aborted := abortCycles(t)
@@ -102,8 +111,21 @@ func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 			for i := range in {
 				in[i] = i
 			}
-			groups := beam.GroupByKey(s, beam.ParDo(s, toLargeKV, beam.CreateList(s, in)))
-			textio.Write(s, out, beam.ParDo(s, summarizeLarge, groups, beam.SideInput{Input: tc.side(s, groups)}))
+			kvs := beam.ParDo(s, toLargeKV, beam.CreateList(s, in))
+			var summaries beam.PCollection
+			if tc.sessions {
+				// The ParDo stays with the GroupByKey and parks each
+				// pane (the hot one's values copied into the store)
+				// until the side input, complete one topic after the
+				// panes fire, is ready.
+				kvs = beam.WindowInto(s, window.NewSessions(time.Minute), kvs)
+				side := beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, largeGroupKey, beam.GroupByKey(s, kvs)))
+				summaries = beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, summarizeLarge, beam.GroupByKey(s, kvs), beam.SideInput{Input: side}))
+			} else {
+				groups := beam.GroupByKey(s, kvs)
+				summaries = beam.ParDo(s, summarizeLarge, groups, beam.SideInput{Input: tc.side(s, groups)})
+			}
+			textio.Write(s, out, summaries)
 			runDone(t, env.Marshal(t, p), map[string]string{"processing_guarantee": "exactly_once", "commit_interval_ms": "20"})
 			if n := aborted(); n < 3 {
 				t.Fatalf("only %d commit cycles were aborted, want at least 3", n)

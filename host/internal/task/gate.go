@@ -187,8 +187,9 @@ func (t *Task) holdKey(sr *stageRun, minTs int64, seq []byte) []byte {
 // gateHold is the smallest timestamp of parked input, or the maximum
 // watermark when none is parked: per stage, the first key of its parked
 // input (time-sorted input) and of its hold index (input parked for side
-// inputs, whose keys order by window rather than timestamp).
-func (t *Task) gateHold() (int64, error) {
+// inputs, whose keys order by window rather than timestamp); without
+// sorted, of input parked for side inputs only.
+func (t *Task) gateHold(sorted bool) (int64, error) {
 	hold := maxWatermark
 	first := func(kind state.Kind, idx byte) error {
 		lower := t.key(kind, []byte{idx})
@@ -203,7 +204,7 @@ func (t *Task) gateHold() (int64, error) {
 		return it.Close()
 	}
 	for _, sr := range t.stages {
-		if sr.sorted {
+		if sorted && sr.sorted {
 			if err := first(state.Gate, sr.idx); err != nil {
 				return 0, err
 			}

@@ -135,7 +135,7 @@ func TestSortByTime(t *testing.T) {
 				if got := timestamps(t, tk, out); !slices.Equal(got, st.released) {
 					t.Errorf("step %d: released %v, want %v", i, got, st.released)
 				}
-				hold, err := tk.gateHold()
+				hold, err := tk.gateHold(true)
 				if err != nil {
 					t.Fatal(err)
 				}

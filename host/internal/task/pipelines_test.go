@@ -50,7 +50,21 @@ func (fn *groupTimerFn) OnTimer(_ context.Context, _ beam.EventTime, _ timers.Pr
 	emit(k)
 }
 
+// sideTimerFn is timerFn with a side input.
+type sideTimerFn struct {
+	Fire timers.EventTime
+}
+
+func (fn *sideTimerFn) ProcessElement(w beam.Window, tp timers.Provider, k, v string, side []string, emit func(string)) {
+	fn.Fire.Set(tp, w.MaxTimestamp().ToTime())
+}
+
+func (fn *sideTimerFn) OnTimer(_ context.Context, _ beam.EventTime, _ timers.Provider, k string, _ timers.Context, emit func(string)) {
+	emit(k)
+}
+
 func init() {
+	register.DoFn6x0[beam.Window, timers.Provider, string, string, []string, func(string)](&sideTimerFn{})
 	register.DoFn5x0[beam.Window, timers.Provider, string, func(*string) bool, func(string)](&groupTimerFn{})
 	register.DoFn5x0[beam.Window, timers.Provider, string, string, func(string)](&timerFn{})
 	register.Function1x2(pairFn)
@@ -150,6 +164,18 @@ func timerPipeline() *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
 	kvs := beam.ParDo(s, pairFn, beam.Create(s, "a"))
 	beam.ParDo(s, &timerFn{Fire: timers.InEventTime("fire")}, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs))
+	return p
+}
+
+// slidingSideTimerPipeline is Create | pairFn | WindowInto(sliding two
+// minutes every minute) | sideTimerFn, a stateful ParDo with a side input
+// over minute windows: it heads a sub-topology of its own ("-main") and
+// parks the input its side input is not ready for.
+func slidingSideTimerPipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewSlidingWindows(time.Minute, 2*time.Minute), beam.ParDo(s, pairFn, beam.Create(s, "a")))
+	side := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.Create(s, "x"))
+	beam.ParDo(s, &sideTimerFn{Fire: timers.InEventTime("fire")}, kvs, beam.SideInput{Input: side})
 	return p
 }
 

@@ -842,6 +842,16 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// Input parked for side inputs holds it too, as pushed-back
+		// elements hold a ParDo's input watermark on Beam's runners: an
+		// element parked in sliding windows shares a window with
+		// elements handed over already, whose timer must not fire, nor
+		// its state expire, before it came.
+		parked, err := t.gateHold(false)
+		if err != nil {
+			return err
+		}
+		stageWM = min(stageWM, parked)
 		if err := t.fireTimers(ctx, stageWM); err != nil {
 			return err
 		}
@@ -879,7 +889,7 @@ func (t *Task) outputWatermark(in int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	hold, err := t.gateHold()
+	hold, err := t.gateHold(true)
 	if err != nil {
 		return 0, err
 	}

@@ -251,3 +251,40 @@ func TestGroupReaderTimersWaitForGroups(t *testing.T) {
 		other, `timer fire "\x02k1" fire 59999 hold 59999`, `timer fire "\x02k2" fire 59999 hold 59999`,
 	})
 }
+
+// A stateful stage's timers wait for its input parked for side inputs, as
+// pushed-back elements hold a ParDo's input watermark on Beam's runners. In
+// sliding windows an element parked (its latest window not yet ready)
+// shares a window with one handed over already: that window's timer fires
+// only after the parked element reached the stage, although the input
+// watermark passed the timer long before.
+func TestTimersWaitForParkedInput(t *testing.T) {
+	te := newTestEnv(t, marshal(t, slidingSideTimerPipeline()), 1)
+	sub := te.find("with a stateful stage reading a side input", func(st *translate.SubTopology) bool {
+		return len(st.Stages) == 1 && st.Stages[0].Stateful && len(st.Stages[0].SideInputs) == 1
+	})
+	side := sub.Stages[0].SideInputs[0].Topic
+	f := setsWindowEndTimers(te, sub)
+	sets := f.each
+	f.each = func(b *fakeBundle, in shuffle.WindowedValue) error {
+		if in.NWindows > 1 {
+			return nil // the fake's timers take one window; a's is the one that counts
+		}
+		return sets(b, in)
+	}
+	tk := te.task(sub, 0)
+	in := te.input(sub, 0)
+	prod := te.producer(sub, 0)
+	wB, wC := interval(0, 120000), interval(60000, 180000)
+	te.setSideWatermark(side, 120000) // past wB, not wC
+	te.cycle(tk, append(in.data(wv(30000, kv("k", "a"), wB)), in.wm(prod, 50000))...)
+	checkLines(t, "a ready", f.inputs(), []string{`"k":"a" @30000 [0,120000) nofiring`})
+	te.cycle(tk, append(in.data(wv(70000, kv("k", "b"), wB, wC)), in.wm(prod, 130000))...)
+	checkLines(t, "b parked, wB's timer waiting for it", f.inputs(), nil)
+	te.setSideWatermark(side, maxWatermark)
+	te.cycle(tk)
+	checkLines(t, "b released", f.inputs(), []string{
+		`"k":"b" @70000 [0,120000),[60000,180000) nofiring`,
+		`timer fire "\x01k" fire 119999 hold 119999`,
+	})
+}
