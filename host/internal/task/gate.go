@@ -118,7 +118,8 @@ func (t *Task) sidesReady() int64 {
 }
 
 // unpark returns the parked chunks of sr whose keys are in [lower, upper),
-// in key order, deleting them (and their hold index entries).
+// in key order, deleting them (and their hold index entries), but paged
+// groups parked in this cycle (gatepages.go).
 func (t *Task) unpark(sr *stageRun, lower, upper []byte) ([]chunk, error) {
 	it, err := t.batch.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
@@ -128,6 +129,9 @@ func (t *Task) unpark(sr *stageRun, lower, upper []byte) ([]chunk, error) {
 	var keys [][]byte
 	var mins []int64
 	for it.First(); it.Valid(); it.Next() {
+		if t.pages.parkedNow(it.Key()[len(it.Key())-8:]) {
+			continue // a paged group stays parked until its copy is in the DB
+		}
 		v := it.Value()
 		out = append(out, chunk{data: append([]byte(nil), v[16:]...), elements: int(binary.BigEndian.Uint64(v[8:]))})
 		keys = append(keys, append([]byte(nil), it.Key()...))

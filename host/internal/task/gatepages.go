@@ -36,9 +36,10 @@ import (
 //     its copy is deleted in the batch of the cycle that releases it: the
 //     pages are read from the DB, which keeps the copy until that cycle
 //     commits (a copy in the DB was written by an earlier, committed cycle).
-//   - A piece released in the cycle that parked it (its copy only in the
-//     batch) comes back as it came, with the token it came with, which is
-//     still served (groupPages.parked keeps it until the cycle ends).
+//   - A piece is released in a later cycle than the one that parked it
+//     (groupPages.parked), even when its side inputs are ready before this
+//     one ends: until it commits, the copy is only in the batch, which the
+//     pages never read.
 //   - The copy holds the values once each: redeliveries were skipped while
 //     copying, so the copy is read as a range run, which skips nothing.
 
@@ -125,7 +126,7 @@ func (t *Task) parkPaged(sr *stageRun, codec *shuffle.ElementCodec, raw []byte, 
 		cont = next
 	}
 	parked := append(slices.Clone(parkedTokenPrefix), seq...)
-	t.pages.park(parked, raw)
+	t.pages.park(seq)
 	el := make([]byte, 0, iterAt+4+len(pagedTail)+pageTokenLen)
 	el = append(el, raw[:iterAt]...)
 	el = binary.BigEndian.AppendUint32(el, math.MaxUint32)
@@ -136,7 +137,7 @@ func (t *Task) parkPaged(sr *stageRun, codec *shuffle.ElementCodec, raw []byte, 
 
 // unparkPaged returns data (a released piece of sr's parked input) with a
 // parked group given a token served in this cycle, and deletes the group's
-// copy from the batch. A group parked in this cycle comes back as it came.
+// copy from the batch.
 func (t *Task) unparkPaged(sr *stageRun, codec *shuffle.ElementCodec, data []byte) ([]byte, error) {
 	wv, err := codec.Next(data)
 	if err != nil {
@@ -157,9 +158,6 @@ func (t *Task) unparkPaged(sr *stageRun, codec *shuffle.ElementCodec, data []byt
 	upper := state.PrefixEnd(lower)
 	if err := state.DeleteRange(t.batch, lower, upper); err != nil {
 		return nil, err
-	}
-	if orig, ok := t.pages.unpark(token); ok {
-		return orig, nil
 	}
 	copy(wv.Raw[at:], t.pages.add(&pagedGroup{last: -1, runs: []pagedRun{{lower: lower, upper: upper}}}))
 	return data, nil

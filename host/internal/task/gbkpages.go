@@ -63,9 +63,9 @@ type groupPages struct {
 	mu     sync.Mutex
 	seq    uint64
 	groups map[string]*pagedGroup // by token
-	// parked maps the token of each group parked in this cycle to the
-	// element as it came (gatepages.go).
-	parked map[string][]byte
+	// parked holds the sequence numbers of the groups parked in this
+	// cycle (gatepages.go).
+	parked map[string]bool
 }
 
 // pagedGroup is the part of a group that is served in pages.
@@ -100,24 +100,22 @@ func (p *groupPages) add(g *pagedGroup) []byte {
 	return token
 }
 
-// park records that the paged group element was parked as parked.
-func (p *groupPages) park(parked, element []byte) {
+// park records that a paged group was parked in this cycle under seq.
+func (p *groupPages) park(seq []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.parked == nil {
-		p.parked = map[string][]byte{}
+		p.parked = map[string]bool{}
 	}
-	p.parked[string(parked)] = slices.Clone(element)
+	p.parked[string(seq)] = true
 }
 
-// unpark returns the element of a group parked in this cycle as parked;
-// ok is false for a group parked in an earlier cycle.
-func (p *groupPages) unpark(parked []byte) (element []byte, ok bool) {
+// parkedNow reports whether the parked input under seq is a paged group
+// parked in this cycle.
+func (p *groupPages) parkedNow(seq []byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	element, ok = p.parked[string(parked)]
-	delete(p.parked, string(parked))
-	return element, ok
+	return p.parked[string(seq)]
 }
 
 // reset drops every paged group: the cycle ended.
