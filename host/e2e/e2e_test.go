@@ -34,18 +34,23 @@ var pipelines = []struct {
 	// want, if set, is the exact output (sorted lines), which Prism's
 	// must be too.
 	want func() []string
+	// notPrism skips Prism, whose output of the pipeline is not always
+	// the pipeline's (want says what it is).
+	notPrism bool
 }{
-	{"wordcount", wordcountPipeline, nil},
-	{"multi", multiPipeline, nil},
-	{"readfiles", readFilesPipeline, nil},
-	{"hotkey", hotKeyPipeline, nil},
-	{"hotsessions", hotSessionsPipeline, nil},
-	{"hotside", hotSidePipeline, hotSideWant},
-	{"hotsidegroups", hotSideOfGroupsPipeline, func() []string { return hotSideWantWith("ccch") }},
-	{"hotstateful", hotStatefulPipeline, func() []string { return hotSideWantWith("st") }},
-	{"sdfside", sdfSidePipeline, sdfSideWant},
-	{"windowedstateful", windowedStatefulPipeline, windowedStatefulWant},
-	{"windowedside", windowedSidePipeline, windowedSideWant},
+	{"wordcount", wordcountPipeline, nil, false},
+	{"multi", multiPipeline, nil, false},
+	{"readfiles", readFilesPipeline, nil, false},
+	{"hotkey", hotKeyPipeline, nil, false},
+	{"hotsessions", hotSessionsPipeline, nil, false},
+	{"hotside", hotSidePipeline, hotSideWant, false},
+	{"hotsidegroups", hotSideOfGroupsPipeline, func() []string { return hotSideWantWith("ccch") }, false},
+	{"hotstateful", hotStatefulPipeline, func() []string { return hotSideWantWith("st") }, false},
+	{"sdfside", sdfSidePipeline, sdfSideWant, false},
+	{"windowedstateful", windowedStatefulPipeline, windowedStatefulWant, false},
+	// Prism hands the ParDo some windows' panes before the side input is
+	// complete for them ("of 0" in 1 run of 4 on 2026-12-07).
+	{"windowedside", windowedSidePipeline, windowedSideWant, true},
 }
 
 // runToLines runs build's pipeline on client and returns the sorted lines
@@ -196,11 +201,13 @@ func TestMatchesPrism(t *testing.T) {
 			// broker at two parallelisms (up to 9 jobs), so that adding
 			// pipelines does not eat into the others' time.
 			ctx := testContext(t, 3*time.Minute)
-			want := runToLines(ctx, t, reference, pl.build, nil)
-			if len(want) == 0 {
+			var want []string
+			if pl.notPrism {
+				want = pl.want()
+			} else if want = runToLines(ctx, t, reference, pl.build, nil); len(want) == 0 {
 				t.Fatal("Prism wrote no output")
 			}
-			if pl.want != nil {
+			if pl.want != nil && !pl.notPrism {
 				if exact := pl.want(); strings.Join(want, "\n") != strings.Join(exact, "\n") {
 					t.Fatalf("Prism's output is not the pipeline's: %d lines, want %d (first %q, want %q)", len(want), len(exact), head(want), head(exact))
 				}

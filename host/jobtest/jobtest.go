@@ -258,7 +258,7 @@ func Wait(ctx context.Context, client jobpb.JobServiceClient, jobID string) (Res
 			return r, nil
 		case <-ctx.Done():
 			st, _ := client.GetState(context.Background(), &jobpb.GetJobStateRequest{JobId: jobID})
-			return r, fmt.Errorf("job %s: %v waiting for a terminal state; GetState says %v", jobID, ctx.Err(), st.GetState())
+			return r, fmt.Errorf("job %s: %v waiting for a terminal state; GetState says %v; its last messages: %q", jobID, ctx.Err(), st.GetState(), r.Messages[max(0, len(r.Messages)-10):])
 		}
 	}
 }
