@@ -18,8 +18,8 @@ import (
 // may also read side inputs that the root does not wait for: its input is
 // gated (gate.go). A pane ready as it comes goes on at once, with the
 // cycle's token. One that must wait outlives the cycle, which its token
-// does not (gbkpages.go), so it is parked alone, and the rest of its values
-// is copied into the store first:
+// does not (gbkpages.go), so it is parked alone, and all its values are
+// copied into the store first:
 //
 //	GatePages | stage | seq | n  →  values, concatenated as a page holds them
 //
