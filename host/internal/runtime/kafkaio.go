@@ -105,28 +105,7 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 			uncommitted = nil
 		}
 		if len(uncommitted) > 0 {
-			var (
-				what string
-				list func(context.Context, ...string) (kadm.ListedOffsets, error)
-			)
-			d, byDuration := r.ResetByDuration()
-			switch {
-			case r.StartReadTimeMs != nil:
-				what = fmt.Sprintf("the offsets after start_read_time %d", *r.StartReadTimeMs)
-				list = func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
-					return admin.ListOffsetsAfterMilli(ctx, *r.StartReadTimeMs, t...)
-				}
-			case byDuration:
-				ms := i.cfg.resetStart(d)
-				what = fmt.Sprintf("the offsets after %d (auto.offset.reset by_duration:%s before the job started)", ms, d)
-				list = func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
-					return admin.ListOffsetsAfterMilli(ctx, ms, t...)
-				}
-			case r.ConsumerConfig["auto.offset.reset"] == "earliest":
-				what, list = "the start offsets (auto.offset.reset earliest)", admin.ListStartOffsets
-			default:
-				what, list = "the end offsets (auto.offset.reset latest)", admin.ListCommittedOffsets
-			}
+			what, list, _ := i.cfg.resetOffsets(r, admin)
 			if err := i.listStarts(ctx, st, topic, uncommitted, what, list, ps, started); err != nil {
 				return nil, err
 			}
@@ -140,6 +119,30 @@ func (i *instance) startOffsets(ctx context.Context, offsets map[string]map[int3
 		i.starts.add(topic, started)
 	}
 	return offsets, nil
+}
+
+// resetOffsets is where read r starts a partition without a committed
+// offset, for startOffsets and for readBounds' quotas alike: at
+// start_read_time, else per auto.offset.reset. what names the offsets in
+// messages, list lists them, and atEnd says they are the end offsets
+// (latest, Kafka's default).
+func (c *Config) resetOffsets(r *translate.KafkaRead, adm *kadm.Client) (what string, list func(context.Context, ...string) (kadm.ListedOffsets, error), atEnd bool) {
+	after := func(ms int64) func(context.Context, ...string) (kadm.ListedOffsets, error) {
+		return func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
+			return adm.ListOffsetsAfterMilli(ctx, ms, t...)
+		}
+	}
+	if r.StartReadTimeMs != nil {
+		return fmt.Sprintf("the offsets after start_read_time %d", *r.StartReadTimeMs), after(*r.StartReadTimeMs), false
+	}
+	if d, ok := r.ResetByDuration(); ok {
+		ms := c.resetStart(d)
+		return fmt.Sprintf("the offsets after %d (auto.offset.reset by_duration:%s before the job started)", ms, d), after(ms), false
+	}
+	if r.ConsumerConfig["auto.offset.reset"] == "earliest" {
+		return "the start offsets (auto.offset.reset earliest)", adm.ListStartOffsets, false
+	}
+	return "the end offsets (auto.offset.reset latest)", adm.ListCommittedOffsets, true
 }
 
 // resetStart is where auto.offset.reset by_duration:d starts a partition:
@@ -489,38 +492,23 @@ func available(ctx context.Context, cfg Config, adm *kadm.Client, st *translate.
 			err = l.Error()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("topic %s: listing %s offsets: %w", topic, what, err)
+			return nil, fmt.Errorf("topic %s: listing %s: %w", topic, what, err)
 		}
 		return l, nil
 	}
-	ends, err := list("end", adm.ListCommittedOffsets)
+	ends, err := list("the end offsets", adm.ListCommittedOffsets)
 	if err != nil {
 		return nil, err
 	}
-	var reset kadm.ListedOffsets
-	d, byDuration := r.ResetByDuration()
-	switch {
-	case r.StartReadTimeMs != nil:
-		ms := *r.StartReadTimeMs
-		reset, err = list("start_read_time", func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
-			return adm.ListOffsetsAfterMilli(ctx, ms, t...)
-		})
-	case byDuration:
-		ms := cfg.resetStart(d)
-		reset, err = list("auto.offset.reset by_duration", func(ctx context.Context, t ...string) (kadm.ListedOffsets, error) {
-			return adm.ListOffsetsAfterMilli(ctx, ms, t...)
-		})
-	case r.ConsumerConfig["auto.offset.reset"] == "earliest":
-		reset, err = list("start", adm.ListStartOffsets)
-	default:
-		reset = ends
-	}
-	if err != nil {
-		return nil, err
+	reset := ends
+	if what, f, atEnd := cfg.resetOffsets(r, adm); !atEnd {
+		if reset, err = list(what, f); err != nil {
+			return nil, err
+		}
 	}
 	var beginnings kadm.ListedOffsets // of partitions added since the application read the topic
 	if known, ok := cfg.readPartitions[topic]; ok && known < parts {
-		if beginnings, err = list("start", adm.ListStartOffsets); err != nil {
+		if beginnings, err = list("the start offsets", adm.ListStartOffsets); err != nil {
 			return nil, err
 		}
 	}
