@@ -4,11 +4,12 @@
 //   - internal topic names: TopicName ("__beam_<application_id>_<name>")
 //     and the status topic's name, StatusTopic;
 //   - the record envelope: a kind byte (KindData, KindDataPacked,
-//     KindWatermark, KindProcessingTime) before a windowed value, packed
+//     KindWatermark, KindProcessingTime, KindGroupPiece, KindGroupEnd) before a windowed value, packed
 //     windowed values (Pack, EachPacked, Position) or a report, the
 //     watermark and processing-time reports (EncodeWatermark and
 //     DecodeWatermark, EncodeProcessingTime and DecodeProcessingTime) and
-//     the producer ids in them (ProducerID);
+//     the producer ids in them (ProducerID); a large group in pieces
+//     (KindGroupPiece, KindGroupEnd: EncodeGroupPiece, DecodeGroupPiece);
 //   - partitioning (Partitioner): a keyed record goes to the partition
 //     Kafka's default partitioner picks for its key, any other to the
 //     partition set on it; KeyPartition is the same choice for a record

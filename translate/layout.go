@@ -356,8 +356,9 @@ func (t *translator) layout() (*Plan, error) {
 			return nil, err
 		}
 	}
+	pieced := t.piecedTopics(plan)
 	for _, st := range plan.SubTopologies {
-		t.pageGroups(st)
+		t.pageGroups(st, pieced)
 		for _, s := range st.Stages {
 			if err := t.buildDescriptor(s); err != nil {
 				return nil, fmt.Errorf("stage %s: %w", s.ID, err)
@@ -661,9 +662,11 @@ func (t *translator) staysWithGroups(id string, tr *pipepb.PTransform, sb *subBu
 // stages whose input is consumed at once (no time sorting, no splittable
 // DoFn; a stage parking its input for side inputs the root does not wait
 // for copies a parked group's pages, host/internal/task/gatepages.go),
-// reading a wire coder of KV<K, iterable<V>>. A flatten, a sink or a WASM
-// stage reading the output gets whole groups.
-func (t *translator) pageGroups(st *SubTopology) {
+// reading a wire coder of KV<K, iterable<V>>, and sinks to the topics in
+// pieced (piecedTopics), which then carry a large group in pieces. A
+// flatten, another sink or a WASM stage reading the output gets whole
+// groups.
+func (t *translator) pageGroups(st *SubTopology, pieced map[string]*Stage) {
 	if st.Root.Kind != RootGroupByKey {
 		return
 	}
@@ -675,28 +678,98 @@ func (t *translator) pageGroups(st *SubTopology) {
 			return
 		}
 	}
-	for _, sk := range st.Sinks {
-		if sk.PCollection == st.Root.Output {
+	var sinks []*Sink
+	for i := range st.Sinks {
+		sk := &st.Sinks[i]
+		if sk.PCollection != st.Root.Output {
+			continue
+		}
+		if pieced[sk.Topic] == nil {
 			return
 		}
+		sinks = append(sinks, sk)
 	}
 	var readers []*Stage
 	for _, s := range st.Stages {
 		if s.Input != st.Root.Output {
 			continue
 		}
-		if s.Executor != ExecutorHarness || s.TimeSortedInput || t.splits(s) {
+		if !t.takesPages(s) {
 			return
 		}
 		readers = append(readers, s)
 	}
-	if len(readers) == 0 {
+	if len(readers)+len(sinks) == 0 {
 		return
 	}
 	st.Root.PagedGroups = true
 	for _, s := range readers {
 		s.PagedGroups = true
 	}
+	for _, sk := range sinks {
+		sk.PagedGroups = true
+		pieced[sk.Topic].PagedGroups = true
+	}
+}
+
+// takesPages reports whether stage s can read its input's groups as
+// state-backed iterables: a harness stage that consumes its input at once
+// or parks it for side inputs, never holding an element past the cycle
+// otherwise (no time sorting, no splittable DoFn).
+func (t *translator) takesPages(s *Stage) bool {
+	return s.Executor == ExecutorHarness && !s.TimeSortedInput && !t.splits(s)
+}
+
+// piecedTopics returns the "-main" topics a GroupByKey's groups may cross
+// in pieces, each with the stage that reads them: the topic's only
+// producer is a GroupByKey root's output, and its sub-topology passes it
+// to one stage only, which takes pages and parks its input for side inputs
+// (the root does not wait for them). That stage stores a large group's
+// pieces as a parked group's copy (host/internal/task/gatepages.go) and
+// reads it in pages once it is released, so the group is never whole in a
+// record or in memory. A reader that does not park (stable or time-sorted
+// input, a splittable DoFn) gets whole groups.
+func (t *translator) piecedTopics(plan *Plan) map[string]*Stage {
+	topics := map[string]*Topic{}
+	for _, tp := range plan.Topics {
+		topics[tp.Name] = tp
+	}
+	groups := map[string]bool{}
+	for _, st := range plan.SubTopologies {
+		if st.Root.Kind == RootGroupByKey {
+			groups[st.Root.Output] = true
+		}
+	}
+	out := map[string]*Stage{}
+	for _, st := range plan.SubTopologies {
+		tp := topics[st.Input]
+		if st.Root.Kind != RootPassthrough || tp == nil || tp.Kind != TopicRedistribute ||
+			len(tp.Producers) != 1 || tp.Producers[0] != st.Root.Output || !groups[st.Root.Output] {
+			continue
+		}
+		if _, ok := t.pagedCoder(st.Root.Output, false); !ok {
+			continue
+		}
+		var reader *Stage
+		ok := true
+		for _, s := range st.Stages {
+			if s.Input != st.Root.Output {
+				continue
+			}
+			ok = ok && reader == nil && t.takesPages(s) && !st.Root.WaitsForSides(s)
+			reader = s
+		}
+		for _, f := range st.Flattens {
+			ok = ok && !slices.Contains(f.Inputs, st.Root.Output)
+		}
+		for _, sk := range st.Sinks {
+			ok = ok && sk.PCollection != st.Root.Output
+		}
+		if ok && reader != nil {
+			out[tp.Name] = reader
+		}
+	}
+	return out
 }
 
 // splits reports whether a stage runs a splittable DoFn, whose residuals

@@ -221,7 +221,7 @@ type Root struct {
 	// pane per key and window.
 	Windowed bool
 	// PagedGroups (RootGroupByKey, fast path or Windowed) says every consumer of
-	// Output is a stage with PagedGroups: the host may send a large group or pane
+	// Output is a stage or Sink with PagedGroups: the host may send a large group or pane
 	// as a state-backed iterable, its first values inline and the rest
 	// served in pages through the Fn API state API (StateKey.Runner), so no
 	// group is ever whole in memory.
@@ -286,6 +286,12 @@ type Sink struct {
 	// input's), which the sink emits in its sub-topology, in the input
 	// element's windows.
 	ErrorOutput string
+	// PagedGroups (a GroupByKey root's Output written to a "-main" topic
+	// whose sub-topology's only reader has Stage.PagedGroups) says a group
+	// the root pages crosses the topic in pieces (shuffle.KindGroupPiece,
+	// then shuffle.KindGroupEnd), each of whole values, rather than whole in
+	// one record; smaller groups cross whole, as any element does.
+	PagedGroups bool
 }
 
 // ExecutorKind names the executor of a stage.
@@ -302,13 +308,16 @@ type Stage struct {
 	ID         string
 	Executor   ExecutorKind
 	Transforms []string // ids of the pipeline transforms fused into this stage
-	// PagedGroups says the stage's input is a GroupByKey root's output that
-	// its descriptor declares as KV<K, state_backed_iterable<V>>: the SDK
-	// reads a group's values past the inline ones through the state API.
-	// Set for harness stages that neither park their input (side inputs
-	// the root does not wait for, time-sorted input) nor split it
-	// (splittable DoFns): a parked or split element would outlive the
-	// commit cycle that serves its pages.
+	// PagedGroups says the stage's input is a GroupByKey's groups that its
+	// descriptor declares as KV<K, state_backed_iterable<V>>: the SDK reads
+	// a group's values past the inline ones through the state API. Set for
+	// harness stages that read the root's output where the GroupByKey runs,
+	// neither time sorting their input nor splitting it (splittable DoFns),
+	// whose elements would outlive the commit cycle that serves their pages
+	// (a stage parking its input for side inputs copies a parked group's
+	// pages, host/internal/task/gatepages.go); and for the one reader of a
+	// topic whose Sink has PagedGroups, a harness stage parking its input
+	// for side inputs, which stores the pieces it gets.
 	PagedGroups bool
 	// Input is the PCollection the stage consumes (its parallel input).
 	Input string

@@ -1030,75 +1030,79 @@ func TestPagedGroups(t *testing.T) {
 		sides int
 		// layout is the plan's layout version (0: LayoutFirst).
 		layout int
+		// pieced: the reader heads a sub-topology of its own, and the
+		// groups cross its "-main" topic in pieces (Sink.PagedGroups), to
+		// its stage reading them in pages.
+		pieced bool
 	}{
 		{"a harness stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
-		}, Options{}, true, 0, 0},
+		}, Options{}, true, 0, 0, false},
 		{"a WASM stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, kvs))
-		}, Options{StageWASM: map[string]string{"translate.joinFn2": "j.wasm"}}, false, 0, 0},
+		}, Options{StageWASM: map[string]string{"translate.joinFn2": "j.wasm"}}, false, 0, 0, false},
 		{"a stage with a side input", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinWithSide, beam.GroupByKey(s, kvs), beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, true, 1, LayoutGroupReaders},
+		}, Options{}, true, 1, LayoutGroupReaders, false},
 		{"a stateful stage", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, &groupStateFn{}, beam.GroupByKey(s, kvs))
-		}, Options{}, true, 0, LayoutGroupReaders},
+		}, Options{}, true, 0, LayoutGroupReaders, false},
 		{"a stateful stage, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, &groupStateFn{}, g)
 			beam.ParDo(s, joinFn2, g)
-		}, Options{}, true, 0, LayoutStatefulReaders},
+		}, Options{}, true, 0, LayoutStatefulReaders, false},
 		{"a stateful stage after a GroupByKey with allowed lateness (a windowed GroupByKey)", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
 			beam.ParDo(s, &groupStateFn{}, g)
-		}, Options{}, true, 0, LayoutStatefulReaders},
+		}, Options{}, true, 0, LayoutStatefulReaders, false},
 		{"a stateful stage and a side input, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, &groupStateSideFn{}, g, beam.SideInput{Input: beam.Create(s, "x")})
 			beam.ParDo(s, joinFn2, g)
-		}, Options{}, false, 0, 0},
+		}, Options{}, true, 0, 0, true},
 		{"a stateful stage after merging windows", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, &groupStateFn{}, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
-		}, Options{}, false, 0, 0},
+		}, Options{}, false, 0, 0, false},
 		{"a side input, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
 			beam.ParDo(s, joinFn2, g)
-		}, Options{}, false, 0, 0},
+		}, Options{}, true, 0, 0, true},
 		{"a side input made from the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.ParDo(s, joinFn2, g)})
-		}, Options{}, false, 0, 0},
+		}, Options{}, true, 0, 0, true},
 		{"a side input made from the groups in another sub-topology", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, kvs)
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Reshuffle(s, beam.ParDo(s, joinFn2, g))})
-		}, Options{}, false, 0, 0},
+		}, Options{}, true, 0, 0, true},
 		{"merging windows (a windowed GroupByKey)", func(s beam.Scope, kvs beam.PCollection) {
 			beam.ParDo(s, joinFn2, beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs)))
-		}, Options{}, true, 0, 0},
+		}, Options{}, true, 0, 0, false},
 		// Behind a windowed GroupByKey the root does not wait: the
 		// reader's stage parks its panes (gated, sides 0).
 		{"a side input after merging windows", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs))
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, true, 0, LayoutGatedPanes},
+		}, Options{}, true, 0, LayoutGatedPanes, false},
 		{"a side input after a GroupByKey with allowed lateness", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, true, 0, LayoutGatedPanes},
+		}, Options{}, true, 0, LayoutGatedPanes, false},
 		{"a stateful stage and a side input after a GroupByKey with allowed lateness", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
 			beam.ParDo(s, &groupStateSideFn{}, g, beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, true, 0, LayoutGatedPanes},
+		}, Options{}, true, 0, LayoutGatedPanes, false},
 		{"a stateful stage and a side input after merging windows", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewSessions(time.Minute), kvs))
 			beam.ParDo(s, &groupStateSideFn{}, g, beam.SideInput{Input: beam.Create(s, "x")})
-		}, Options{}, false, 0, 0},
+		}, Options{}, true, 0, 0, true},
 		{"a side input after a GroupByKey with allowed lateness, and another reader of the groups", func(s beam.Scope, kvs beam.PCollection) {
 			g := beam.GroupByKey(s, beam.WindowInto(s, window.NewFixedWindows(time.Minute), kvs, beam.AllowedLateness(time.Minute)))
 			beam.ParDo(s, joinWithSide, g, beam.SideInput{Input: beam.Create(s, "x")})
 			beam.ParDo(s, joinFn2, g)
-		}, Options{}, false, 0, 0},
+		}, Options{}, true, 0, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, s := beam.NewPipelineWithRoot()
@@ -1134,8 +1138,23 @@ func TestPagedGroups(t *testing.T) {
 			// A side-input or stateful reader heads a sub-topology of its
 			// own unless it stays with the GroupByKey (paged, then).
 			reader := strings.Contains(tc.name, "side input") || strings.Contains(tc.name, "stateful")
-			if wantMain := reader && !tc.want; (len(main) > 0) != wantMain {
+			if wantMain := reader && (!tc.want || tc.pieced); (len(main) > 0) != wantMain {
 				t.Errorf("main input topics %q; want one: %v", main, wantMain)
+			}
+			for _, st := range plan.SubTopologies {
+				for _, sk := range st.Sinks {
+					if strings.HasSuffix(sk.Topic, "-main") && sk.PagedGroups != tc.pieced {
+						t.Errorf("sink of %s to %s: PagedGroups %v, want %v", sk.PCollection, sk.Topic, sk.PagedGroups, tc.pieced)
+					}
+				}
+				if st.Root.Kind != RootPassthrough || !strings.HasSuffix(st.Input, "-main") {
+					continue
+				}
+				for _, stg := range st.Stages {
+					if stg.Input == st.Root.Output && stg.PagedGroups != tc.pieced {
+						t.Errorf("stage %s reading %s: PagedGroups %v, want %v", stg.ID, st.Input, stg.PagedGroups, tc.pieced)
+					}
+				}
 			}
 			wantLayout := max(tc.layout, LayoutFirst)
 			if plan.Layout != wantLayout {

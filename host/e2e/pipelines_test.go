@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
@@ -17,10 +18,12 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/state"
 	_ "github.com/apache/beam/sdks/v2/go/pkg/beam/io/filesystem/local"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/transforms/stats"
 
 	"github.com/ksrunner/ksrunner/examples/wordcount/wc"
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 func init() {
@@ -100,15 +103,34 @@ func hotSidePipeline(out string) *beam.Pipeline {
 // hotSideOfGroupsPipeline is hotSidePipeline with a side input made from
 // the groups (the first letter of each key), which waits on the
 // GroupByKey: the ParDo heads a sub-topology of its own, and each group
-// crosses its "-main" topic whole, the hot one in one record, so it needs
-// internal_max_message_bytes above Kafka's default 1 MiB; it is parked
-// for the side input in the store, a changelog record as large.
+// crosses its "-main" topic, the hot one in pieces (each a stored piece
+// of its values, where the reader parks it for the side input).
 func hotSideOfGroupsPipeline(out string) *beam.Pipeline {
 	p, s := beam.NewPipelineWithRoot()
 	groups := beam.GroupByKey(s, beam.ParDo(s, hotRandomPair, beam.CreateList(s, hotNumbers())))
 	side := beam.ParDo(s, keyInitial, groups)
 	textio.Write(s, out, beam.ParDo(s, summarizeWithSide, groups, beam.SideInput{Input: side}))
 	return p
+}
+
+// hotStableGroupsPipeline is hotSidePipeline's groups summarized by a
+// ParDo that requires stable input (stableSummarize): its input is a topic
+// of its own, which each group crosses whole, the hot one of about 4 MB in
+// one record, so it needs internal_max_message_bytes above Kafka's default
+// 1 MiB. Its output is hotSideWantWith("").
+func hotStableGroupsPipeline(t *testing.T, out string) *pipepb.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	groups := beam.GroupByKey(s, beam.ParDo(s, hotRandomPair, beam.CreateList(s, hotNumbers())))
+	textio.Write(s, out, beam.ParDo(s, stableSummarize, groups))
+	pipe := marshal(t, p)
+	if err := pipelinetest.RequireStableInput(pipe, "stableSummarize"); err != nil {
+		t.Fatal(err)
+	}
+	return pipe
+}
+
+func stableSummarize(key string, vs func(*string) bool) string {
+	return summarizeWithSide(key, vs, func(*string) bool { return false })
 }
 
 // hotStatefulPipeline is hotSidePipeline's groups read by a stateful

@@ -13,13 +13,16 @@ type Kind byte
 // code that owns the store.
 const (
 	// Task (host/internal/task/task.go).
-	Watermark  Kind = 'W' // producer → latest watermark report (8 bytes)
-	Impulse    Kind = 'I' // the impulse was processed
-	Buffer     Kind = 'B' // a run of buffered GroupByKey values (fast path)
-	Timer      Kind = 'T' // a window's end-of-window timer (fast path)
-	Gate       Kind = 'G' // input parked for side inputs or time sorting
-	GateHold   Kind = 'H' // index of input parked for side inputs, by smallest timestamp
-	GatePages  Kind = 'P' // the paged rest of a group parked for side inputs (gbkpages.go)
+	Watermark Kind = 'W' // producer → latest watermark report (8 bytes)
+	Impulse   Kind = 'I' // the impulse was processed
+	Buffer    Kind = 'B' // a run of buffered GroupByKey values (fast path)
+	Timer     Kind = 'T' // a window's end-of-window timer (fast path)
+	Gate      Kind = 'G' // input parked for side inputs or time sorting
+	GateHold  Kind = 'H' // index of input parked for side inputs, by smallest timestamp
+	GatePages Kind = 'P' // the paged rest of a group parked for side inputs (gbkpages.go)
+	// Pieces: per producer, the group it is sending in pieces
+	// (host/internal/task/pieces.go).
+	Pieces     Kind = 'F'
 	SortedUpTo Kind = 'S' // per stage: time-sorted input was released before this time
 	// SourceCount: a bounded Kafka read's task, the run and how many
 	// records it emitted (host/internal/task/kafkabound.go).
@@ -54,7 +57,7 @@ const (
 
 // kinds lists every Kind, for the registry test and for Kinds.
 var kinds = []Kind{
-	Watermark, Impulse, Buffer, Timer, Gate, GateHold, GatePages, SortedUpTo, SourceCount, Residual, Changelog,
+	Watermark, Impulse, Buffer, Timer, Gate, GateHold, GatePages, Pieces, SortedUpTo, SourceCount, Residual, Changelog,
 	WindowState, Value, EventTimer, ProcTimer, Hold, ProcTime, TestStreamDone,
 	Bag, Multimap, Seq, UserTimers, TimerRefs, Ordered, StateExpiry,
 }

@@ -262,7 +262,7 @@ func (t *Task) checkInternalSize(topic, pcoll string, raw []byte) error {
 	if size <= int(limit) {
 		return nil
 	}
-	return fmt.Errorf("pcollection %s: an element of %d bytes does not fit in a record of topic %s, which takes at most %d bytes (its max.message.bytes: internal_max_message_bytes for the topics a job creates, at most 67108864; an element crosses such a topic whole, as a group read by a ParDo with side inputs or state does)", t.pcollName(pcoll), len(raw), topic, limit)
+	return fmt.Errorf("pcollection %s: an element of %d bytes does not fit in a record of topic %s, which takes at most %d bytes (its max.message.bytes: internal_max_message_bytes for the topics a job creates, at most 67108864; an element crosses such a topic whole, as does a group but where a ParDo with side inputs reads it in pieces)", t.pcollName(pcoll), len(raw), topic, limit)
 }
 
 // smallestSinkLimit is the smallest record limit of the internal topics

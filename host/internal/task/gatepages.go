@@ -80,25 +80,37 @@ func pagedGroupAt(codec *shuffle.ElementCodec, wv shuffle.WindowedValue) (iterAt
 func (t *Task) parkPaged(sr *stageRun, codec *shuffle.ElementCodec, raw []byte, iterAt, tokenAt int, ts, maxWin int64) error {
 	seq := t.nextGateSeq()
 	var n uint64
-	put := func(data []byte) error {
+	err := t.groupValues(codec, raw, iterAt, tokenAt, func(data []byte) error {
 		k := t.key(state.GatePages, []byte{sr.idx}, seq, binary.BigEndian.AppendUint64(nil, n))
 		n++
 		return t.batch.Set(k, data, nil)
+	})
+	if err != nil {
+		return fmt.Errorf("parking a group: %w", err)
 	}
+	t.pages.park(seq)
+	return t.parkAt(sr, seq, withToken(raw, iterAt, append(slices.Clone(parkedTokenPrefix), seq...)), 1, ts, maxWin, true)
+}
+
+// groupValues passes every value of the paged group raw (its iterable at
+// iterAt, its token at tokenAt) to put, in order, in pieces of whole values
+// of at most about maxStoredValue bytes (one changelog record): first those
+// inline, then the pages. put must not keep its argument.
+func (t *Task) groupValues(codec *shuffle.ElementCodec, raw []byte, iterAt, tokenAt int, put func([]byte) error) error {
 	// The inline values: int32(-1), then at most one block (a varint
 	// count and the values) before pagedTail.
 	inline := raw[iterAt+4 : tokenAt-len(pagedTail)]
 	if len(inline) > 0 {
 		_, l := binary.Uvarint(inline)
 		if l <= 0 {
-			return errors.New("parking a group: a bad count of inline values")
+			return errors.New("a bad count of inline values")
 		}
 		inline = inline[l:]
 	}
 	for start, off := 0, 0; off < len(inline); {
 		l, err := codec.GroupedValueLength(inline[off:])
 		if err != nil {
-			return fmt.Errorf("parking a group: inline value: %w", err)
+			return fmt.Errorf("inline value: %w", err)
 		}
 		off += l
 		if off-start >= maxStoredValue || off == len(inline) {
@@ -113,7 +125,7 @@ func (t *Task) parkPaged(sr *stageRun, codec *shuffle.ElementCodec, raw []byte, 
 	for {
 		data, next, err := t.pages.pageUpTo(live, cont, maxStoredValue)
 		if err != nil {
-			return fmt.Errorf("parking a group: %w", err)
+			return err
 		}
 		if len(data) > 0 {
 			if err := put(data); err != nil {
@@ -121,18 +133,20 @@ func (t *Task) parkPaged(sr *stageRun, codec *shuffle.ElementCodec, raw []byte, 
 			}
 		}
 		if next == nil {
-			break
+			return nil
 		}
 		cont = next
 	}
-	parked := append(slices.Clone(parkedTokenPrefix), seq...)
-	t.pages.park(seq)
+}
+
+// withToken is the paged group raw (its iterable at iterAt) with no value
+// inline and token (pageTokenLen bytes) for all of them.
+func withToken(raw []byte, iterAt int, token []byte) []byte {
 	el := make([]byte, 0, iterAt+4+len(pagedTail)+pageTokenLen)
 	el = append(el, raw[:iterAt]...)
 	el = binary.BigEndian.AppendUint32(el, math.MaxUint32)
 	el = append(el, pagedTail...)
-	el = append(el, parked...)
-	return t.parkAt(sr, seq, el, 1, ts, maxWin, true)
+	return append(el, token...)
 }
 
 // unparkPaged returns data (a released piece of sr's parked input) with a

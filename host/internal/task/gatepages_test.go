@@ -7,7 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
@@ -81,17 +80,7 @@ func TestParkedPanesPaged(t *testing.T) {
 	}
 	parkedPages := func() int {
 		t.Helper()
-		lower := state.Key(state.TaskPrefix(sub.ID, 0), state.GatePages)
-		it, err := te.env.DB.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: state.PrefixEnd(lower)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer it.Close()
-		n := 0
-		for it.First(); it.Valid(); it.Next() {
-			n++
-		}
-		return n
+		return countKeys(t, te.env.DB, sub.ID, state.GatePages)
 	}
 
 	te.setSideWatermark(side, minWatermark)

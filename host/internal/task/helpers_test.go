@@ -816,3 +816,20 @@ func timeString(ms int64) string {
 	}
 	return fmt.Sprint(mtime.Time(ms))
 }
+
+// countKeys counts the keys of kind in the store of sub-topology sub's
+// task of partition 0.
+func countKeys(t *testing.T, db *pebble.DB, sub int, kind state.Kind) int {
+	t.Helper()
+	lower := state.Key(state.TaskPrefix(sub, 0), kind)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: state.PrefixEnd(lower)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for it.First(); it.Valid(); it.Next() {
+		n++
+	}
+	return n
+}

@@ -193,3 +193,16 @@ func windowedGroupsWithSidePipeline() *beam.Pipeline {
 	beam.Reshuffle(s, beam.ParDo(s, groupWithSideFn, beam.GroupByKey(s, kvs), beam.SideInput{Input: side}))
 	return p
 }
+
+// sharedGroupsWithSidePipeline is groupsWithSidePipeline with a second
+// reader of the groups (dropGroupFn): the side input's reader heads a
+// sub-topology of its own, fed by a "-main" topic.
+func sharedGroupsWithSidePipeline() *beam.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	kvs := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.ParDo(s, pairFn, beam.Create(s, "a")))
+	side := beam.WindowInto(s, window.NewFixedWindows(time.Minute), beam.Create(s, "x"))
+	g := beam.GroupByKey(s, kvs)
+	beam.Reshuffle(s, beam.ParDo(s, groupWithSideFn, g, beam.SideInput{Input: side}))
+	beam.ParDo0(s, dropGroupFn, g)
+	return p
+}

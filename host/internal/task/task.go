@@ -72,6 +72,7 @@ type Task struct {
 	// done (see sendStatus).
 	pendingStatus *Status
 	gateSeq       uint64 // next sequence number of held input
+	pieceSeq      uint64 // next sequence number of a group sent in pieces (pieces.go)
 	// user holds the user state and timers of stateful stages; nil if none.
 	user *state.User
 	// finalizers of bundles whose output is not yet committed.
@@ -312,6 +313,9 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 	if err := t.loadGateSeq(); err != nil {
 		return nil, err
 	}
+	if err := t.loadPiecesSeq(); err != nil {
+		return nil, err
+	}
 	if err := t.loadSortedUpTo(); err != nil {
 		return nil, err
 	}
@@ -420,6 +424,10 @@ func (t *Task) Handle(ctx context.Context, recs []*kgo.Record) error {
 			}
 		case shuffle.KindDataPacked:
 			if err := t.handlePacked(r); err != nil {
+				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+		case shuffle.KindGroupPiece, shuffle.KindGroupEnd:
+			if err := t.groupPiece(r); err != nil {
 				return fmt.Errorf("topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
 		default:
@@ -544,6 +552,11 @@ func (t *Task) liveWindows(sr *stageRun, raw []byte) (live []byte, dropped int, 
 func (t *Task) sinkTo(s *translate.Sink, pcoll string, raw []byte) error {
 	if s.KafkaWrite != nil {
 		return t.sinkToKafka(s, pcoll, raw)
+	}
+	if s.PagedGroups {
+		if pieced, err := t.sinkIfPaged(s, pcoll, raw); pieced || err != nil {
+			return err
+		}
 	}
 	topic := t.env.Topics.ByName[s.Topic]
 	packed := t.packs.limit > 0 && packable(topic.Kind)
