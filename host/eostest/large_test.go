@@ -74,8 +74,9 @@ func summarizeLarge(k string, vs func(*string) bool, side func(*string) bool) st
 // GroupByKey, the ParDo reads the groups where they are, each held in the
 // store until the side input is ready, then read in pages. With one made
 // from the groups (their keys), the ParDo heads a sub-topology of its own:
-// each group crosses its main-input topic whole, a record of its own, and
-// is parked for the side input in the store, a changelog record as large.
+// the hot group crosses its main-input topic in pieces, each stored by the
+// reader as it comes, and is parked for the side input until its pieces
+// are read in pages.
 // Behind session windows the ParDo stays with the GroupByKey and parks the
 // panes its side input is not ready for, a large one's values copied into
 // the store in pieces.
