@@ -194,6 +194,20 @@ def main():
          | "HotSideSummary" >> beam.Map(lambda kv, side: (kv[0], sorted(side), sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1])),
                                         beam.pvalue.AsList(p | "HotSideValues" >> beam.Create(["y", "x"])))
          | "WHotSide" >> beam.Map(write("hotside")))
+        # The same group read by a ParDo with a side input and by another
+        # ParDo: the first heads a sub-topology of its own, and ksrunner
+        # sends it the group across a topic in pieces.
+        shared = (p
+                  | "HotSharedIndices" >> beam.Create(list(range(3000)))
+                  | "HotSharedPair" >> beam.Map(lambda i: ("hot", "%06d%s" % (i, "v" * 1000)))
+                  | "HotSharedGroup" >> beam.GroupByKey())
+        (shared
+         | "HotSharedSummary" >> beam.Map(lambda kv, side: (kv[0], sorted(side), sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1])),
+                                          beam.pvalue.AsList(p | "HotSharedValues" >> beam.Create(["q", "p"])))
+         | "WHotShared" >> beam.Map(write("hotshared")))
+        (shared
+         | "HotSharedCount" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1])))
+         | "WHotSharedCount" >> beam.Map(write("hotsharedcount")))
         (p
          | "HotStateIndices" >> beam.Create(list(range(3000)))
          | "HotStatePair" >> beam.Map(lambda i: ("hot", "%06d%s" % (i, "v" * 1000)))
