@@ -79,9 +79,16 @@ func (t *Task) sinkPieces(s *translate.Sink, codec *shuffle.ElementCodec, raw []
 	p := shuffle.KeyPartition(key, t.env.Topics.Partitions[s.Topic])
 	seq := t.pieceSeq
 	t.pieceSeq++
+	limit := int(t.env.Topics.RecordLimit(topic))
 	var n uint64
 	err := t.groupValues(codec, raw, iterAt, tokenAt, func(data []byte) error {
-		t.env.Produce(&kgo.Record{Topic: topic, Partition: p, Value: shuffle.EncodeGroupPiece(shuffle.KindGroupPiece, t.producer, seq, n, data)})
+		v := shuffle.EncodeGroupPiece(shuffle.KindGroupPiece, t.producer, seq, n, data)
+		if len(v)+recordOverhead > limit {
+			// Only a single value larger than the limit makes a piece
+			// this large: a piece is whole values up to maxStoredValue.
+			return fmt.Errorf("a piece of %d bytes does not fit in a record of the topic, which takes at most %d bytes (its max.message.bytes: internal_max_message_bytes for the topics a job creates, at most 67108864); a piece holds whole values, and one value larger than that cannot cross", len(v), limit)
+		}
+		t.env.Produce(&kgo.Record{Topic: topic, Partition: p, Value: v})
 		n++
 		return nil
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/host/internal/topics"
 	"github.com/ksrunner/ksrunner/shuffle"
 	"github.com/ksrunner/ksrunner/translate"
 )
@@ -244,5 +245,36 @@ func TestGroupsInPiecesRedelivered(t *testing.T) {
 	checkReads(t, got, vals)
 	if n := f.stored(t, state.GatePages); n != 0 {
 		t.Errorf("%d pieces left in the store", n)
+	}
+}
+
+// A value larger than the topic's records, which no piece can hold, fails
+// the GroupByKey's task naming the group's PCollection and the topic,
+// rather than the producer's MESSAGE_TOO_LARGE naming the topic alone.
+func TestGroupPieceTooLarge(t *testing.T) {
+	f := newPiecesFixture(t)
+	f.te.env.Topics.MaxMessageBytes[f.mainTopic] = 1 << 20
+	f.te.env.Topics.MaxMessageBytes[f.te.env.Topics.Full(topics.ChangelogTopic(f.gbk.ID))] = 8 << 20
+	tk := f.te.task(f.gbk, 0)
+	in := f.te.input(f.gbk, 0)
+	recs := in.data(wv(1000, kv("k", strings.Repeat("x", 2<<20)), interval(0, 60000)), wv(1000, kv("k", "y"), interval(0, 60000)))
+	ctx := context.Background()
+	if err := tk.Handle(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	f.te.cycle(tk)
+	err := tk.Handle(ctx, []*kgo.Record{in.wm(f.te.producer(f.gbk, 0), 70000)})
+	if err == nil {
+		err = tk.PrepareCommit(ctx)
+	}
+	for _, want := range []string{"output of transform", "sending a group in pieces to " + f.mainTopic, "does not fit in a record of the topic, which takes at most 1048576 bytes", "internal_max_message_bytes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v; want %q in it", err, want)
+		}
+	}
+	for _, r := range f.te.take() {
+		if len(r.Value) > 1<<20 {
+			t.Errorf("a record of %d bytes produced to %s", len(r.Value), r.Topic)
+		}
 	}
 }
