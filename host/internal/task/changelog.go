@@ -138,6 +138,8 @@ func (t *Task) storedKind(k []byte) string {
 	switch state.Kind(k[len(t.prefix)]) {
 	case state.Gate:
 		return "input parked for side inputs or time sorting"
+	case state.GatePages:
+		return "values of a group parked for side inputs"
 	case state.Buffer, state.Value:
 		return "a GroupByKey value"
 	case state.Residual:
