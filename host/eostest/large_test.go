@@ -153,3 +153,61 @@ func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 		})
 	}
 }
+
+// TestLargeGroupsInPiecesAtLeastOnce: the hot group crossing its reader's
+// topic in pieces under at_least_once, with every other commit cycle
+// aborted. An aborted cycle's records stay: a GroupByKey task that fires
+// again sends the group again, after pieces (or a whole group) the reader
+// may have taken, and a reader redoing a cycle gets pieces again. Each
+// key's group is summarized, possibly more than once, and never with
+// fewer values than it has (a piece lost, or a group read before its
+// pieces were all stored, would show).
+func TestLargeGroupsInPiecesAtLeastOnce(t *testing.T) {
+	n, sum := map[string]int{}, map[string]int{}
+	for i := range largeValues {
+		k, _ := toLargeKV(i)
+		n[k]++
+		sum[k] += i
+	}
+	aborted := abortCycles(t)
+	out := filepath.Join(t.TempDir(), "groups.txt")
+	p, s := beam.NewPipelineWithRoot()
+	in := make([]int, largeValues)
+	for i := range in {
+		in[i] = i
+	}
+	groups := beam.GroupByKey(s, beam.ParDo(s, toLargeKV, beam.CreateList(s, in)))
+	textio.Write(s, out, beam.ParDo(s, summarizeLarge, groups, beam.SideInput{Input: beam.ParDo(s, largeGroupKey, groups)}))
+	runDone(t, env.Marshal(t, p), map[string]string{"processing_guarantee": "at_least_once", "commit_interval_ms": "20"})
+	if a := aborted(); a < 3 {
+		t.Fatalf("only %d commit cycles were aborted, want at least 3", a)
+	}
+	files, _ := filepath.Glob(out + "*")
+	seen := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			if l == "" {
+				continue
+			}
+			var k string
+			var gn, gsum int
+			if _, err := fmt.Sscanf(l, "%s %d %d", &k, &gn, &gsum); err != nil {
+				t.Fatalf("output line %q: %v", l, err)
+			}
+			seen[k]++
+			if gn < n[k] || gsum < sum[k] {
+				t.Errorf("group %s summarized with %d values summing to %d, want at least its %d values summing to %d", k, gn, gsum, n[k], sum[k])
+			}
+		}
+	}
+	for k := range n {
+		if seen[k] == 0 {
+			t.Errorf("group %s not summarized", k)
+		}
+	}
+	t.Logf("at_least_once after %d aborted cycles: summaries per key %v", aborted(), seen)
+}

@@ -74,6 +74,15 @@ func (t *Task) buffer(raw []byte, offset int64) error {
 		return err
 	}
 	if wv.NWindows == 1 && codec.GlobalWindowOnly() {
+		// The global window expires too: once the input watermark has
+		// passed its end (the final watermark), its group has fired, and
+		// a value after it (at_least_once redelivers the records of a
+		// producer's redone cycle after its final watermark) is late. Kept,
+		// it would fire a second pane of the window.
+		if t.inputWatermark() > endOfGlobalWindow {
+			g.droppedLate++
+			return nil
+		}
 		g.add(key, nil, value, offset)
 		return nil
 	}

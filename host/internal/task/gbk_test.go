@@ -122,6 +122,7 @@ func TestGroupByKeyWindowFns(t *testing.T) {
 		recs   func(in *input) []*kgo.Record
 		before int64 // a watermark that fires nothing yet; then it goes to +inf
 		groups []string
+		late   int64 // the windows of recs, dropped when they come again after +inf
 	}{{
 		name:   "sliding",
 		wfn:    window.NewSlidingWindows(time.Minute, 2*time.Minute),
@@ -136,6 +137,7 @@ func TestGroupByKeyWindowFns(t *testing.T) {
 			`"k":["a" "b"] @179999 [60000,180000) ontime#0 first last`,
 			`"k":["b"] @239999 [120000,240000) ontime#0 first last`,
 		},
+		late: 4,
 	}, {
 		name:   "global",
 		wfn:    window.NewGlobalWindows(),
@@ -148,6 +150,7 @@ func TestGroupByKeyWindowFns(t *testing.T) {
 			`"k2":["b"] @` + eogw + ` GW ontime#0 first last`,
 			`"k3":["d"] @` + eogw + ` GW ontime#0 first last`,
 		},
+		late: 4,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			te := newTestEnv(t, marshal(t, groupingOver(tc.wfn)), 3)
@@ -168,6 +171,16 @@ func TestGroupByKeyWindowFns(t *testing.T) {
 			}
 			if len(parts) != 3 {
 				t.Errorf("output in partitions %v, want all 3", parts)
+			}
+			// After the final watermark every window has fired, the
+			// global window too: a value now (at_least_once redelivers a
+			// producer's redone cycle after its final watermark) is late,
+			// dropped and counted, not a second pane.
+			te.cycle(f.tk, tc.recs(f.in)...)
+			te.cycle(f.tk)
+			checkLines(t, "after the final watermark", te.exec(f.sub).inputs(), nil)
+			if n := counter(t, te.env.Metrics.Attempted, f.sub.Root.TransformID, "dropped_late_elements"); n != tc.late {
+				t.Errorf("dropped_late_elements %d, want %d (each value in each of its windows)", n, tc.late)
 			}
 		})
 	}
