@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,6 +141,13 @@ func runEnded(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, 
 	}
 	r, err := wait(ctx, client, id)
 	if err != nil {
+		if client == ksrunner {
+			// A job that did not end: what held it up (ci25 and one run
+			// of 42 since had a job stay RUNNING after its output).
+			t.Logf("job %s: the job server's log (info; its last 300 lines for the job):\n%s", id, strings.Join(serverLog.jobLines(id, 300), "\n"))
+			t.Logf("job %s: the status API's view (api/jobs/%s):\n%s", id, id, jobStatus(id))
+			t.Logf("the runtime's goroutines now (every job's), to show where a stalled instance waits:\n%s", runtimeGoroutines())
+		}
 		t.Fatal(err)
 	}
 	if r.State != want {

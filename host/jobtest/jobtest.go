@@ -6,11 +6,12 @@ package jobtest
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path"
@@ -32,6 +33,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/status"
+	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
 // Env is a job server with LOOPBACK workers in this process.
@@ -39,6 +42,9 @@ type Env struct {
 	Client    jobpb.JobServiceClient
 	loopback  *extworker.Loopback
 	workerBin string
+	// statusURL is the job server's status page, which a job that does
+	// not end in time has its tasks described from.
+	statusURL string
 	stop      []func()
 }
 
@@ -68,11 +74,15 @@ func Start(opts host.Options, serverOpts ...host.ServerOption) (*Env, error) {
 	if os.Getenv("KSRUNNER_DEBUG") != "" {
 		out = os.Stderr
 	}
+	// A status page (the caller's options may replace it), for describing a
+	// job that does not end in time.
+	serverOpts = append([]host.ServerOption{host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"})}, serverOpts...)
 	srv, err := host.NewJobServer("127.0.0.1:0", opts, slog.New(slog.NewTextHandler(out, nil)), serverOpts...)
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
+	e.statusURL = srv.StatusURL()
 	go srv.Serve()
 	e.stop = append(e.stop, srv.Stop)
 	cc, err := grpc.NewClient(srv.Endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -195,9 +205,44 @@ func (e *Env) Wait(ctx context.Context, t testing.TB, jobID string) Result {
 	t.Helper()
 	r, err := Wait(ctx, e.Client, jobID)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v; its tasks: %s", err, e.describeTasks(jobID))
 	}
 	return r
+}
+
+// describeTasks is what the status page says of job's tasks: each one's
+// output watermark and input lag, to tell which holds a job up.
+func (e *Env) describeTasks(jobID string) string {
+	if e.statusURL == "" {
+		return "(no status page)"
+	}
+	cl := &http.Client{Timeout: 10 * time.Second}
+	resp, err := cl.Get(e.statusURL + "api/jobs/" + jobID)
+	if err != nil {
+		return fmt.Sprintf("(status page: %v)", err)
+	}
+	defer resp.Body.Close()
+	var j status.Job
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return fmt.Sprintf("(status page: %s: %v)", resp.Status, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "commits %d, aborts %d;", j.Commits, j.Aborts)
+	for _, tk := range j.Tasks {
+		wm := "none"
+		if tk.HasWatermark {
+			switch {
+			case tk.Watermark >= 9223372036854775:
+				wm = "+inf"
+			case tk.Watermark <= -9223372036854775:
+				wm = "-inf"
+			default:
+				wm = time.UnixMilli(tk.Watermark).UTC().Format(time.RFC3339Nano)
+			}
+		}
+		fmt.Fprintf(&b, " [%d/%d %s: watermark %s, committed %d of %d]", tk.SubTopology, tk.Partition, tk.Topic, wm, tk.Committed, tk.End)
+	}
+	return b.String()
 }
 
 // Wait follows the job's message stream on client until a terminal state,
