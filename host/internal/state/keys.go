@@ -13,16 +13,14 @@ type Kind byte
 // code that owns the store.
 const (
 	// Task (host/internal/task/task.go).
-	Watermark Kind = 'W' // producer → latest watermark report (8 bytes)
-	Impulse   Kind = 'I' // the impulse was processed
-	Buffer    Kind = 'B' // a run of buffered GroupByKey values (fast path)
-	Timer     Kind = 'T' // a window's end-of-window timer (fast path)
-	Gate      Kind = 'G' // input parked for side inputs or time sorting
-	GateHold  Kind = 'H' // index of input parked for side inputs, by smallest timestamp
-	GatePages Kind = 'P' // the paged rest of a group parked for side inputs (gbkpages.go)
-	// Pieces: per producer, the group it is sending in pieces
-	// (host/internal/task/pieces.go).
-	Pieces     Kind = 'F'
+	Watermark  Kind = 'W' // producer → latest watermark report (8 bytes)
+	Impulse    Kind = 'I' // the impulse was processed
+	Buffer     Kind = 'B' // a run of buffered GroupByKey values (fast path)
+	Timer      Kind = 'T' // a window's end-of-window timer (fast path)
+	Gate       Kind = 'G' // input parked for side inputs or time sorting
+	GateHold   Kind = 'H' // index of input parked for side inputs, by smallest timestamp
+	GatePages  Kind = 'P' // the paged rest of a group parked for side inputs (gbkpages.go)
+	Pieces     Kind = 'F' // per producer, the group it sends in pieces (pieces.go)
 	SortedUpTo Kind = 'S' // per stage: time-sorted input was released before this time
 	// SourceCount: a bounded Kafka read's task, the run and how many
 	// records it emitted (host/internal/task/kafkabound.go).
