@@ -19,7 +19,7 @@ const (
 	Timer      Kind = 'T' // a window's end-of-window timer (fast path)
 	Gate       Kind = 'G' // input parked for side inputs or time sorting
 	GateHold   Kind = 'H' // index of input parked for side inputs, by smallest timestamp
-	GatePages  Kind = 'P' // the paged rest of a group parked for side inputs (gbkpages.go)
+	GatePages  Kind = 'P' // the values of a group parked for side inputs (gatepages.go, pieces.go)
 	Pieces     Kind = 'F' // per producer, the group it sends in pieces (pieces.go)
 	SortedUpTo Kind = 'S' // per stage: time-sorted input was released before this time
 	// SourceCount: a bounded Kafka read's task, the run and how many
