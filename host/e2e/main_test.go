@@ -146,6 +146,9 @@ func runEnded(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, 
 			// of 42 since had a job stay RUNNING after its output).
 			t.Logf("job %s: the job server's log (info; its last 300 lines for the job):\n%s", id, strings.Join(serverLog.jobLines(id, 300), "\n"))
 			t.Logf("job %s: the status API's view (api/jobs/%s):\n%s", id, id, jobStatus(id))
+			t.Logf("job %s: the task statuses its done check read (debug; the last 100):\n%s", id, strings.Join(serverLog.filter(func(l string) bool {
+				return strings.Contains(l, "job="+id) && strings.Contains(l, `msg="task status"`)
+			}, 100), "\n"))
 			t.Logf("the runtime's goroutines now (every job's), to show where a stalled instance waits:\n%s", runtimeGoroutines())
 		}
 		t.Fatal(err)
