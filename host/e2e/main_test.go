@@ -149,6 +149,10 @@ func runEnded(ctx context.Context, t *testing.T, client jobpb.JobServiceClient, 
 			t.Logf("job %s: the task statuses its done check read (debug; the last 100):\n%s", id, strings.Join(serverLog.filter(func(l string) bool {
 				return strings.Contains(l, "job="+id) && strings.Contains(l, `msg="task status"`)
 			}, 100), "\n"))
+			if bs := opts["bootstrap_servers"]; bs != "" && opts["application_id"] != "" {
+				t.Logf("the application's status topic on %s:\n%s", bs, statusTopicOffsets(bs, opts["application_id"]))
+				t.Logf("open transactions on %s:\n%s", bs, openTransactions(bs, opts["application_id"]))
+			}
 			t.Logf("the runtime's goroutines now (every job's), to show where a stalled instance waits:\n%s", runtimeGoroutines())
 		}
 		t.Fatal(err)

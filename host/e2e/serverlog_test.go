@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ksrunner/ksrunner/shuffle"
 )
 
 // serverLog keeps the last lines of the shared job server's log (level
@@ -197,5 +199,52 @@ func openTransactions(bootstrap, appID string) string {
 	if len(out) == 0 {
 		return "none open"
 	}
+	return strings.Join(out, "\n")
+}
+
+// statusTopicOffsets is, on the brokers at bootstrap, the end offset and
+// the last stable offset (what a read_committed reader reaches) of the
+// application's status topic, and its records as read uncommitted: a done
+// check that waits for a task's status either never got it produced, or
+// cannot read past a transaction left open there.
+func statusTopicOffsets(bootstrap, appID string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	topic := shuffle.TopicName(appID, shuffle.StatusTopic)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var out []string
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return "end offsets: " + err.Error()
+	}
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return "stable offsets: " + err.Error()
+	}
+	var end int64
+	ends.Each(func(o kadm.ListedOffset) {
+		end = o.Offset
+		s, _ := stable.Lookup(o.Topic, o.Partition)
+		out = append(out, fmt.Sprintf("%s/%d: end %d, last stable %d", o.Topic, o.Partition, o.Offset, s.Offset))
+	})
+	keys := map[string]int{}
+	for n := int64(0); n < end; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			keys[string(r.Key)]++
+			n = r.Offset + 1
+		})
+	}
+	out = append(out, fmt.Sprintf("status records by task, read uncommitted: %v", keys))
 	return strings.Join(out, "\n")
 }
