@@ -3,7 +3,12 @@ package task
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 )
+
+// statusRefresh is how often a task whose output watermark does not move
+// says its status again.
+const statusRefresh = 10 * time.Second
 
 // Status is what a task reports on the status topic after each commit that
 // moved its output watermark: the job service ends a bounded job when every

@@ -69,8 +69,9 @@ type Task struct {
 	reportedWM  int64
 	statusDirty bool
 	// pendingStatus is the status to send once the commit in progress is
-	// done (see sendStatus).
+	// done (see sendStatus); statusAt is when the last one was made.
 	pendingStatus *Status
+	statusAt      time.Time
 	gateSeq       uint64 // next sequence number of held input
 	pieceSeq      uint64 // next sequence number of a group sent in pieces (pieces.go)
 	// user holds the user state and timers of stateful stages; nil if none.
@@ -889,6 +890,13 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	}
 	if out > t.reportedWM || t.statusDirty {
 		t.reportWatermark(out)
+	} else if t.pendingStatus == nil && t.now().Sub(t.statusAt) >= statusRefresh {
+		// Unchanged, said again: a done check that missed a status (on
+		// the embedded broker one sometimes misses the status topic's
+		// first transaction) would wait forever for a task whose
+		// watermark moves no more.
+		t.pendingStatus = &Status{Watermark: t.reportedWM}
+		t.statusAt = t.now()
 	}
 	if t.ev != nil {
 		t.ev.afterPrepare()
@@ -938,6 +946,7 @@ func (t *Task) reportWatermark(wm int64) {
 	// ends a bounded job on it, and by then the bundles it covers must be
 	// committed and finalized.
 	t.pendingStatus = &Status{Watermark: wm}
+	t.statusAt = t.now()
 }
 
 // FinalStatusPending reports whether the status waiting for the next cycle

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -64,9 +65,12 @@ func TestInputWatermarkOverProducers(t *testing.T) {
 }
 
 // SendStatus sends the status of the last watermark report, once, and
-// nothing when there was none since.
+// nothing when there was none since, but when the watermark stood still
+// for statusRefresh: then the status again.
 func TestSendStatus(t *testing.T) {
 	te, sub, gbk := reshuffleTask(t, 1)
+	clock := time.Unix(1000, 0)
+	te.env.Now = func() time.Time { return clock }
 	tk := te.task(sub, 0)
 	ctx := context.Background()
 	if tk.SendStatus() {
@@ -94,6 +98,9 @@ func TestSendStatus(t *testing.T) {
 	in := te.input(sub, 0)
 	send("first", nil, "status "+tk.ID()+" -inf")
 	send("no change", nil)
+	clock = clock.Add(statusRefresh)
+	send("no change for statusRefresh: said again", nil, "status "+tk.ID()+" -inf")
+	send("no change since", nil)
 	send("report", []*kgo.Record{in.wm(shuffle.ProducerID(gbk.ID, 0), 100)}, "status "+tk.ID()+" 100")
 }
 
