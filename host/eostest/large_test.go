@@ -47,6 +47,27 @@ func toLargeKV(i int) (string, string) {
 	return k, string(b)
 }
 
+// largeGroups is how many values each key of toLargeKV's has, and the sum
+// of their indices.
+func largeGroups() (n, sum map[string]int) {
+	n, sum = map[string]int{}, map[string]int{}
+	for i := range largeValues {
+		k, _ := toLargeKV(i)
+		n[k]++
+		sum[k] += i
+	}
+	return n, sum
+}
+
+// largeIndices are the indices toLargeKV takes: 0 to largeValues-1.
+func largeIndices() []int {
+	in := make([]int, largeValues)
+	for i := range in {
+		in[i] = i
+	}
+	return in
+}
+
 // summarizeLarge counts a group's values and sums their indices (a value
 // lost or read twice shows), with the side input's elements.
 func summarizeLarge(k string, vs func(*string) bool, side func(*string) bool) string {
@@ -81,12 +102,7 @@ func summarizeLarge(k string, vs func(*string) bool, side func(*string) bool) st
 // panes its side input is not ready for, a large one's values copied into
 // the store in pieces.
 func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
-	n, sum := map[string]int{}, map[string]int{}
-	for i := range largeValues {
-		k, _ := toLargeKV(i)
-		n[k]++
-		sum[k] += i
-	}
+	n, sum := largeGroups()
 	keys := slices.Sorted(maps.Keys(n))
 	for _, tc := range []struct {
 		name  string
@@ -108,10 +124,7 @@ func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 			aborted := abortCycles(t)
 			out := filepath.Join(t.TempDir(), "groups.txt")
 			p, s := beam.NewPipelineWithRoot()
-			in := make([]int, largeValues)
-			for i := range in {
-				in[i] = i
-			}
+			in := largeIndices()
 			kvs := beam.ParDo(s, toLargeKV, beam.CreateList(s, in))
 			var summaries beam.PCollection
 			if tc.sessions {
@@ -163,19 +176,11 @@ func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 // fewer values than it has (a piece lost, or a group read before its
 // pieces were all stored, would show).
 func TestLargeGroupsInPiecesAtLeastOnce(t *testing.T) {
-	n, sum := map[string]int{}, map[string]int{}
-	for i := range largeValues {
-		k, _ := toLargeKV(i)
-		n[k]++
-		sum[k] += i
-	}
+	n, sum := largeGroups()
 	aborted := abortCycles(t)
 	out := filepath.Join(t.TempDir(), "groups.txt")
 	p, s := beam.NewPipelineWithRoot()
-	in := make([]int, largeValues)
-	for i := range in {
-		in[i] = i
-	}
+	in := largeIndices()
 	groups := beam.GroupByKey(s, beam.ParDo(s, toLargeKV, beam.CreateList(s, in)))
 	textio.Write(s, out, beam.ParDo(s, summarizeLarge, groups, beam.SideInput{Input: beam.ParDo(s, largeGroupKey, groups)}))
 	runDone(t, env.Marshal(t, p), map[string]string{"processing_guarantee": "at_least_once", "commit_interval_ms": "20"})
