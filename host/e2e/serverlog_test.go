@@ -235,16 +235,59 @@ func statusTopicOffsets(bootstrap, appID string) string {
 		out = append(out, fmt.Sprintf("%s/%d: end %d, last stable %d", o.Topic, o.Partition, o.Offset, s.Offset))
 	})
 	keys := map[string]int{}
+	var log []string // offset:task, or offset:COMMIT / offset:ABORT for a marker
 	for n := int64(0); n < end; {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			keys[string(r.Key)]++
 			n = r.Offset + 1
+			if r.Attrs.IsControl() {
+				kind := "ABORT"
+				if len(r.Key) >= 4 && r.Key[3] == 1 {
+					kind = "COMMIT"
+				}
+				log = append(log, fmt.Sprintf("%d:%s(pid %d epoch %d)", r.Offset, kind, r.ProducerID, r.ProducerEpoch))
+				return
+			}
+			keys[string(r.Key)]++
+			log = append(log, fmt.Sprintf("%d:%s(pid %d epoch %d)", r.Offset, r.Key, r.ProducerID, r.ProducerEpoch))
 		})
 	}
 	out = append(out, fmt.Sprintf("status records by task, read uncommitted: %v", keys))
+	out = append(out, "status topic, record by record: "+strings.Join(log, " "))
+	out = append(out, "status records by task, read committed from the start: "+committedStatus(bootstrap, topic, end))
 	return strings.Join(out, "\n")
+}
+
+// committedStatus counts the status records of topic below end by task, as
+// a read_committed reader that starts now sees them: one that lacks what
+// the job's done check lacked says the broker took those records as
+// aborted; one that has them says the done check's reader missed them.
+func committedStatus(bootstrap, topic string, end int64) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return err.Error()
+	}
+	defer cl.Close()
+	keys := map[string]int{}
+	for ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		fs.EachRecord(func(r *kgo.Record) { keys[string(r.Key)]++ })
+		var at int64 = -1
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if p.HighWatermark >= 0 && len(p.Records) > 0 {
+				at = p.Records[len(p.Records)-1].Offset
+			}
+		})
+		if at >= end-2 { // the last record below end is its marker
+			break
+		}
+	}
+	return fmt.Sprint(keys)
 }

@@ -213,6 +213,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		// its deletes and their changelog records), and windowed-10m's
 		// last cycles peaked 40 MiB higher at 250,000 groups a cycle.
 		MaxFiredGroups: min(cmp.Or(cfg.MaxPollRecords, DefaultMaxPollRecords), task.DefaultMaxFiredGroups),
+		ExactlyOnce:    cfg.ExactlyOnce,
 		Produce:        i.produce,
 		ProduceWith: func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 			i.noteWritten(r.Topic)

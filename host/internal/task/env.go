@@ -50,6 +50,11 @@ type Env struct {
 	// cycle; the rest fire in the next cycles (gbk.go fire). Zero:
 	// DefaultMaxFiredGroups.
 	MaxFiredGroups int
+	// ExactlyOnce says the task's input comes read_committed and its state
+	// commits with its offsets in one transaction: what it takes is never
+	// redelivered, so a record out of line is a fault, not a redelivery
+	// (pieces.go).
+	ExactlyOnce bool
 
 	// Produce sends a record in the current commit cycle; a failure is
 	// reported through Fail by the producer.

@@ -43,7 +43,9 @@ import (
 //     read_committed reader sees a group's records all or none).
 //   - Every other record of a group that is not the next one expected is a
 //     redelivery of what the task took already (its state committed ahead
-//     of its offsets, at_least_once only) and is skipped.
+//     of its offsets, at_least_once only) and is skipped. Under
+//     exactly_once nothing is redelivered, so such a record fails the
+//     task, naming it, rather than hiding a fault.
 //   - Stored pieces and the entry are in the task's state with the offsets
 //     that brought them, so a group may span commit cycles and restarts.
 //   - A parked token's gate sequence number is unique in the task:
@@ -105,6 +107,9 @@ func (t *Task) sinkPieces(s *translate.Sink, codec *shuffle.ElementCodec, raw []
 // piecesReader is the stage that reads the root's output, a topic of
 // pieced groups: the one stage translate allows there.
 func (t *Task) piecesReader() (*stageRun, error) {
+	if t.piecesTo != nil {
+		return t.piecesTo, nil
+	}
 	var reader *stageRun
 	for _, c := range t.consumers[t.sub.Root.Output] {
 		if c.stage == nil || reader != nil || !c.stage.stage.PagedGroups || !c.stage.gated {
@@ -115,6 +120,7 @@ func (t *Task) piecesReader() (*stageRun, error) {
 	if reader == nil {
 		return nil, fmt.Errorf("sub-topology %d: groups in pieces on %s, which no stage reads", t.sub.ID, t.sub.Input)
 	}
+	t.piecesTo = reader
 	return reader, nil
 }
 
@@ -156,7 +162,17 @@ func (t *Task) groupPiece(r *kgo.Record) error {
 		seq, next, gateSeq = p.Seq, 0, t.nextGateSeq()
 	}
 	if gateSeq == nil || p.Seq != seq || p.N != next {
-		return nil // a redelivery of what this task took already
+		if !t.env.ExactlyOnce {
+			return nil // a redelivery of what this task took already
+		}
+		what := "piece"
+		if end {
+			what = "end"
+		}
+		if gateSeq == nil {
+			return fmt.Errorf("the %s of group %d (piece %d) from producer %s, of which no piece 0 came: a record out of line under exactly_once", what, p.Seq, p.N, p.Producer)
+		}
+		return fmt.Errorf("the %s of group %d (piece %d) from producer %s, while its group %d awaits piece %d: a record out of line under exactly_once", what, p.Seq, p.N, p.Producer, seq, next)
 	}
 	if !end {
 		k := t.key(state.GatePages, []byte{sr.idx}, gateSeq, binary.BigEndian.AppendUint64(nil, p.N))

@@ -278,3 +278,51 @@ func TestGroupPieceTooLarge(t *testing.T) {
 		}
 	}
 }
+
+// Under exactly_once nothing a task took comes again, so a piece out of
+// line is a fault: the task fails naming the record and what it expected,
+// rather than skipping it as an at_least_once redelivery.
+func TestGroupPieceOutOfLineExactlyOnce(t *testing.T) {
+	cases := []struct {
+		name string
+		pick func(data []*kgo.Record) []*kgo.Record
+		want string
+	}{
+		{"a piece again", func(d []*kgo.Record) []*kgo.Record { return []*kgo.Record{d[0], d[1], d[1]} },
+			"while its group 0 awaits piece 2"},
+		{"a piece skipped", func(d []*kgo.Record) []*kgo.Record { return []*kgo.Record{d[0], d[2]} },
+			"while its group 0 awaits piece 1"},
+		{"no piece 0", func(d []*kgo.Record) []*kgo.Record { return []*kgo.Record{d[1]} },
+			"of which no piece 0 came"},
+		{"an end too early", func(d []*kgo.Record) []*kgo.Record { return []*kgo.Record{d[0], d[len(d)-1]} },
+			"the end of group 0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newPiecesFixture(t)
+			f.te.env.ExactlyOnce = true
+			var data []*kgo.Record
+			for _, r := range f.groupRecords(t, "k", bigValues(21, 100<<10)) {
+				if r.Value[0] == shuffle.KindGroupPiece || r.Value[0] == shuffle.KindGroupEnd {
+					data = append(data, r)
+				}
+			}
+			if len(data) < 4 {
+				t.Fatalf("%d records of the group, want it in pieces", len(data))
+			}
+			in := f.te.input(f.main, 0)
+			var feed []*kgo.Record
+			for _, r := range c.pick(data) {
+				feed = append(feed, in.rec(r.Value))
+			}
+			f.te.setSideWatermark(f.side, maxWatermark)
+			err := f.te.task(f.main, 0).Handle(context.Background(), feed)
+			last := feed[len(feed)-1]
+			for _, want := range []string{fmt.Sprintf("topic %s partition 0 offset %d", last.Topic, last.Offset), c.want, "out of line under exactly_once"} {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%v; want %q in it", err, want)
+				}
+			}
+		})
+	}
+}

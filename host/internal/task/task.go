@@ -105,6 +105,9 @@ type Task struct {
 	gbk  gbkRuns    // group-by-key root only: values not yet in batch (gbk.go)
 	// pages are the cycle's paged groups (Root.PagedGroups; gbkpages.go).
 	pages groupPages
+	// piecesTo is the stage reading groups in pieces (pieces.go), once
+	// found; nil before.
+	piecesTo *stageRun
 
 	// residuals are the pending self-checkpoints of splittable DoFns, in
 	// the order they were made (residuals.go); residualSeq numbers the next.
