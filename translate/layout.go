@@ -720,15 +720,18 @@ func (t *translator) takesPages(s *Stage) bool {
 	return s.Executor == ExecutorHarness && !s.TimeSortedInput && !t.splits(s)
 }
 
-// piecedTopics returns the "-main" topics a GroupByKey's groups may cross
-// in pieces, each with the stage that reads them: the topic's only
-// producer is a GroupByKey root's output, and its sub-topology passes it
-// to one stage only, which takes pages and parks its input for side inputs
-// (the root does not wait for them). That stage stores a large group's
-// pieces as a parked group's copy (host/internal/task/gatepages.go) and
-// reads it in pages once it is released, so the group is never whole in a
-// record or in memory. A reader that does not park (stable or time-sorted
-// input, a splittable DoFn) gets whole groups.
+// piecedTopics returns the topics a GroupByKey's groups may cross in
+// pieces, each with the stage that reads them: a redistribute topic
+// ("-main", "-flatten", a Reshuffle's or stable input's "-repartition")
+// whose producers are all GroupByKey roots' outputs, and whose
+// sub-topology passes it to one stage only, which takes pages. That stage
+// stores a large group's pieces as a parked group's copy
+// (host/internal/task/gatepages.go) and reads it in pages once released:
+// by the gate when its side inputs are ready, or in the next cycle when it
+// has none (the host gates every such stage). So the group is never whole
+// in a record or in memory. A reader that time-sorts its input or splits
+// it (a splittable DoFn), a WASM stage, or a topic another kind of
+// producer writes too, gets whole groups.
 func (t *translator) piecedTopics(plan *Plan) map[string]*Stage {
 	topics := map[string]*Topic{}
 	for _, tp := range plan.Topics {
@@ -743,20 +746,23 @@ func (t *translator) piecedTopics(plan *Plan) map[string]*Stage {
 	out := map[string]*Stage{}
 	for _, st := range plan.SubTopologies {
 		tp := topics[st.Input]
-		if st.Root.Kind != RootPassthrough || tp == nil || tp.Kind != TopicRedistribute ||
-			len(tp.Producers) != 1 || tp.Producers[0] != st.Root.Output || !groups[st.Root.Output] {
+		if st.Root.Kind != RootPassthrough || tp == nil || tp.Kind != TopicRedistribute || len(tp.Producers) == 0 {
 			continue
 		}
-		if _, ok := t.pagedCoder(st.Root.Output, false); !ok {
+		ok := true
+		for _, pc := range tp.Producers {
+			_, paged := t.pagedCoder(pc, false)
+			ok = ok && groups[pc] && paged
+		}
+		if _, paged := t.pagedCoder(st.Root.Output, false); !ok || !paged {
 			continue
 		}
 		var reader *Stage
-		ok := true
 		for _, s := range st.Stages {
 			if s.Input != st.Root.Output {
 				continue
 			}
-			ok = ok && reader == nil && t.takesPages(s) && !st.Root.WaitsForSides(s)
+			ok = ok && reader == nil && t.takesPages(s)
 			reader = s
 		}
 		for _, f := range st.Flattens {

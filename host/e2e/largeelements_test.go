@@ -11,22 +11,23 @@ import (
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
+	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
-// TestElementTooLargeForTopic: a group larger than the internal topic it
-// must cross whole (hotStableGroupsPipeline's hot group of about 4 MB,
-// with internal_max_message_bytes at Kafka's 1 MiB) fails the job with an
+// TestElementTooLargeForTopic: an element larger than the internal topic
+// it must cross whole (hugeStablePipeline's 2 MiB string, with
+// internal_max_message_bytes at Kafka's 1 MiB) fails the job with an
 // error naming the PCollection, the transform making it, the topic and the
 // option, rather than the producer's MESSAGE_TOO_LARGE naming the topic
 // alone.
 func TestElementTooLargeForTopic(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
-	errs := runFailed(ctx, t, ksrunner, hotStableGroupsPipeline(t, t.TempDir()+"/out"), map[string]string{"internal_max_message_bytes": "1048576"})
+	errs := runFailed(ctx, t, ksrunner, hugeStablePipeline(t, t.TempDir()+"/out"), map[string]string{"internal_max_message_bytes": "1048576"})
 	msg := strings.Join(errs, "\n")
-	for _, want := range []string{`(output of transform "CoGBK"): an element of `, "does not fit in a record of topic __beam_", "stableSummarize_2fStableInput-repartition, which takes at most 1048576 bytes", "internal_max_message_bytes"} {
+	for _, want := range []string{`(output of transform "e2e.hugeElement"): an element of `, "does not fit in a record of topic __beam_", "stableLength_2fStableInput-repartition, which takes at most 1048576 bytes", "internal_max_message_bytes"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("errors %q, want %q in them", errs, want)
 		}
@@ -52,11 +53,20 @@ func TestLargeGroupToSideInputReader(t *testing.T) {
 		// The ParDo heads a sub-topology of its own: the hot group
 		// crosses its topic in pieces.
 		{"side input made from the groups", hotSideOfGroupsPipeline, "ccch"},
+		// A ParDo requiring stable input heads a sub-topology of its own
+		// too, fed by a topic of committed records: the same.
+		{"stable input", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t, 2*time.Minute)
 			out := filepath.Join(t.TempDir(), "out.txt")
-			runDone(ctx, t, ksrunner, marshal(t, tc.build(out)), map[string]string{"internal_max_message_bytes": "1048576"})
+			var pipe *pipepb.Pipeline
+			if tc.build != nil {
+				pipe = marshal(t, tc.build(out))
+			} else {
+				pipe = hotStableGroupsPipeline(t, out)
+			}
+			runDone(ctx, t, ksrunner, pipe, map[string]string{"internal_max_message_bytes": "1048576"})
 			b, err := os.ReadFile(out)
 			if err != nil {
 				t.Fatalf("reading the output: %v", err)
@@ -112,19 +122,19 @@ func TestInternalTopicsKeepTheirLimit(t *testing.T) {
 	bootstrap := kafkatest.Broker(t)
 	ctx := testContext(t, 2*time.Minute)
 	appID := kafkatest.UniqueName(t, "e2e")
-	pipe := hotStableGroupsPipeline(t, t.TempDir()+"/out")
+	pipe := hugeStablePipeline(t, t.TempDir()+"/out")
 	opts := map[string]string{"application_id": appID, "bootstrap_servers": bootstrap, "internal_max_message_bytes": "1048576"}
 	runFailed(ctx, t, ksrunner, pipe, opts) // makes the topics at 1 MiB
 	delete(opts, "internal_max_message_bytes")
 	_, r := runEnded(ctx, t, ksrunner, pipe, opts, jobpb.JobState_FAILED)
 	warned := false
 	for _, m := range r.Messages {
-		warned = warned || strings.Contains(m, "internal topics made by an earlier run take smaller records than internal_max_message_bytes (8388608) asks: __beam_"+appID) && strings.Contains(m, "stableSummarize_2fStableInput-repartition (1048576)")
+		warned = warned || strings.Contains(m, "internal topics made by an earlier run take smaller records than internal_max_message_bytes (8388608) asks: __beam_"+appID) && strings.Contains(m, "stableLength_2fStableInput-repartition (1048576)")
 	}
 	if !warned {
 		t.Errorf("no job message warning of the topics' smaller limit; messages %q", r.Messages)
 	}
-	if msg := strings.Join(r.Errors, "\n"); !strings.Contains(msg, "stableSummarize_2fStableInput-repartition, which takes at most 1048576 bytes") {
+	if msg := strings.Join(r.Errors, "\n"); !strings.Contains(msg, "stableLength_2fStableInput-repartition, which takes at most 1048576 bytes") {
 		t.Errorf("errors %q, want the element too large for the topic's own 1048576 bytes", r.Errors)
 	}
 }

@@ -129,6 +129,29 @@ func hotStableGroupsPipeline(t *testing.T, out string) *pipepb.Pipeline {
 	return pipe
 }
 
+// hugeStablePipeline makes one element of 2 MiB, which a ParDo requiring
+// stable input reads: it crosses that ParDo's topic whole, as an element
+// that is not a group always does.
+func hugeStablePipeline(t *testing.T, out string) *pipepb.Pipeline {
+	p, s := beam.NewPipelineWithRoot()
+	textio.Write(s, out, beam.ParDo(s, stableLength, beam.ParDo(s, hugeElement, beam.Create(s, 2<<20))))
+	pipe := marshal(t, p)
+	if err := pipelinetest.RequireStableInput(pipe, "stableLength"); err != nil {
+		t.Fatal(err)
+	}
+	return pipe
+}
+
+func hugeElement(n int) string { return strings.Repeat("x", n) }
+
+func stableLength(s string) string { return fmt.Sprintf("length=%d", len(s)) }
+
+func init() {
+	register.Function1x1(hugeElement)
+	register.Function1x1(stableLength)
+	register.Function2x1(stableSummarize)
+}
+
 func stableSummarize(key string, vs func(*string) bool) string {
 	return summarizeWithSide(key, vs, func(*string) bool { return false })
 }

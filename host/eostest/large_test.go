@@ -16,11 +16,14 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
+
+	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
 
 func init() {
 	register.Function1x2(toLargeKV)
 	register.Function3x1(summarizeLarge)
+	register.Function2x1(summarizeLargeStable)
 	register.Function2x1(largeGroupKey)
 }
 
@@ -70,6 +73,18 @@ func largeIndices() []int {
 
 // summarizeLarge counts a group's values and sums their indices (a value
 // lost or read twice shows), with the side input's elements.
+// summarizeLargeStable is summarizeLarge with the side input "stable".
+func summarizeLargeStable(k string, vs func(*string) bool) string {
+	done := false
+	return summarizeLarge(k, vs, func(v *string) bool {
+		if done {
+			return false
+		}
+		*v, done = "stable", true
+		return true
+	})
+}
+
 func summarizeLarge(k string, vs func(*string) bool, side func(*string) bool) string {
 	var n, sum int
 	var v string
@@ -119,6 +134,10 @@ func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 			return beam.ParDo(s, largeGroupKey, groups)
 		}, strings.Join(keys, ","), false},
 		{"side input ready after the panes of session windows", nil, strings.Join(keys, ","), true},
+		// No side input: a ParDo requiring stable input heads a
+		// sub-topology of its own, and the groups cross its topic in
+		// pieces, held until the cycle after their last piece.
+		{"stable input", nil, "stable", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			aborted := abortCycles(t)
@@ -135,12 +154,20 @@ func TestLargeGroupsUnderAbortedCycles(t *testing.T) {
 				kvs = beam.WindowInto(s, window.NewSessions(time.Minute), kvs)
 				side := beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, largeGroupKey, beam.GroupByKey(s, kvs)))
 				summaries = beam.WindowInto(s, window.NewGlobalWindows(), beam.ParDo(s, summarizeLarge, beam.GroupByKey(s, kvs), beam.SideInput{Input: side}))
+			} else if tc.side == nil {
+				summaries = beam.ParDo(s, summarizeLargeStable, beam.GroupByKey(s, kvs))
 			} else {
 				groups := beam.GroupByKey(s, kvs)
 				summaries = beam.ParDo(s, summarizeLarge, groups, beam.SideInput{Input: tc.side(s, groups)})
 			}
 			textio.Write(s, out, summaries)
-			runDone(t, env.Marshal(t, p), map[string]string{"processing_guarantee": "exactly_once", "commit_interval_ms": "20"})
+			pipe := env.Marshal(t, p)
+			if tc.side == nil && !tc.sessions {
+				if err := pipelinetest.RequireStableInput(pipe, "summarizeLargeStable"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runDone(t, pipe, map[string]string{"processing_guarantee": "exactly_once", "commit_interval_ms": "20"})
 			if n := aborted(); n < 3 {
 				t.Fatalf("only %d commit cycles were aborted, want at least 3", n)
 			}

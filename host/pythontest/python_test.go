@@ -101,12 +101,13 @@ func TestCustomWindowFns(t *testing.T) {
 // (paged: host/internal/task/gbkpages.go; to a plain ParDo, to one with a
 // side input and to a stateful one, with internal_max_message_bytes at
 // 1 MiB; in pieces across a topic to a ParDo with a side input that shares
-// it with another), an ordered list state of 3 MB
+// it with another, and through a Flatten of two GroupByKeys' groups), an
+// ordered list state of 3 MB
 // (paged: host/internal/state/user.go), and a splittable DoFn with a
 // windowed side input that defers its remainders.
 func TestFeatures(t *testing.T) {
 	matchDirectRunner(t, "features.py", map[string]int{
-		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "hotside": 1, "hotshared": 1, "hotsharedcount": 1, "hotstate": 1, "ordered": 1, "sdfside": 500,
+		"count-even": 25, "sum-odd": 25, "side": 25, "cogbk": 25, "fixed": 100, "sliding": 300, "sessions": 100, "state": 50, "hotkey": 1, "hotside": 1, "hotshared": 1, "hotsharedcount": 1, "hotflatten": 2, "hotstate": 1, "ordered": 1, "sdfside": 500,
 	}, func(o *host.Options) {
 		// No 3 MB group may cross a topic or the store whole.
 		o.InternalMaxMessageBytes = 1 << 20

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/translate"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -20,6 +21,16 @@ import (
 // is durable with the task's state (its offsets are committed with it) and
 // holds the task's output watermark at its smallest element timestamp.
 
+// gatesInput reports whether stage s of sub parks its input: for side
+// inputs its root does not wait for, or, reading groups that cross a topic
+// in pieces (translate's Stage.PagedGroups behind a passthrough root), to
+// hold each such group until the cycle after its last piece, when its copy
+// is in the store (pieces.go). Such a stage without side inputs parks
+// nothing else.
+func gatesInput(sub *translate.SubTopology, s *translate.Stage) bool {
+	return !sub.Root.WaitsForSides(s) || s.PagedGroups && sub.Root.Kind == translate.RootPassthrough
+}
+
 // gate parks in and returns the parked chunks that are ready, deleting them.
 // A paged group (a stage reading a GroupByKey's output in pages) that is
 // ready as it comes goes on at once; one that is not is parked alone, with
@@ -31,6 +42,11 @@ func (t *Task) gate(sr *stageRun, in []chunk) ([]chunk, error) {
 		ready = min(ready, t.env.SideWatermark(si.Topic))
 	}
 	var now []chunk
+	if len(sr.stage.SideInputs) == 0 {
+		// Gated only for groups in pieces (gatesInput), which groupPiece
+		// parks: the rest goes on at once.
+		now, in = in, nil
+	}
 	for _, c := range in {
 		// Each stored piece is whole elements of at most about
 		// maxStoredValue bytes: it is one changelog record.

@@ -241,7 +241,7 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 		if exec == nil {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
-		sr := &stageRun{stage: s, exec: executor.ForTask(exec), idx: byte(len(t.stages)), gated: !sub.Root.WaitsForSides(s), sorted: s.TimeSortedInput, sortedUpTo: minWatermark, families: map[string]translate.TimerFamily{}}
+		sr := &stageRun{stage: s, exec: executor.ForTask(exec), idx: byte(len(t.stages)), gated: gatesInput(sub, s), sorted: s.TimeSortedInput, sortedUpTo: minWatermark, families: map[string]translate.TimerFamily{}}
 		for _, f := range s.TimerFamilies {
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}

@@ -208,6 +208,21 @@ def main():
         (shared
          | "HotSharedCount" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1])))
          | "WHotSharedCount" >> beam.Map(write("hotsharedcount")))
+        # Two GroupByKeys' groups flattened, then read by one ParDo: the
+        # Flatten heads a sub-topology of its own, and ksrunner sends it
+        # each group across the Flatten's topic in pieces.
+        flat1 = (p
+                 | "HotFlatIndices1" >> beam.Create(list(range(3000)))
+                 | "HotFlatPair1" >> beam.Map(lambda i: ("hot1", "%06d%s" % (i, "v" * 1000)))
+                 | "HotFlatGroup1" >> beam.GroupByKey())
+        flat2 = (p
+                 | "HotFlatIndices2" >> beam.Create(list(range(1500)))
+                 | "HotFlatPair2" >> beam.Map(lambda i: ("hot2", "%06d%s" % (i, "w" * 1000)))
+                 | "HotFlatGroup2" >> beam.GroupByKey())
+        ((flat1, flat2)
+         | "HotFlatten" >> beam.Flatten()
+         | "HotFlatSummary" >> beam.Map(lambda kv: (kv[0], sum(1 for _ in kv[1]), sum(int(v[:6]) for v in kv[1]), sum(len(v) for v in kv[1])))
+         | "WHotFlatten" >> beam.Map(write("hotflatten")))
         (p
          | "HotStateIndices" >> beam.Create(list(range(3000)))
          | "HotStatePair" >> beam.Map(lambda i: ("hot", "%06d%s" % (i, "v" * 1000)))
