@@ -1241,4 +1241,3 @@ func TestPiecedTopics(t *testing.T) {
 		})
 	}
 }
-

@@ -211,9 +211,7 @@ func statusTopicOffsets(bootstrap, appID string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	topic := shuffle.TopicName(appID, shuffle.StatusTopic)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadUncommitted()))
+	cl, err := statusReader(bootstrap, topic, kgo.ReadUncommitted())
 	if err != nil {
 		return err.Error()
 	}
@@ -261,6 +259,13 @@ func statusTopicOffsets(bootstrap, appID string) string {
 	return strings.Join(out, "\n")
 }
 
+// statusReader reads the status topic's one partition from its start.
+func statusReader(bootstrap, topic string, iso kgo.IsolationLevel) (*kgo.Client, error) {
+	return kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(iso))
+}
+
 // committedStatus counts the status records of topic below end by task, as
 // a read_committed reader that starts now sees them: one that lacks what
 // the job's done check lacked says the broker took those records as
@@ -268,9 +273,7 @@ func statusTopicOffsets(bootstrap, appID string) string {
 func committedStatus(bootstrap, topic string, end int64) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(bootstrap, ",")...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	cl, err := statusReader(bootstrap, topic, kgo.ReadCommitted())
 	if err != nil {
 		return err.Error()
 	}
