@@ -44,6 +44,7 @@ type fakeWorker struct {
 	cancel  context.CancelFunc
 	control fnpb.BeamFnControl_ControlClient
 	data    fnpb.BeamFnData_DataClient
+	state   fnpb.BeamFnState_StateClient
 }
 
 // startFake starts a harness whose environment "fake" is a worker the
@@ -91,7 +92,11 @@ func startFakeWithTimers(t *testing.T, families []string) (*harness.Harness, *ha
 			connected <- err
 			return
 		}
-		fw.data, err = fnpb.NewBeamFnDataClient(conn).Data(wctx)
+		if fw.data, err = fnpb.NewBeamFnDataClient(conn).Data(wctx); err != nil {
+			connected <- err
+			return
+		}
+		fw.state, err = fnpb.NewBeamFnStateClient(conn).State(wctx)
 		connected <- err
 	}()
 	if err := h.StartEnvironment(context.Background(), "fake", &pipepb.Environment{Urn: harness.URNEnvExternal, Payload: payload}); err != nil {
@@ -384,6 +389,15 @@ func TestTimersEndInAnyOrder(t *testing.T) {
 // side of the bundle terminates.
 func TestAbortEndsTimerFamilies(t *testing.T) {
 	_, stage, fw := startFakeWithTimers(t, []string{"f1", "f2"})
+	inst := startAndCancel(t, stage, fw)
+	msgs := fw.readInputMessages()
+	checkEndOfInput(t, msgs[len(msgs)-1], inst, "f1", "f2")
+}
+
+// startAndCancel starts a bundle of stage, gives it an input, cancels it
+// and checks that Finish says so; it returns the bundle's instruction id.
+func startAndCancel(t *testing.T, stage *harness.Stage, fw *fakeWorker) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b, err := stage.StartBundle(ctx, newCollector(t).emit)
 	if err != nil {
@@ -395,8 +409,55 @@ func TestAbortEndsTimerFamilies(t *testing.T) {
 	}
 	cancel()
 	if _, err := b.Finish(); !errors.Is(err, context.Canceled) {
-		t.Errorf("Finish of a cancelled bundle: %v", err)
+		t.Fatalf("Finish of a cancelled bundle: %v", err)
 	}
-	msgs := fw.readInputMessages()
-	checkEndOfInput(t, msgs[len(msgs)-1], inst, "f1", "f2")
+	return inst
+}
+
+// TestAbortedBundles aborts bundles the SDK still runs: a state request of
+// such a bundle is answered with an error saying the runner abandoned it
+// (not that no such bundle exists), and the ids the data sender keeps to
+// drop aborted bundles' queued input stay bounded however many bundles a
+// job aborts.
+func TestAbortedBundles(t *testing.T) {
+	h, stage, fw := startFake(t)
+	abort := func() string {
+		t.Helper()
+		inst := startAndCancel(t, stage, fw)
+		fw.readInput()
+		return inst
+	}
+	stateError := func(inst string) string {
+		t.Helper()
+		req := &fnpb.StateRequest{Id: "s-" + inst, InstructionId: inst,
+			StateKey: &fnpb.StateKey{Type: &fnpb.StateKey_Runner_{Runner: &fnpb.StateKey_Runner{Key: []byte("k")}}},
+			Request:  &fnpb.StateRequest_Get{Get: &fnpb.StateGetRequest{}}}
+		if err := fw.state.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := fw.state.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetError()
+	}
+
+	inst := abort()
+	if got := stateError(inst); !strings.Contains(got, "abandoned by the runner") {
+		t.Errorf("state request of a bundle the SDK still runs after its abort: %q, want it to say the runner abandoned it", got)
+	}
+	fw.respond(&fnpb.InstructionResponse{InstructionId: inst, Error: "abandoned"})
+	if got := stateError("no-such-bundle"); !strings.Contains(got, "no bundle \"no-such-bundle\" in flight") {
+		t.Errorf("state request of an unknown bundle: %q", got)
+	}
+
+	// Each aborted bundle here sends one data message: after 2*AbortedKeep
+	// of them the first ones must be forgotten.
+	n := 2*harness.AbortedKeep + 10
+	for range n {
+		fw.respond(&fnpb.InstructionResponse{InstructionId: abort(), Error: "abandoned"})
+	}
+	if got := harness.AbortedRemembered(h); got > 2*harness.AbortedKeep {
+		t.Errorf("after %d aborted bundles the workers keep %d of their ids, want at most %d", n+1, got, 2*harness.AbortedKeep)
+	}
 }

@@ -53,8 +53,16 @@ type worker struct {
 	pending         map[string]chan *fnpb.InstructionResponse // non-bundle instructions awaiting a response
 	bundles         map[string]*Bundle                        // in-flight bundles by instruction id
 	descriptors     map[string]*fnpb.ProcessBundleDescriptor
-	aborted         map[string]bool // bundles whose queued input must not be sent any more
-	aborts          *fnpb.Elements  // is_last markers the data sender owes aborted bundles
+	// aborted and abortedOld hold the bundles whose queued input must not
+	// be sent any more. Input queued for a bundle is at most the queue's
+	// length, plus one message of a send racing the abort; so an id need
+	// not outlive abortedKeep dequeued messages, and the sender moves
+	// aborted to abortedOld (dropping what abortedOld held) after each
+	// abortedKeep messages. Without that a job that never ends would keep
+	// the id of every bundle it ever aborted.
+	aborted, abortedOld map[string]bool
+	dequeued            int            // data messages the sender took since the last move
+	aborts              *fnpb.Elements // is_last markers the data sender owes aborted bundles
 	// unanswered holds the ProcessBundle requests sent on the control
 	// stream that the SDK has not answered: bundles still running on the
 	// SDK's side, whether or not the runner still waits for them.
@@ -362,9 +370,15 @@ func (w *worker) serveData(stream fnpb.BeamFnData_DataServer) error {
 	}
 }
 
+// abortedKeep is how many dequeued data messages an aborted bundle's id is
+// kept for at least (see worker.aborted): far more than can be queued for
+// it.
+const abortedKeep = 128 * dataQueueLen
+
 // isAborted reports whether msg is input for a bundle that was aborted:
 // the SDK has been (or will be) told the input ended, so it is dropped.
-// Every queued message belongs to one bundle.
+// Every queued message belongs to one bundle. Only the data sender calls
+// it, once per message it takes.
 func (w *worker) isAborted(msg *fnpb.Elements) bool {
 	var id string
 	switch {
@@ -377,7 +391,13 @@ func (w *worker) isAborted(msg *fnpb.Elements) bool {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.aborted[id]
+	if w.dequeued++; w.dequeued >= abortedKeep {
+		w.dequeued = 0
+		if len(w.aborted)+len(w.abortedOld) > 0 {
+			w.abortedOld, w.aborted = w.aborted, make(map[string]bool)
+		}
+	}
+	return w.aborted[id] || w.abortedOld[id]
 }
 
 // abortInput makes the data sender send end, the end of the input of an
@@ -467,7 +487,17 @@ func (w *worker) handleState(req *fnpb.StateRequest) *fnpb.StateResponse {
 	resp := &fnpb.StateResponse{Id: req.GetId()}
 	b := w.bundle(req.GetInstructionId())
 	if b == nil {
-		resp.Error = fmt.Sprintf("state request %s: no bundle %q in flight on worker %s", req.GetId(), req.GetInstructionId(), w.id)
+		w.mu.Lock()
+		_, running := w.unanswered[req.GetInstructionId()]
+		w.mu.Unlock()
+		if running {
+			// The runner let go of the bundle (its commit cycle aborted,
+			// its task closed) while the SDK still runs it: nothing it
+			// does will be used, and the SDK fails it on this answer.
+			resp.Error = fmt.Sprintf("state request %s: bundle %q was abandoned by the runner (its commit cycle aborted or its task closed; the work is redone): its output is discarded", req.GetId(), req.GetInstructionId())
+		} else {
+			resp.Error = fmt.Sprintf("state request %s: no bundle %q in flight on worker %s", req.GetId(), req.GetInstructionId(), w.id)
+		}
 		return resp
 	}
 	key := req.GetStateKey()

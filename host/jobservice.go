@@ -54,8 +54,12 @@ type JobServer struct {
 	starting sync.WaitGroup          // Runs past the closed check, not yet registered
 	prepared map[string]*preparedJob // by preparation id == staging token
 	jobs     map[string]*job
-	order    []string
+	order    []string // the jobs' ids, in the order they started
+	ended    []string // the ids of the ended jobs kept, in the order they ended
 	nextID   int
+	// watchers are the goroutines that wait for a registered job to end
+	// (forgetEnded); Stop waits for them.
+	watchers sync.WaitGroup
 }
 
 type preparedJob struct {
@@ -63,7 +67,14 @@ type preparedJob struct {
 	name     string
 	pipeline *pipepb.Pipeline
 	options  *structpb.Struct
+	at       time.Time // when it was prepared
 }
+
+// preparedTTL is how long a preparation waits for its Run. Beam's clients
+// stage and run at once; one that never runs (its client went away) is
+// dropped with its staged artifacts when a later Prepare finds it this
+// old.
+const preparedTTL = time.Hour
 
 // NewJobServer listens on addr ("host:port"; port 0 picks a free one).
 // defaults are the job-scoped options a job's pipeline options override.
@@ -84,6 +95,12 @@ func NewJobServer(addr string, defaults Options, logger *slog.Logger, options ..
 	}
 	if err := checkAllowedBootstrap(cfg.allowedBootstrap); err != nil {
 		return nil, fmt.Errorf("job server: %w", err)
+	}
+	switch {
+	case cfg.jobHistory < 0:
+		return nil, fmt.Errorf("job server: option job_history: %d: want at least 1 (how many ended jobs it keeps)", cfg.jobHistory)
+	case cfg.jobHistory == 0:
+		cfg.jobHistory = DefaultJobHistory
 	}
 	kafka, err := cfg.kafkaConfig.Load()
 	if err != nil {
@@ -176,6 +193,7 @@ func (s *JobServer) Stop() {
 	for _, j := range jobs {
 		j.Wait()
 	}
+	s.watchers.Wait()
 	s.srv.Stop()
 	if s.status != nil {
 		s.status.Close()
@@ -204,7 +222,15 @@ func (s *JobServer) Prepare(ctx context.Context, req *jobpb.PrepareJobRequest) (
 		name = "job"
 	}
 	id := fmt.Sprintf("%s-%d", sanitizeID(name), s.nextID)
-	s.prepared[id] = &preparedJob{id: id, name: name, pipeline: req.GetPipeline(), options: req.GetPipelineOptions()}
+	now := time.Now()
+	for old, p := range s.prepared {
+		if now.Sub(p.at) > preparedTTL {
+			delete(s.prepared, old)
+			os.RemoveAll(filepath.Join(s.stageDir, old))
+			s.logger.Info("dropped a job preparation never run", "preparation", old, "prepared", p.at)
+		}
+	}
+	s.prepared[id] = &preparedJob{id: id, name: name, pipeline: req.GetPipeline(), options: req.GetPipelineOptions(), at: now}
 	return &jobpb.PrepareJobResponse{
 		PreparationId:           id,
 		ArtifactStagingEndpoint: &pipepb.ApiServiceDescriptor{Url: s.dialedEndpoint(ctx)},
@@ -298,6 +324,13 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 	if prep == nil {
 		return nil, status.Errorf(codes.NotFound, "run: unknown preparation id %q", req.GetPreparationId())
 	}
+	stageDir := filepath.Join(s.stageDir, prep.id)
+	started := false
+	defer func() {
+		if !started { // refused, failed, or joined a running job
+			os.RemoveAll(stageDir)
+		}
+	}()
 	opts, err := s.defaults.WithPipelineOptions(prep.options)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
@@ -314,7 +347,7 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 	}
 	canonicalOrder(prep.pipeline)
 	spec := jobSpec{ID: prep.id, Name: prep.name, Pipeline: prep.pipeline, RawOptions: prep.options, Options: opts,
-		StageDir: filepath.Join(s.stageDir, prep.id), EmbeddedBroker: embedded}
+		StageDir: stageDir, EmbeddedBroker: embedded}
 	s.keepStoredOrder(ctx, spec)
 	if running, err := s.runningHere(spec); err != nil || running != nil {
 		if err != nil {
@@ -330,14 +363,42 @@ func (s *JobServer) Run(ctx context.Context, req *jobpb.RunJobRequest) (*jobpb.R
 		return nil, status.Errorf(codes.InvalidArgument, "job %s: %v", prep.id, err)
 	}
 	s.register(job)
+	started = true
 	return &jobpb.RunJobResponse{JobId: job.ID()}, nil
 }
 
+// register lists j, which runs, until it has ended and as many jobs as
+// the history keeps (WithJobHistory) have ended after it.
 func (s *JobServer) register(j *job) {
 	s.mu.Lock()
 	s.jobs[j.ID()] = j
 	s.order = append(s.order, j.ID())
+	s.watchers.Add(1)
 	s.mu.Unlock()
+	go func() {
+		defer s.watchers.Done()
+		j.Wait()
+		s.forgetEnded(j)
+	}()
+}
+
+// forgetEnded deletes the staged artifacts of j, which has ended and
+// released everything it started, and forgets the jobs that ended first
+// beyond the history (WithJobHistory).
+func (s *JobServer) forgetEnded(j *job) {
+	if err := os.RemoveAll(j.spec.StageDir); err != nil {
+		s.logger.Warn("deleting an ended job's staged artifacts", "job", j.ID(), "error", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = append(s.ended, j.ID())
+	for len(s.ended) > s.cfg.jobHistory {
+		old := s.ended[0]
+		s.ended = slices.Delete(s.ended, 0, 1)
+		delete(s.jobs, old)
+		s.order = slices.DeleteFunc(s.order, func(id string) bool { return id == old })
+		s.logger.Debug("forgot an ended job (job_history)", "job", old)
+	}
 }
 
 // canonicalOrder lists p's root transforms, and each composite's parts, in

@@ -40,6 +40,25 @@ type serverConfig struct {
 	// leaveOnStop: the process's jobs leave their consumer groups when it
 	// stops (WithLeaveGroupOnStop).
 	leaveOnStop bool
+	// jobHistory is how many ended jobs a job server keeps
+	// (WithJobHistory); 0: DefaultJobHistory.
+	jobHistory int
+}
+
+// DefaultJobHistory is how many ended jobs a job server keeps unless
+// WithJobHistory says otherwise: as many as Beam's Java job server keeps
+// (its --history-size).
+const DefaultJobHistory = 10
+
+// WithJobHistory sets how many ended jobs the job server keeps for the Job
+// API (state, messages, metrics, pipeline) and the status page (0:
+// DefaultJobHistory). When one more job ends, the one that ended
+// first is forgotten (the Job API answers NOT_FOUND for its id), so a job
+// server that runs jobs for months keeps its memory flat. A running job is
+// always kept. A job's staged artifacts are deleted when it ends, whatever
+// n is.
+func WithJobHistory(n int) ServerOption {
+	return func(c *serverConfig) { c.jobHistory = n }
 }
 
 // WithStuckBundlePolicy sets what happens when a bundle of a

@@ -48,10 +48,13 @@ type serverConfig struct {
 	// LeaveGroupOnStop: the server's jobs leave their consumer groups when
 	// it stops (host.WithLeaveGroupOnStop).
 	LeaveGroupOnStop bool `koanf:"leave_group_on_stop"`
+	// JobHistory is how many ended jobs the server keeps
+	// (host.WithJobHistory).
+	JobHistory int `koanf:"job_history"`
 }
 
 func defaultServerConfig() serverConfig {
-	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, StatusPort: 8074, LogLevel: "info", AllowProcessEnvironments: "auto"}
+	return serverConfig{Options: host.DefaultOptions(), JobHost: "localhost", JobPort: 8099, ExpansionPort: 8097, StatusPort: 8074, LogLevel: "info", AllowProcessEnvironments: "auto", JobHistory: host.DefaultJobHistory}
 }
 
 // processEnvironments is allow_process_environments: nil for auto.
@@ -146,6 +149,7 @@ func jobServerFlags() *pflag.FlagSet {
 	fs.Lookup("allow_process_environments").NoOptDefVal = "true"
 	fs.StringSlice("allowed_bootstrap_servers", nil, "HOST:PORT entries (\"*\" globs, or embedded) that a job's bootstrap_servers may name besides this server's own (default: any on loopback without Kafka credentials, else none)")
 	fs.Bool("leave_group_on_stop", false, leaveGroupOnStopHelp)
+	fs.Int("job_history", def.JobHistory, "how many ended jobs the job endpoint and the status page keep (at least 1); the one that ended first is forgotten, and a job's staged artifacts are deleted when it ends")
 	kafkaSecurityFlags(fs, new(host.KafkaSecurity))
 	return fs
 }
@@ -222,6 +226,9 @@ func loadServerConfig(args []string) (serverConfig, error) {
 	}
 	if cfg.StatusPort < 0 || cfg.StatusPort > 65535 {
 		return serverConfig{}, fmt.Errorf("option status_port: %d, want a port (0: no status page)%s", cfg.StatusPort, fromWhere(errors.New("option status_port"), sources))
+	}
+	if cfg.JobHistory < 1 {
+		return serverConfig{}, fmt.Errorf("option job_history: %d, want at least 1 (how many ended jobs to keep)%s", cfg.JobHistory, fromWhere(errors.New("option job_history"), sources))
 	}
 	if err := cfg.Options.Validate(); err != nil {
 		return serverConfig{}, fmt.Errorf("job server configuration: %w%s", err, fromWhere(err, sources))

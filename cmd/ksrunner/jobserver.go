@@ -30,6 +30,7 @@ func runJobServer(ctx context.Context, args []string, stdout io.Writer) error {
 		host.WithKafkaSecurity(cfg.KafkaSecurity),
 		host.WithAllowedBootstrapServers(cfg.AllowedBootstrapServers),
 		host.WithLeaveGroupOnStop(cfg.LeaveGroupOnStop),
+		host.WithJobHistory(cfg.JobHistory),
 	}
 	if allow, _ := cfg.processEnvironments(); allow != nil {
 		opts = append(opts, host.WithProcessEnvironments(*allow))

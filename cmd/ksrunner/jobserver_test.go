@@ -11,6 +11,8 @@ import (
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ksrunner/ksrunner/host"
 )
 
 // The job server serves the expansion service on expansion_port, says
@@ -109,5 +111,23 @@ func TestStatusPortConfig(t *testing.T) {
 	t.Setenv("KSRUNNER_STATUS_PORT", "x")
 	if _, err := parseWorkerFlags(nil); err == nil || !strings.Contains(err.Error(), "KSRUNNER_STATUS_PORT") {
 		t.Errorf("worker: KSRUNNER_STATUS_PORT=x: error %v, want one naming the variable", err)
+	}
+}
+
+// TestJobHistoryConfig: job_history defaults to Beam's Java job server's
+// history size, comes from the usual sources, and below 1 is an error naming
+// the option and where its value came from.
+func TestJobHistoryConfig(t *testing.T) {
+	cfg, err := loadServerConfig(nil)
+	if err != nil || cfg.JobHistory != host.DefaultJobHistory {
+		t.Fatalf("default job_history %d (%v), want %d", cfg.JobHistory, err, host.DefaultJobHistory)
+	}
+	t.Setenv("KSRUNNER_JOB_HISTORY", "50")
+	if cfg, err = loadServerConfig(nil); err != nil || cfg.JobHistory != 50 {
+		t.Errorf("env: job_history %d (%v), want 50", cfg.JobHistory, err)
+	}
+	_, err = loadServerConfig([]string{"--job_history=0"})
+	if err == nil || !strings.Contains(err.Error(), "option job_history: 0") || !strings.Contains(err.Error(), "flag --job_history") {
+		t.Errorf("job_history 0: error %v, want one naming the option and the flag", err)
 	}
 }
