@@ -59,6 +59,9 @@ type jobSpec struct {
 	// PublishedAs the id of the job that published it there.
 	Layout      int
 	PublishedAs string
+	// OneOff: Options.ApplicationID was made for this submission
+	// (runtime.Config.OneOff).
+	OneOff bool
 }
 
 // jobOrigin is how a process got a job, which decides what it publishes and
@@ -174,6 +177,7 @@ func startJob(ctx context.Context, spec jobSpec, logger *slog.Logger, server *se
 	var derivedUnbounded bool
 	if spec.Options.ApplicationID == "" {
 		spec.Options.ApplicationID = sanitizeID(spec.Name) + "-" + randomSuffix()
+		spec.OneOff = true
 		derivedUnbounded = !plan.Bounded
 	}
 	runnerKafka := server.kafka
@@ -337,6 +341,10 @@ func (j *job) recordEnd(ctx context.Context, err error) {
 	var state application.State
 	switch {
 	case errors.Is(err, errAppEnded):
+		return
+	case j.spec.OneOff && j.plan.Bounded && !j.spec.Options.KeepInternalTopics:
+		// Nothing resumes the application; the runtime deleted its
+		// topics (runtime.Config.OneOff).
 		return
 	case err == nil && j.draining.Load():
 		state = application.Drained
@@ -609,6 +617,7 @@ func (j *job) execute(ctx context.Context) error {
 		ReplicationFactor:     opts.TopicReplicationFactor,
 		Parallelism:           opts.InternalParallelism,
 		KeepInternalTopics:    opts.KeepInternalTopics,
+		OneOff:                j.spec.OneOff,
 		StateDir:              opts.StateDir,
 		ExactlyOnce:           opts.exactlyOnce(),
 		CommitInterval:        opts.commitInterval(),

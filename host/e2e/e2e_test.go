@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/ksrunner/ksrunner/host/jobtest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +22,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate/pipelinetest"
 )
@@ -441,6 +442,69 @@ func TestDoFnPanicFailsJob(t *testing.T) {
 	st, err := ksrunner.GetState(ctx, &jobpb.GetJobStateRequest{JobId: id})
 	if err != nil || st.GetState() != jobpb.JobState_FAILED {
 		t.Errorf("GetState = %v, %v; want FAILED", st.GetState(), err)
+	}
+}
+
+// TestOneOffApplicationTopics: a bounded job that fails deletes its
+// internal topics when its application_id was made for its submission
+// (nothing can resume it), and keeps them when the application was named
+// (a resubmission under the name goes on from them).
+func TestOneOffApplicationTopics(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	topicsOf := func(prefix string) []string {
+		t.Helper()
+		// A new client each time: kadm answers from franz-go's metadata
+		// cache, up to 5 s old.
+		listed, err := kadm.NewClient(kafkatest.Client(t, bootstrap)).ListTopics(ctx)
+		if err != nil {
+			t.Fatalf("listing topics: %v", err)
+		}
+		var mine []string
+		for name := range listed {
+			if strings.HasPrefix(name, prefix) {
+				mine = append(mine, name)
+			}
+		}
+		return mine
+	}
+	pipe := marshal(t, panicPipeline("e2e deliberate panic "+kafkatest.UniqueName(t, "")))
+	stores := func(dir string) []string {
+		t.Helper()
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+
+	// The job server names the application after the job (jobtest: the
+	// test's name) and a random suffix.
+	oneOffDir := t.TempDir()
+	runFailed(ctx, t, ksrunner, pipe, map[string]string{"bootstrap_servers": bootstrap, "state_dir": oneOffDir})
+	if left := topicsOf("__beam_" + strings.ToLower(t.Name()) + "-"); len(left) > 0 {
+		t.Errorf("a failed job of an application made for its submission left its topics: %q", left)
+	}
+	if left := stores(oneOffDir); len(left) > 0 {
+		t.Errorf("a failed job of an application made for its submission left its store in state_dir: %q", left)
+	}
+
+	app := kafkatest.UniqueName(t, "e2e")
+	namedDir := t.TempDir()
+	runFailed(ctx, t, ksrunner, pipe, map[string]string{"bootstrap_servers": bootstrap, "application_id": app, "state_dir": namedDir})
+	kept := topicsOf("__beam_" + app + "_")
+	if len(kept) == 0 {
+		t.Errorf("a failed job of application %s (named) deleted its topics", app)
+	}
+	if got := stores(namedDir); !slices.Equal(got, []string{app}) {
+		t.Errorf("a failed job of application %s (named) left %q in its state_dir, want its store", app, got)
+	}
+	if _, err := kadm.NewClient(kafkatest.Client(t, bootstrap)).DeleteTopics(ctx, kept...); err != nil {
+		t.Logf("deleting topics of %s: %v", app, err)
 	}
 }
 

@@ -42,6 +42,12 @@ type Config struct {
 	ReplicationFactor, Parallelism int
 	// KeepInternalTopics keeps a bounded job's topics when it is done.
 	KeepInternalTopics bool
+	// OneOff: ApplicationID was made for this job's submission, so nothing
+	// resumes the application once the job fails or is cancelled: a
+	// bounded job then deletes its internal topics as when it is done
+	// (unless KeepInternalTopics). A process that stops (a cause of Run's
+	// context that does not wrap ErrEnded) keeps them for its restart.
+	OneOff bool
 	// StateDir holds the store, under ApplicationID; "" makes a temporary
 	// directory removed afterwards.
 	StateDir       string
@@ -198,6 +204,11 @@ const (
 	maxWatermark = int64(mtime.MaxTimestamp)
 )
 
+// oneOffDeleteTimeout bounds the deletion of a one-off application's topics
+// after its job failed (Config.OneOff), so that the failure is reported
+// soon whatever the brokers do.
+const oneOffDeleteTimeout = 10 * time.Second
+
 // Run runs the plan until it is done (every task reported the maximum
 // watermark: nil), ctx ends (context.Cause(ctx)) or the instance fails.
 // The instance leaves the consumer group when the job is done or the cause
@@ -262,9 +273,32 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	if cfg.Plan.Bounded && !cfg.KeepInternalTopics {
 		defer func() {
-			if err == nil {
-				if derr := ts.Delete(context.WithoutCancel(ctx), admin); derr != nil {
-					cfg.Logger.Warn("deleting internal topics", "error", derr)
+			dctx := context.WithoutCancel(ctx)
+			if err != nil {
+				// A one-off application that failed or was cancelled; not
+				// when the process stops (it may resume the job), nor
+				// when the brokers were lost (they would not answer).
+				stopped := parent.Err() != nil && !errors.Is(context.Cause(parent), ErrEnded)
+				if !cfg.OneOff || stopped || r.failure() != nil {
+					return
+				}
+				var cancel context.CancelFunc
+				dctx, cancel = context.WithTimeout(dctx, oneOffDeleteTimeout)
+				defer cancel()
+			}
+			if derr := ts.Delete(dctx, admin); derr != nil {
+				cfg.Logger.Warn("deleting internal topics", "error", derr)
+				return
+			}
+			if err != nil {
+				cfg.Logger.Info("deleted the internal topics of the job's application, made for its submission: nothing resumes it", "application_id", cfg.ApplicationID)
+			}
+			// The store (closed by now: its defer runs first) holds what
+			// the deleted changelogs did; in an explicit state_dir it would
+			// stay, and a later run of the application would empty it.
+			if cfg.StateDir != "" {
+				if rerr := os.RemoveAll(filepath.Join(cfg.StateDir, cfg.ApplicationID)); rerr != nil {
+					cfg.Logger.Warn("deleting the application's store", "error", rerr)
 				}
 			}
 		}()
