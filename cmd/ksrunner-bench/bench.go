@@ -50,6 +50,9 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) > 0 && args[0] == "one" { // one measurement of bench suite
 		return runBenchOne(ctx, args[1:], stdout)
 	}
+	if len(args) > 0 && args[0] == "jobs" {
+		return runBenchJobs(ctx, args[1:], stdout)
+	}
 	if len(args) > 0 && args[0] == "jobserver" { // bench one's job server
 		return runBenchJobServer(ctx, args[1:], stdout)
 	}
@@ -57,7 +60,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 		return runSDKPool(ctx, args[1:], stdout)
 	}
 	if len(args) == 0 || args[0] != "gbk" {
-		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench suite [flags]`, `bench wasm [flags]`, `bench kafka [flags]` or `bench rescale [flags]`")
+		return fmt.Errorf("bench: want `bench gbk [flags]`, `bench suite [flags]`, `bench jobs [flags]`, `bench wasm [flags]`, `bench kafka [flags]` or `bench rescale [flags]`")
 	}
 	def := host.DefaultOptions()
 	fs := newFlagSet("bench gbk")
