@@ -281,7 +281,10 @@ func (s *JobServer) Resume(ctx context.Context) ([]string, error) {
 }
 
 // resume starts the job of application app if its pipeline topic says it
-// runs; "" when there is nothing to resume.
+// runs or drains; "" when there is nothing to resume. A draining one was
+// drained in a process that stopped before the drain was done: its job
+// drains again here (its reads stop where the application's committed
+// offsets are, every window fires) and ends DONE, as the drain would have.
 func (s *JobServer) resume(ctx context.Context, app string) (string, error) {
 	t, err := application.Open(ctx, s.defaults.BootstrapServers, s.cfg.kafka, app, 0, false)
 	if err != nil {
@@ -292,7 +295,7 @@ func (s *JobServer) resume(ctx context.Context, app string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if m == nil || m.State != application.Running {
+	if m == nil || m.State != application.Running && m.State != application.Draining {
 		state := "no pipeline topic"
 		if m != nil {
 			state = string(m.State)
@@ -321,8 +324,14 @@ func (s *JobServer) resume(ctx context.Context, app string) (string, error) {
 		return "", err
 	}
 	msg := fmt.Sprintf("resumed application %s from its pipeline topic %s (job %s, %q, first submitted as %s by %s)", app, t.Name(), id, as.JobName, m.JobID, m.By)
+	if m.State == application.Draining {
+		msg = fmt.Sprintf("resumed application %s from its pipeline topic %s (job %s, %q, first submitted as %s), whose drain (recorded at %s by %s) had not finished: the drain goes on here", app, t.Name(), id, as.JobName, m.JobID, m.Written.Format(time.RFC3339), m.By)
+	}
 	s.logger.Info(msg)
 	j.events.message(jobpb.JobMessage_JOB_MESSAGE_BASIC, msg)
 	s.register(j)
+	if m.State == application.Draining {
+		j.Drain()
+	}
 	return id, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/ksrunner/ksrunner/host"
+	"github.com/ksrunner/ksrunner/host/internal/application"
 	"github.com/ksrunner/ksrunner/host/jobtest"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 	"github.com/ksrunner/ksrunner/translate"
@@ -242,6 +243,93 @@ func TestJobServerResumes(t *testing.T) {
 	srv3, _ := startServer(t, opts)
 	if ids, err := srv3.Resume(ctx); err != nil || len(ids) != 0 {
 		t.Fatalf("Resume after the cancel: %v, %v; want nothing", ids, err)
+	}
+}
+
+// TestJobServerResumesADrain: an application whose drain was recorded on
+// its pipeline topic by a job server that stopped before the drain was
+// done is drained by the job server that resumes it from the same
+// state_dir: its reads stop at the committed offsets (records produced
+// since are not read), every window of what was read fires once, and the
+// job ends DONE, recording the drain as done, so a later restart resumes
+// nothing.
+func TestJobServerResumesADrain(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	bootstrap := kafkatest.Broker(t)
+	const partitions, n = 4, 400
+	in, out := countTopics(t, bootstrap, "rdrain", partitions)
+	data := newCountData(n, partitions)
+	read, later := data.recs[:n/2], data.recs[n/2:]
+	appID := kafkatest.UniqueName(t, "resumed-drain")
+	pool := ownPool(ctx, t)
+
+	opts := host.DefaultOptions()
+	opts.BootstrapServers, opts.StateDir, opts.InternalParallelism, opts.SourceIdleTimeoutMs = bootstrap, t.TempDir(), 2, 3600000
+	srv1, client1 := startServer(t, opts)
+	data.produce(ctx, t, bootstrap, in, read)
+	if _, err := submit(ctx, t, client1, kafkaSumPipeline(t, pool, in, out, time.Minute, nil), map[string]string{"application_id": appID}); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	fired := data.fired(read)
+	kafkatest.CheckCounts(t, "before the restart", kafkatest.ReadCounts(ctx, t, bootstrap, out, len(fired)), fired)
+	srv1.Stop()
+	// What a drained process that stopped before the drain was done
+	// leaves: the pipeline topic says the application drains.
+	setAppState(ctx, t, bootstrap, appID, application.Draining)
+	data.produce(ctx, t, bootstrap, in, later)
+
+	srv2, client2 := startServer(t, opts)
+	ids, err := srv2.Resume(ctx)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("Resume: %v, %v; want one job", ids, err)
+	}
+	r, err := wait(ctx, client2, ids[0])
+	if err != nil || r.State != jobpb.JobState_DONE {
+		t.Fatalf("the resumed job ended %v (%v, %q), want DONE", r.State, err, r.Errors)
+	}
+	msgs := strings.Join(r.Messages, "\n")
+	for _, want := range []string{"the drain goes on here", "job drained"} {
+		if !strings.Contains(msgs, want) {
+			t.Errorf("the resumed job's messages do not say %q:\n%s", want, msgs)
+		}
+	}
+	srv2.Stop()
+	kafkatest.CheckCounts(t, "after the drain", kafkatest.ReadCounts(ctx, t, bootstrap, out, -1), data.windows(read))
+	offsets, err := kadm.NewClient(kafkatest.Client(t, bootstrap)).FetchOffsets(ctx, appID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[int32]int64{}
+	for _, r := range read {
+		ends[r.partition]++
+	}
+	for p, end := range ends {
+		if o, ok := offsets.Lookup(in, p); !ok || o.At != end {
+			t.Errorf("partition %d: committed offset %v (found %v), want %d: where the read was when it drained", p, o.At, ok, end)
+		}
+	}
+
+	srv3, _ := startServer(t, opts)
+	if ids, err := srv3.Resume(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("Resume after the drain: %v, %v; want nothing", ids, err)
+	}
+}
+
+// setAppState records state on application appID's pipeline topic, as a
+// process of the application would.
+func setAppState(ctx context.Context, t *testing.T, bootstrap, appID string, state application.State) {
+	t.Helper()
+	topic, err := application.Open(ctx, bootstrap, nil, appID, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer topic.Close()
+	m, err := topic.Manifest(ctx)
+	if err != nil || m == nil {
+		t.Fatalf("the pipeline topic's manifest: %v, %v", m, err)
+	}
+	if err := topic.SetState(ctx, m.Fingerprint, state); err != nil {
+		t.Fatalf("recording %s: %v", state, err)
 	}
 }
 
