@@ -88,7 +88,11 @@ func tail(b []byte, n int) []byte {
 }
 
 // defaultPython is $KSRUNNER_PYTHON, else the venv host/pythontest makes
-// (apache-beam 2.77.0) when it exists, else "".
+// (apache-beam 2.77.0) when one is ready, else "". The tests' helper
+// (host/internal/expansion/expansiontest) names its venv
+// pyvenv-beam-2.77.0-N and bumps N when its packages change, marking a
+// finished one with .ksrunner-ready: the ready one of the highest N is
+// taken, so that a bump there does not leave the bench without Python.
 func defaultPython() string {
 	if py := os.Getenv("KSRUNNER_PYTHON"); py != "" {
 		return py
@@ -97,9 +101,24 @@ func defaultPython() string {
 	if err != nil {
 		return ""
 	}
-	py := filepath.Join(cache, "ksrunner", "pyvenv-beam-2.77.0-3", "bin", "python")
-	if _, err := os.Stat(py); err != nil {
-		return ""
+	return readyVenv(filepath.Join(cache, "ksrunner"), "pyvenv-beam-2.77.0-")
+}
+
+// readyVenv is the python of the ready venv in dir named prefix+N with the
+// highest N, or "".
+func readyVenv(dir, prefix string) string {
+	entries, _ := os.ReadDir(dir)
+	best, py := -1, ""
+	for _, e := range entries {
+		n, err := strconv.Atoi(strings.TrimPrefix(e.Name(), prefix))
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) || err != nil || n <= best {
+			continue
+		}
+		venv := filepath.Join(dir, e.Name())
+		if _, err := os.Stat(filepath.Join(venv, ".ksrunner-ready")); err != nil {
+			continue
+		}
+		best, py = n, filepath.Join(venv, "bin", "python")
 	}
 	return py
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,5 +81,44 @@ func TestSuiteCasesAtBothSizes(t *testing.T) {
 	}
 	if len(sizes) != 8 {
 		t.Errorf("%d cases, want 8 (gbk, onekey, combine, combine-split, hotkey, windowed, sidejoin, wordcount-py)", len(sizes))
+	}
+}
+
+// TestReadyVenv: the bench takes the tests' Python venv of the highest
+// version that is ready, whatever version the tests' helper is at.
+func TestReadyVenv(t *testing.T) {
+	const prefix = "pyvenv-beam-2.77.0-"
+	for _, c := range []struct {
+		name  string
+		venvs map[string]bool // venv name → ready
+		want  string          // the venv taken, "" for none
+	}{
+		{"none", nil, ""},
+		{"one ready", map[string]bool{prefix + "4": true}, prefix + "4"},
+		{"the highest ready", map[string]bool{prefix + "3": true, prefix + "4": true, prefix + "10": true}, prefix + "10"},
+		{"not the one still being made", map[string]bool{prefix + "4": true, prefix + "5": false}, prefix + "4"},
+		{"only ready ones", map[string]bool{prefix + "4": false}, ""},
+		{"not another version's", map[string]bool{"pyvenv-beam-2.76.0-9": true, prefix + "x": true}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, ready := range c.venvs {
+				if err := os.MkdirAll(filepath.Join(dir, name, "bin"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if ready {
+					if err := os.WriteFile(filepath.Join(dir, name, ".ksrunner-ready"), nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			want := ""
+			if c.want != "" {
+				want = filepath.Join(dir, c.want, "bin", "python")
+			}
+			if got := readyVenv(dir, prefix); got != want {
+				t.Errorf("readyVenv = %q, want %q", got, want)
+			}
+		})
 	}
 }
