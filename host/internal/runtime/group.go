@@ -349,6 +349,8 @@ func (i *instance) afterRebalance(ctx context.Context) error {
 	ectx, cancel := i.endContext(ctx)
 	_, err := i.sess.End(ectx, kgo.TryAbort)
 	cancel()
+	// The abort moved every partition back to its committed offset.
+	i.intake.drop()
 	if err != nil {
 		return fmt.Errorf("ending the transaction after a rebalance: %w", err)
 	}
@@ -441,11 +443,13 @@ func (i *instance) endTransaction(ctx context.Context, try kgo.TransactionEndTry
 	if try == kgo.TryCommit && !r.pending.Load() && len(i.cl.UncommittedOffsets()) == 0 {
 		committed, err = endWithoutOffsets(ectx, i.cl)
 	} else {
+		// Not past the records the intake carries.
+		carried := i.intake.commitOffsets()
 		if try == kgo.TryCommit {
-			offsets = i.cl.UncommittedOffsets() // what End commits
+			offsets = adjust(i.cl.UncommittedOffsets(), carried) // what End commits
 		}
 		i.unconfirmedCommit.Store(false)
-		committed, err = i.sess.End(ectx, try)
+		committed, err = i.sess.End(kgo.PreTxnCommitFnContext(ectx, rewriteTxnCommit(carried)), try)
 		if err == nil && !committed && i.unconfirmedCommit.Load() {
 			err = &unknownCommitError{errors.New("the broker answered the commit UNKNOWN_SERVER_ERROR, and the client aborted the transaction anew")}
 		}

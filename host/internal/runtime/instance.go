@@ -80,6 +80,7 @@ type instance struct {
 	cycleMark, prevMark int64
 	observed            observed     // what observe measured last (observe.go)
 	pollSize            pollSize     // records a poll takes for the cycle's elements (only the loop touches it)
+	intake              intake       // polled records not yet handed to tasks; each cycle's cut (intake.go)
 	watch               *cycleWatch  // names the loop's step; run's goroutine warns when one lasts
 	offsets             offsetWait   // assigned partitions whose committed offsets have not come yet
 	starts              startCommits // Kafka read partitions started without a commit, to commit (kafkaio.go)
@@ -554,6 +555,7 @@ func (i *instance) onLost(_ context.Context, _ *kgo.Client, lost map[string][]in
 
 func (i *instance) dropTasks(parts map[string][]int32) {
 	i.offsets.dropped(parts)
+	i.intake.dropPartitions(parts)
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	defer i.standby.deactivate(parts) // after they stopped writing
@@ -572,9 +574,11 @@ func (i *instance) dropTasks(parts map[string][]int32) {
 // resetTasks drops every task's uncommitted work (state batches, open
 // bundles, in-memory state) and opens the tasks again from the store, which
 // holds exactly the committed cycles' state. The caller holds mu and makes
-// consumption restart at the committed offsets.
+// consumption restart at the committed offsets (so the intake's carried
+// records go too: they are fetched again).
 func (i *instance) resetTasks() {
 	i.resumeSources()
+	i.intake.drop()
 	ids := make([]taskID, 0, len(i.tasks))
 	for id, t := range i.tasks {
 		t.Abort()
@@ -678,13 +682,16 @@ func (i *instance) run(ctx context.Context) (err error) {
 		if h := i.cfg.Hooks; h != nil && h.MaxPollRecords != nil && h.MaxPollRecords() > 0 {
 			maxElements = h.MaxPollRecords()
 		}
+		// Up to twice the bound, less what is carried: enough to see
+		// the partitions behind a long run of one (intake).
+		want := max(1, 2*maxElements-i.intake.size())
 		i.watch.enter(stepPoll)
-		fetches := i.cl.PollRecords(pollCtx, i.pollSize.records(maxElements))
+		fetches := i.cl.PollRecords(pollCtx, i.pollSize.records(want))
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
-		fetches, elements := i.pollAfterCommit(ctx, fetches, maxElements, postCommitWait(pollTime, i.wroteConsumed.Swap(false)))
+		fetches = i.pollAfterCommit(ctx, fetches, want, postCommitWait(pollTime, i.wroteConsumed.Swap(false)))
 		var fetchErr error
 		fetches.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || fetchErr != nil {
@@ -725,12 +732,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			i.txnMark.Store(nil)
 			i.carriedInTxn = i.produceCarried()
 		}
-		if kept, keptElements, rewind := fitCycle(fetches, elements, maxElements, i.pollSize.turn, i.internalTopic); rewind != nil {
-			i.pollSize.turn++
-			i.cl.SetOffsets(rewind)
-			i.cfg.Logger.Debug("cycle cut to its bound; the rest is fetched again", "polled_elements", elements, "kept_elements", keptElements, "read_max_elements_per_poll", maxElements)
-			fetches, elements = kept, keptElements
-		}
+		fetches, elements := i.intake.cycle(fetches, maxElements, i.internalTopic)
 		i.commitStarts()
 		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
@@ -778,8 +780,11 @@ func (i *instance) run(ctx context.Context) (err error) {
 // cycle's transaction, and a bounded job ends on it: that cycle does not
 // wait either, which would add a poll time to every bounded job's end;
 // nor does one that fires the due groups a cycle's limit left
-// (Task.FirePending).
+// (Task.FirePending), nor one that has carried records to hand out (intake).
 func (i *instance) pollWait(pollTime time.Duration) time.Duration {
+	if i.intake.size() > 0 {
+		return 0
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	wait := pollTime
@@ -811,17 +816,17 @@ func (i *instance) pollWait(pollTime time.Duration) time.Duration {
 //
 // maxElements bounds the elements of both polls together; the density of
 // what they brought sizes the next cycle's poll (pollSize). wait is
-// postCommitWait's. It returns the records of both polls and their
-// elements.
-func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxElements int, wait time.Duration) (kgo.Fetches, int) {
+// postCommitWait's. It returns the records of both polls, which go to the
+// intake.
+func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, maxElements int, wait time.Duration) kgo.Fetches {
 	records := fetches.NumRecords()
 	if records == 0 {
-		return fetches, 0 // the poll waited for this fetch
+		return fetches // the poll waited for this fetch
 	}
 	elements := elementsIn(fetches, i.internalTopic)
 	i.pollSize.observe(elements, records)
 	if elements >= maxElements || wait <= 0 {
-		return fetches, elements // the cycle is full, or nothing to wait for
+		return fetches // the poll is full, or nothing to wait for
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -830,7 +835,7 @@ func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, max
 		elements += elementsIn(more, i.internalTopic)
 		i.pollSize.observe(elements, records+n)
 	}
-	return append(fetches, more...), elements
+	return append(fetches, more...)
 }
 
 // internalTopic says whether topic is one of the job's internal topics
@@ -894,6 +899,7 @@ func (i *instance) rewindTo(bad []*task.BadRecordError) {
 		}
 		to[b.Topic][b.Partition] = kgo.EpochOffset{Epoch: b.LeaderEpoch, Offset: b.Offset}
 	}
+	i.intake.dropOffsets(to)
 	i.cl.SetOffsets(to)
 }
 
@@ -1184,7 +1190,8 @@ func (i *instance) commitAtLeastOnce(ctx context.Context, elements int) error {
 		return i.failure()
 	}
 	i.watch.enter(stepEnd)
-	if err := i.cl.CommitUncommittedOffsets(ctx); err != nil {
+	// Not past the records the intake carries.
+	if err := i.cl.CommitUncommittedOffsets(kgo.PreCommitFnContext(ctx, rewriteCommit(i.intake.commitOffsets()))); err != nil {
 		if !membershipLost(err) {
 			return fmt.Errorf("committing offsets: %w", err)
 		}

@@ -667,6 +667,7 @@ func (i *instance) endSources(fetches kgo.Fetches) {
 		pause[p.Topic] = append(pause[p.Topic], p.Partition)
 	})
 	if set != nil {
+		i.intake.dropOffsets(set) // past the end: not to be handed out
 		i.cl.SetOffsets(set)
 		i.cl.PauseFetchPartitions(pause)
 	}

@@ -148,7 +148,7 @@ func TestPollAfterCommitKeepsPartitionOrder(t *testing.T) {
 	if err := first.Err0(); err != nil {
 		t.Fatal(err)
 	}
-	both, _ := pi.pollAfterCommit(ctx, first, 1000, time.Second)
+	both := pi.pollAfterCommit(ctx, first, 1000, time.Second)
 	firstParts := map[int32]bool{}
 	first.EachPartition(func(p kgo.FetchTopicPartition) { firstParts[p.Partition] = len(p.Records) > 0 })
 	var again bool
@@ -172,7 +172,7 @@ func TestPollAfterCommitKeepsPartitionOrder(t *testing.T) {
 		pctx, pcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		fs := pi.cl.PollRecords(pctx, 1000)
 		pcancel()
-		fs, _ = pi.pollAfterCommit(ctx, fs, 1000, time.Second)
+		fs = pi.pollAfterCommit(ctx, fs, 1000, time.Second)
 		if _, err := pi.process(ctx, fs); err != nil {
 			t.Fatal(err)
 		}

@@ -23,14 +23,13 @@ import (
 //   - records(limit) assumes the next records are as dense as the last
 //     poll's (at least one element each): in steady state a cycle takes
 //     about limit elements. A jump in density overshoots it for one poll,
-//     and fitCycle cuts that cycle back to limit.
+//     and the intake cuts that cycle back to limit (intake.cycle).
 //   - Before any poll has brought records the density assumed is the
 //     densest a pack of record_pack_bytes plausibly gets (minPackedElement
 //     bytes each), so an instance that starts with a backlog of packs
 //     starts with a small cycle, not a fetch response of them.
 type pollSize struct {
 	density float64 // elements per record: the last poll's, or the initial guess
-	turn    int     // the partition fitCycle starts at, counted up at every cut
 }
 
 // minPackedElement is the smallest a packed windowed element plausibly
@@ -87,87 +86,7 @@ func packedCount(value []byte) int {
 	return n
 }
 
-// overshoot: fitCycle leaves a cycle that passes its bound by at most
-// 1/overshoot of it whole. A cut costs a fetch of what it leaves, again;
-// a poll sized by the last poll's density passes the bound by a few packs.
+// overshoot: a cycle whose intake passes its bound by at most 1/overshoot
+// of it takes the intake whole (intake.cycle): cutting it would leave a
+// few packs to a cycle of their own.
 const overshoot = 4
-
-// fitCycle keeps a cycle's polled records within maxElements (a pack
-// counts its elements; at least one record is kept): a prefix of each
-// partition's records, the partitions taken from a different one each
-// cycle (start) so that none waits behind the others for good. The client
-// is rewound to the first record it leaves of each partition, so the next
-// cycles take them (fetched again: the client drops what it buffered of
-// those partitions). A partition left whole is taken out of the fetches,
-// not left empty: an empty fetch tells a Kafka source it reached the
-// partition's high watermark.
-//
-// It cuts only a cycle that passes maxElements by more than a quarter,
-// down to maxElements. The poll is sized by the last poll's density
-// (pollSize), so that happens only when the density jumps: an instance's
-// first cycles, which read their sources' records before the packs those
-// made.
-//
-// elements is what the fetches hold (elementsIn); keptElements what the
-// records kept hold.
-func fitCycle(fetches kgo.Fetches, elements, maxElements, start int, internal func(topic string) bool) (kept kgo.Fetches, keptElements int, rewind map[string]map[int32]kgo.EpochOffset) {
-	if elements <= maxElements+maxElements/overshoot {
-		return fetches, elements, nil
-	}
-	type partition struct {
-		topic string
-		parts []kgo.FetchPartition // in poll order: a partition may come in two fetches
-	}
-	var order []*partition
-	byID := map[taskID]*partition{}
-	fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-		id := taskID{p.Topic, p.Partition}
-		if byID[id] == nil {
-			byID[id] = &partition{topic: p.Topic}
-			order = append(order, byID[id])
-		}
-		byID[id].parts = append(byID[id].parts, p.FetchPartition)
-	})
-	start %= len(order)
-	order = append(order[start:], order[:start]...)
-
-	var keep kgo.Fetch // a topic entry per kept part of a partition
-	n := 0
-	full := false
-	for _, p := range order {
-		for _, fp := range p.parts {
-			cut := len(fp.Records)
-			for k, r := range fp.Records {
-				c := 1
-				if internal(p.topic) {
-					c = packedCount(r.Value)
-				}
-				if full || n > 0 && n+c > maxElements {
-					full, cut = true, k
-					break
-				}
-				n += c
-			}
-			if cut < len(fp.Records) {
-				if rewind == nil {
-					rewind = map[string]map[int32]kgo.EpochOffset{}
-				}
-				if rewind[p.topic] == nil {
-					rewind[p.topic] = map[int32]kgo.EpochOffset{}
-				}
-				if _, ok := rewind[p.topic][fp.Partition]; !ok {
-					r := fp.Records[cut]
-					rewind[p.topic][fp.Partition] = kgo.EpochOffset{Epoch: r.LeaderEpoch, Offset: r.Offset}
-				}
-			}
-			if cut > 0 || len(fp.Records) == 0 && !full {
-				fp.Records = fp.Records[:cut]
-				keep.Topics = append(keep.Topics, kgo.FetchTopic{Topic: p.topic, Partitions: []kgo.FetchPartition{fp}})
-			}
-		}
-	}
-	if rewind == nil {
-		return fetches, elements, nil
-	}
-	return kgo.Fetches{keep}, n, rewind
-}

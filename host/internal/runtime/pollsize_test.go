@@ -2,8 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +20,7 @@ func packOf(n int) []byte {
 	return p.Take()
 }
 
-// part is a polled partition for fitCycle's tests: its records' element
+// part is a polled partition for the intake's tests: its records' element
 // counts (0: a source record, which counts one whatever its bytes).
 type part struct {
 	topic     string
@@ -56,121 +54,6 @@ func keptRecords(f kgo.Fetches) []string {
 		}
 	})
 	return out
-}
-
-func rewinds(r map[string]map[int32]kgo.EpochOffset) []string {
-	var out []string
-	for topic, ps := range r {
-		for p, eo := range ps {
-			out = append(out, fmt.Sprintf("%s/%d@%d e%d", topic, p, eo.Offset, eo.Epoch))
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func TestFitCycle(t *testing.T) {
-	internal := func(topic string) bool { return strings.HasPrefix(topic, "__beam") }
-	cases := []struct {
-		name        string
-		parts       []part
-		max, start  int
-		second      int      // parts from this index on come in a second fetch (the second poll); 0: none
-		wantKept    []string // nil: the fetches unchanged
-		wantRewinds []string
-	}{{
-		name:  "within the bound: unchanged",
-		parts: []part{{"__beam_r", 0, 10, []int{40, 40}}, {"src", 1, 0, []int{0, 0, 0}}},
-		max:   83,
-	}, {
-		name:  "passing the bound by at most a quarter: unchanged",
-		parts: []part{{"__beam_r", 0, 10, []int{40, 40, 45}}},
-		max:   100,
-	}, {
-		name:        "packs count their elements; the partition is cut at the record that passes the bound",
-		parts:       []part{{"__beam_r", 0, 10, []int{40, 40, 60}}},
-		max:         100,
-		wantKept:    []string{"__beam_r/0@10", "__beam_r/0@11"},
-		wantRewinds: []string{"__beam_r/0@12 e3"},
-	}, {
-		name:        "a source's records count one each, whatever their first byte",
-		parts:       []part{{"src", 0, 5, []int{0, 0, 0, 0}}},
-		max:         3,
-		wantKept:    []string{"src/0@5", "src/0@6", "src/0@7"},
-		wantRewinds: []string{"src/0@8 e3"},
-	}, {
-		name:        "a partition left whole is taken out, and rewound to its first record",
-		parts:       []part{{"__beam_r", 0, 10, []int{60}}, {"__beam_r", 1, 20, []int{60, 10}}, {"src", 2, 0, nil}},
-		max:         100,
-		wantKept:    []string{"__beam_r/0@10"},
-		wantRewinds: []string{"__beam_r/1@20 e3"},
-	}, {
-		name:        "at least one record, however large",
-		parts:       []part{{"__beam_r", 0, 10, []int{500, 1}}},
-		max:         100,
-		wantKept:    []string{"__beam_r/0@10"},
-		wantRewinds: []string{"__beam_r/0@11 e3"},
-	}, {
-		name:        "start rotates which partition goes first",
-		parts:       []part{{"__beam_r", 0, 10, []int{70}}, {"__beam_r", 1, 20, []int{70}}},
-		max:         100,
-		start:       1,
-		wantKept:    []string{"__beam_r/1@20"},
-		wantRewinds: []string{"__beam_r/0@10 e3"},
-	}, {
-		name: "a partition in two fetches (the second poll) keeps its order: cut in the first, none of the second",
-		parts: []part{{"__beam_r", 0, 10, []int{30, 30}}, {"__beam_r", 1, 50, []int{10}},
-			{"__beam_r", 0, 12, []int{30}}},
-		max:         50,
-		second:      2,
-		wantKept:    []string{"__beam_r/0@10"},
-		wantRewinds: []string{"__beam_r/0@11 e3", "__beam_r/1@50 e3"},
-	}}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			in := fetchesOf(c.parts...)
-			if c.second > 0 {
-				second := kgo.Fetch{Topics: in[0].Topics[c.second:]}
-				in[0].Topics = in[0].Topics[:c.second]
-				in = append(in, second)
-			}
-			before := keptRecords(in)
-			kept, keptElements, rewind := fitCycle(in, elementsIn(in, internal), c.max, c.start, internal)
-			if got := elementsIn(kept, internal); keptElements != got {
-				t.Errorf("fitCycle says it kept %d elements; the kept records hold %d", keptElements, got)
-			}
-			if c.wantKept == nil {
-				if rewind != nil || !slices.Equal(keptRecords(kept), before) {
-					t.Fatalf("fitCycle changed fetches within the bound: kept %v, rewind %v", keptRecords(kept), rewinds(rewind))
-				}
-				return
-			}
-			if got := keptRecords(kept); !slices.Equal(got, c.wantKept) {
-				t.Errorf("kept %v, want %v", got, c.wantKept)
-			}
-			if got := rewinds(rewind); !slices.Equal(got, c.wantRewinds) {
-				t.Errorf("rewinds %v, want %v", got, c.wantRewinds)
-			}
-			kept.EachPartition(func(p kgo.FetchTopicPartition) {
-				if len(p.Records) == 0 {
-					t.Errorf("kept %s/%d with no records: a Kafka source would take its high watermark as reached", p.Topic, p.Partition)
-				}
-			})
-			// Every polled record is kept or at or after its partition's rewind.
-			for _, r := range before {
-				if slices.Contains(c.wantKept, r) {
-					continue
-				}
-				var topic string
-				var p int32
-				var off int64
-				fmt.Sscanf(strings.Replace(strings.Replace(r, "/", " ", 1), "@", " ", 1), "%s %d %d", &topic, &p, &off)
-				if eo, ok := rewind[topic][p]; !ok || eo.Offset > off {
-					t.Errorf("record %s is neither kept nor rewound to (rewinds %v): it would be lost", r, rewinds(rewind))
-				}
-			}
-		})
-	}
 }
 
 func TestPollSize(t *testing.T) {
