@@ -674,7 +674,6 @@ func (i *instance) run(ctx context.Context) (err error) {
 	}
 	for {
 		i.markCycle()
-		pollCtx, cancel := context.WithTimeout(ctx, i.pollWait(pollTime))
 		maxElements := i.cfg.MaxPollRecords
 		if maxElements <= 0 {
 			maxElements = DefaultMaxPollRecords
@@ -686,8 +685,17 @@ func (i *instance) run(ctx context.Context) (err error) {
 		// the partitions behind a long run of one (intake).
 		want := max(1, 2*maxElements-i.intake.size())
 		i.watch.enter(stepPoll)
-		fetches := i.cl.PollRecords(pollCtx, i.pollSize.records(want))
-		cancel()
+		var fetches kgo.Fetches
+		if i.intake.size() > 0 {
+			// Records to hand out: take only what the client has
+			// buffered (a nil context does not wait), which keeps its
+			// fetches going and shows the intake more partitions.
+			fetches = i.cl.PollRecords(nil, i.pollSize.records(want))
+		} else {
+			pollCtx, cancel := context.WithTimeout(ctx, i.pollWait(pollTime))
+			fetches = i.cl.PollRecords(pollCtx, i.pollSize.records(want))
+			cancel()
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -780,11 +788,9 @@ func (i *instance) run(ctx context.Context) (err error) {
 // cycle's transaction, and a bounded job ends on it: that cycle does not
 // wait either, which would add a poll time to every bounded job's end;
 // nor does one that fires the due groups a cycle's limit left
-// (Task.FirePending), nor one that has carried records to hand out (intake).
+// (Task.FirePending). (Nor does one with carried records to hand out: the
+// loop polls only what the client has buffered then.)
 func (i *instance) pollWait(pollTime time.Duration) time.Duration {
-	if i.intake.size() > 0 {
-		return 0
-	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	wait := pollTime
