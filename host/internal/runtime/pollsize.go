@@ -85,4 +85,3 @@ func packedCount(value []byte) int {
 	}
 	return n
 }
-
