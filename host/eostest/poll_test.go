@@ -11,9 +11,9 @@ import (
 
 // read_max_elements_per_poll bounds the elements of a commit cycle: no
 // cycle of a GroupByKey + sum over 5,000 elements consumes more than 300
-// unpacked, nor packed (a record holds some 50 elements at 1 KiB packs;
-// a pack counts its elements; a cut leaves whole records to the next
-// cycle, carried, so a packed cycle may fall a pack short of it); some
+// unpacked, and packed (a record holds some 50 elements at 1 KiB packs;
+// a pack counts its elements) none more than 375 (a cycle may pass the
+// bound by a quarter before it is cut, the rest rewound to the next); some
 // cycles come near the bound (the GroupByKey's input arrives in full
 // polls), and the sums are exact: the records a cut leaves are read again,
 // none lost or doubled.
@@ -24,7 +24,7 @@ func TestReadMaxElementsPerPoll(t *testing.T) {
 		most, low int // no cycle above most; some at low or above
 	}{
 		{pack: "0", most: bound, low: bound},
-		{pack: "1024", most: bound, low: bound / 2},
+		{pack: "1024", most: bound + bound/4, low: bound / 2},
 	} {
 		t.Run("record_pack_bytes="+c.pack, func(t *testing.T) {
 			var mu sync.Mutex

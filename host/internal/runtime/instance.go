@@ -674,6 +674,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 	}
 	for {
 		i.markCycle()
+		pollCtx, cancel := context.WithTimeout(ctx, i.pollWait(pollTime))
 		maxElements := i.cfg.MaxPollRecords
 		if maxElements <= 0 {
 			maxElements = DefaultMaxPollRecords
@@ -685,17 +686,8 @@ func (i *instance) run(ctx context.Context) (err error) {
 		// the partitions behind a long run of one (intake).
 		want := max(1, 2*maxElements-i.intake.size())
 		i.watch.enter(stepPoll)
-		var fetches kgo.Fetches
-		if i.intake.size() > 0 {
-			// Records to hand out: take only what the client has
-			// buffered (a nil context does not wait), which keeps its
-			// fetches going and shows the intake more partitions.
-			fetches = i.cl.PollRecords(nil, i.pollSize.records(want))
-		} else {
-			pollCtx, cancel := context.WithTimeout(ctx, i.pollWait(pollTime))
-			fetches = i.cl.PollRecords(pollCtx, i.pollSize.records(want))
-			cancel()
-		}
+		fetches := i.cl.PollRecords(pollCtx, i.pollSize.records(want))
+		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -788,9 +780,17 @@ func (i *instance) run(ctx context.Context) (err error) {
 // cycle's transaction, and a bounded job ends on it: that cycle does not
 // wait either, which would add a poll time to every bounded job's end;
 // nor does one that fires the due groups a cycle's limit left
-// (Task.FirePending). (Nor does one with carried records to hand out: the
-// loop polls only what the client has buffered then.)
+// (Task.FirePending), nor one that has carried records to hand out (intake).
+// A poll that does not wait takes nothing, not even what the client has
+// buffered (franz-go checks the context first): while records are carried
+// the client fetches no more, which keeps what the instance holds to the
+// intake and one fetch. (Taking the buffered records without waiting, a
+// nil context, kept the client fetching: `windowed-1m` peaked 90 MiB
+// higher, no faster.)
 func (i *instance) pollWait(pollTime time.Duration) time.Duration {
+	if i.intake.size() > 0 {
+		return 0
+	}
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	wait := pollTime

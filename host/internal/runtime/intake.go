@@ -39,11 +39,10 @@ import (
 //     records: they are fetched again from where the group committed.
 //     merge also drops carried records a polled record of the same
 //     partition does not follow, should a reset have gone unnoticed.
-//   - A cycle holds at most its bound of elements, and at least one record
-//     when the intake has any, so it always makes progress however large
-//     one pack is. (Before the intake a cycle could pass the bound by a
-//     quarter: a cut cost a fetch of what it left, again. A carried record
-//     costs nothing more.)
+//   - A cycle holds at most its bound of elements, a quarter more when all
+//     of the intake fits that (the overshoot fitCycle allowed before), and
+//     at least one record when the intake has any, so it always makes
+//     progress however large one pack is.
 //   - A partition whose records are carried is never handed to its task as
 //     an empty fetch: an empty fetch tells a Kafka source that it reached
 //     the partition's end.
@@ -174,7 +173,7 @@ func rewriteCommit(at map[string]map[int32]kgo.EpochOffset) func(*kmsg.OffsetCom
 
 // cycle adds the polled records to what the intake carries and cuts the
 // cycle's records from them: all of them if they hold at most
-// maxElements, else a share of maxElements for each
+// maxElements plus a quarter, else a share of maxElements for each
 // partition (share), filled up to maxElements in turn. It returns the
 // cycle's fetches and their elements; the rest is carried. Each record's
 // elements are counted once: a pack's count for an internal topic
@@ -194,7 +193,7 @@ func (in *intake) cycle(polled kgo.Fetches, maxElements int, internal func(topic
 			add(e.id.topic, e.fp)
 		}
 	}
-	if in.elements <= maxElements {
+	if in.elements <= maxElements+maxElements/overshoot {
 		n := in.elements
 		for _, p := range in.parts {
 			add(p.id.topic, p.fp)

@@ -43,14 +43,12 @@ func TestIntakeCycle(t *testing.T) {
 		name  string
 		steps []step
 	}{{
-		name: "within the bound: the whole poll; past it, cut at the bound",
+		name: "within the bound, or past it by at most a quarter: the whole poll",
 		steps: []step{
 			{polled: []kgo.Fetches{fetchesOf(part{"__beam_r", 0, 10, []int{40, 40}}, part{"src", 1, 0, []int{0, 0, 0}})}, max: 83,
 				want: []string{"__beam_r/0@10", "__beam_r/0@11", "src/1@0", "src/1@1", "src/1@2"}},
-			{polled: []kgo.Fetches{fetchesOf(part{"__beam_r", 0, 12, []int{40, 40, 45}})}, max: 125,
+			{polled: []kgo.Fetches{fetchesOf(part{"__beam_r", 0, 12, []int{40, 40, 45}})}, max: 100,
 				want: []string{"__beam_r/0@12", "__beam_r/0@13", "__beam_r/0@14"}},
-			{polled: []kgo.Fetches{fetchesOf(part{"__beam_r", 0, 15, []int{40, 40, 45}})}, max: 100,
-				want: []string{"__beam_r/0@15", "__beam_r/0@16"}, carried: 45},
 		},
 	}, {
 		// The side join's case: a poll brings a long run of one
@@ -94,7 +92,7 @@ func TestIntakeCycle(t *testing.T) {
 			{polled: []kgo.Fetches{fetchesOf(part{"__beam_r", 0, 10, []int{30, 30}}, part{"__beam_r", 1, 50, []int{10}}),
 				fetchesOf(part{"__beam_r", 0, 12, []int{30}})}, max: 50,
 				want: []string{"__beam_r/0@10", "__beam_r/1@50"}, carried: 60},
-			{max: 50, want: []string{"__beam_r/0@11"}, carried: 30},
+			{max: 50, want: []string{"__beam_r/0@11", "__beam_r/0@12"}}, // 60 is within a quarter
 		},
 	}, {
 		name: "a partition at its end: handed out empty, unless records of it are carried",
@@ -140,7 +138,8 @@ func TestIntakeCycle(t *testing.T) {
 // (records of random sizes, some polls repeated from the first carried
 // record as after a reset, some drops) and checks its invariants: every
 // record is handed out once, in offset order per partition, unless dropped
-// (then it comes again); a cycle holds at most its bound, or one record; when a cycle is cut,
+// (then it comes again); a cycle holds at most its bound (a quarter more
+// when it takes the whole intake), or one record; when a cycle is cut,
 // every partition whose first carried record fits its share gets some;
 // commitOffsets names each partition's first carried record.
 func TestIntakeProperties(t *testing.T) {
@@ -215,7 +214,7 @@ func TestIntakeProperties(t *testing.T) {
 			}
 			carried := in.size()
 			if carried == 0 {
-				if n > maxElements && records > 1 {
+				if n > maxElements+maxElements/overshoot && records > 1 {
 					t.Fatalf("seed %d round %d: took the whole intake of %d elements, bound %d", seed, round, n, maxElements)
 				}
 			} else {

@@ -85,3 +85,8 @@ func packedCount(value []byte) int {
 	}
 	return n
 }
+
+// overshoot: a cycle whose intake passes its bound by at most 1/overshoot
+// of it takes the intake whole (intake.cycle): cutting it would leave a
+// few packs to a cycle of their own.
+const overshoot = 4
