@@ -239,7 +239,10 @@ func (in *intake) cycle(polled kgo.Fetches, maxElements int, internal func(topic
 		fp := p.fp
 		fp.Records = p.fp.Records[:take[k]:take[k]]
 		add(p.id.topic, fp)
-		p.fp.Records, p.counts = p.fp.Records[take[k]:], p.counts[take[k]:]
+		// Copied, not resliced: the handed records stay in a reslice's
+		// array, and with them their fetched batches, for as long as the
+		// partition carries records.
+		p.fp.Records, p.counts = slices.Clone(p.fp.Records[take[k]:]), slices.Clone(p.counts[take[k]:])
 		p.elements -= took[k]
 	}
 	in.elements -= n
