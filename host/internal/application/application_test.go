@@ -460,3 +460,50 @@ func TestStoredOrder(t *testing.T) {
 		t.Errorf("another pipeline took the stored order: %q", other.RootTransformIds)
 	}
 }
+
+// TestPublishWhileDraining: while a drain runs (the manifest says
+// draining and the application's group has members), a submission of any
+// pipeline, the drained one too, is refused naming the application and
+// the job, and the manifest stays; once nothing runs the application, the
+// pipeline is published as after a stop.
+func TestPublishWhileDraining(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bootstrap := kafkatest.Broker(t)
+	app := kafkatest.UniqueName(t, "app")
+	tp := openTopic(ctx, t, bootstrap, app)
+	first := &Spec{JobID: "count-1", JobName: "count", Pipeline: testPipeline("Count", "localhost:1"), RawOptions: &structpb.Struct{}, Topology: "p=2"}
+	if _, _, err := tp.Publish(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.SetState(ctx, fingerprint(t, first), Draining); err != nil {
+		t.Fatal(err)
+	}
+	stop := joinGroup(ctx, t, bootstrap, app, tp.Name())
+	same := &Spec{JobID: "count-2", JobName: "count", Pipeline: testPipeline("Count", "localhost:2"), RawOptions: &structpb.Struct{}, Topology: "p=2"}
+	other := &Spec{JobID: "sum-3", JobName: "sum", Pipeline: testPipeline("Sum", "localhost:3"), RawOptions: &structpb.Struct{}, Topology: "p=2"}
+	for _, s := range []*Spec{same, other} {
+		_, _, err := tp.Publish(ctx, s)
+		if err == nil || !strings.Contains(err.Error(), `application_id "`+app+`" is draining job count-1 ("count"`) {
+			t.Fatalf("%s while the application drains: %v, want a refusal naming the application and job count-1", s.JobID, err)
+		}
+	}
+	if m, _ := tp.Manifest(ctx); m.State != Draining || m.JobID != "count-1" {
+		t.Fatalf("manifest after the refusals: %+v, want count-1 draining", m)
+	}
+	stop()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		out, replaced, err := tp.Publish(ctx, other)
+		if err == nil {
+			if out != Published || replaced == nil || replaced.JobID != "count-1" || replaced.State != Draining {
+				t.Fatalf("publishing after the drain's process left: %v, replaced %+v", out, replaced)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refused 60s after the group's last member left: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

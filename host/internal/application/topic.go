@@ -306,10 +306,13 @@ const (
 )
 
 // Publish makes spec the application's job, unless the application is live
-// with another pipeline: that is refused, naming the application id and the
-// job that runs it. live reports whether the application's consumer group
-// has members (GroupLive). replaced, when Publish replaced another
-// pipeline, is that pipeline's manifest.
+// with another pipeline, or live and draining (any pipeline, this one too:
+// written over the drain's manifest, it would have the drained job resumed
+// as running by the next restart, or the drain's end recorded over it):
+// those are refused, naming the application id and the job. live reports
+// whether the application's consumer group has members (GroupLive); a
+// drain whose process is gone is replaced as a stopped job is. replaced,
+// when Publish replaced another pipeline, is that pipeline's manifest.
 func (t *Topic) Publish(ctx context.Context, spec *Spec) (out Outcome, replaced *Manifest, err error) {
 	fp, err := spec.Fingerprint()
 	if err != nil {
@@ -333,6 +336,16 @@ func (t *Topic) Publish(ctx context.Context, spec *Spec) (out Outcome, replaced 
 		if live {
 			return 0, nil, fmt.Errorf("application_id %q is running another pipeline (job %s, %q, submitted %s by %s; fingerprint %s, this one %s): cancel that job first, or submit this pipeline under another application_id",
 				t.appID, m.JobID, m.JobName, m.Written.Format(time.RFC3339), m.By, m.Fingerprint, fp)
+		}
+	}
+	if m != nil && m.State == Draining {
+		live, err := GroupLive(ctx, t.adm, t.appID)
+		if err != nil {
+			return 0, nil, err
+		}
+		if live {
+			return 0, nil, fmt.Errorf("application_id %q is draining job %s (%q; the drain was recorded at %s by %s): submit when that job has ended (DONE: the application then records drained), or submit under another application_id",
+				t.appID, m.JobID, m.JobName, m.Written.Format(time.RFC3339), m.By)
 		}
 	}
 	if err := t.write(ctx, spec, fp, m); err != nil {
