@@ -40,9 +40,9 @@ import (
 //     merge also drops carried records a polled record of the same
 //     partition does not follow, should a reset have gone unnoticed.
 //   - A cycle holds at most its bound of elements, a quarter more when all
-//     of the intake fits that (the overshoot fitCycle allowed before), and
-//     at least one record when the intake has any, so it always makes
-//     progress however large one pack is.
+//     of the intake fits that (cutting it would leave a few packs to a
+//     cycle of their own), and at least one record when the intake has
+//     any, so it always makes progress however large one pack is.
 //   - A partition whose records are carried is never handed to its task as
 //     an empty fetch: an empty fetch tells a Kafka source that it reached
 //     the partition's end.

@@ -117,7 +117,7 @@ type Config struct {
 	DeadLetterTopic       string
 	CreateDeadLetterTopic bool
 	// MaxPollRecords is the most elements one commit cycle takes (a
-	// packed record counts its elements; pollSize, fitCycle); zero:
+	// packed record counts its elements; pollSize, intake); zero:
 	// DefaultMaxPollRecords. MaxPollTime is how long a poll waits
 	// for records before the cycle commits; zero: CommitInterval.
 	MaxPollRecords int
