@@ -115,10 +115,9 @@ type job struct {
 	// draining is set by Drain.
 	draining atomic.Bool
 
-	cancelOnce sync.Once
-	cancel     context.CancelCauseFunc
-	done       chan struct{}
-	err        error // why it ended; set before done closes
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	err    error // why it ended; set before done closes
 }
 
 // Why a job's context ends before the job is done. The cause goes down to

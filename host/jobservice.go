@@ -626,10 +626,7 @@ func (s *JobServer) GetJobMetrics(_ context.Context, req *jobpb.GetJobMetricsReq
 
 // DescribePipelineOptions lists the options ksrunner reads.
 func (s *JobServer) DescribePipelineOptions(context.Context, *jobpb.DescribePipelineOptionsRequest) (*jobpb.DescribePipelineOptionsResponse, error) {
-	resp := &jobpb.DescribePipelineOptionsResponse{}
-	for _, o := range optionDescriptors() {
-		resp.Options = append(resp.Options, o)
-	}
+	resp := &jobpb.DescribePipelineOptionsResponse{Options: optionDescriptors()}
 	sort.Slice(resp.Options, func(i, j int) bool { return resp.Options[i].GetName() < resp.Options[j].GetName() })
 	return resp, nil
 }

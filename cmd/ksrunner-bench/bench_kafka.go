@@ -603,7 +603,7 @@ func (b *kafkaBench) startCopy(ctx context.Context, in, out string) (func() erro
 		kgo.SeedBrokers(strings.Split(b.bootstrap, ",")...),
 		kgo.TransactionalID(name), kgo.ConsumerGroup(name), kgo.ConsumeTopics(in),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(), kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1_000_000),
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1_000_000),
 	)
 	if err != nil {
 		return nil, err

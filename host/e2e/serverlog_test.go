@@ -51,11 +51,6 @@ func (l *logTail) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// matching returns the last n kept lines that contain sub.
-func (l *logTail) matching(sub string, n int) []string {
-	return l.filter(func(line string) bool { return strings.Contains(line, sub) }, n)
-}
-
 // jobLines returns the last n kept lines of job id at level info or above.
 func (l *logTail) jobLines(id string, n int) []string {
 	return l.filter(func(line string) bool {

@@ -284,8 +284,7 @@ func TestStatusShowsWorkerTasks(t *testing.T) {
 	base, id, appID, bootstrap := run.base, run.id, run.appID, run.bootstrap
 	w, _ := startWorkerInProcess(ctx, t, appID, bootstrap, host.WithStatus(host.StatusConfig{Addr: "127.0.0.1:0"}))
 
-	var server statusJob
-	server = waitStatus(t, base, id, 90*time.Second, "tasks owned by this process and by another instance", func(j statusJob) bool {
+	server := waitStatus(t, base, id, 90*time.Second, "tasks owned by this process and by another instance", func(j statusJob) bool {
 		here, there := 0, 0
 		for _, tk := range j.Tasks {
 			switch {

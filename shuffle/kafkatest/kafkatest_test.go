@@ -105,7 +105,6 @@ func TestExactlyOnce(t *testing.T) {
 		kgo.ConsumeTopics(in),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
 	)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -43,17 +42,6 @@ func fetchesOf(parts ...part) kgo.Fetches {
 		f.Topics = append(f.Topics, kgo.FetchTopic{Topic: p.topic, Partitions: []kgo.FetchPartition{fp}})
 	}
 	return kgo.Fetches{f}
-}
-
-// kept lists the kept records as topic/partition@offset, in order.
-func keptRecords(f kgo.Fetches) []string {
-	var out []string
-	f.EachPartition(func(p kgo.FetchTopicPartition) {
-		for _, r := range p.Records {
-			out = append(out, fmt.Sprintf("%s/%d@%d", p.Topic, p.Partition, r.Offset))
-		}
-	})
-	return out
 }
 
 func TestPollSize(t *testing.T) {
