@@ -278,6 +278,10 @@ type Bundle struct {
 	awaitingTF  map[TimerFamily]bool // timer families whose is_last has not arrived
 	inputClosed bool                 // is_last sent (or owed via abort) for the input
 	finishing   bool
+
+	// split is what a checkpoint (FinishCheckpointing) took from the
+	// bundle; nil if none was taken. Only Finish's goroutine touches it.
+	split *fnpb.ProcessBundleSplitResponse
 }
 
 // StartBundle sends a ProcessBundleRequest for the stage. The SDK's outputs
@@ -509,6 +513,22 @@ func (b *Bundle) failure() error {
 // failure is returned with the SDK's error text verbatim, wrapped with the
 // stage and bundle ids.
 func (b *Bundle) Finish() (*Result, error) {
+	return b.FinishCheckpointing(time.Time{}, 0)
+}
+
+// FinishCheckpointing is Finish, except that a bundle still running at
+// time at (zero: never) is checkpointed: the SDK is asked to split its
+// input at fraction 0 of the remainder (a ProcessBundleSplitRequest for
+// the stage's data source, inputElements being how many elements the
+// bundle was sent), which stops a splittable DoFn at its current position.
+// The Result then holds the rest of the running element's restriction
+// among its Residuals, and Unprocessed the index of the first input
+// element the SDK will not process (the channel split), to be processed
+// again by the caller; an SDK that declines the split (nothing left to
+// split, the bundle already done) leaves the bundle as it was. A split
+// request whose answer is lost fails the bundle: the SDK may have split
+// it, and the residuals would be lost with the answer.
+func (b *Bundle) FinishCheckpointing(at time.Time, inputElements int) (*Result, error) {
 	b.mu.Lock()
 	if b.finishing {
 		b.mu.Unlock()
@@ -535,6 +555,17 @@ func (b *Bundle) Finish() (*Result, error) {
 		case <-b.done:
 		}
 	}
+	if !at.IsZero() {
+		timer := time.NewTimer(time.Until(at))
+		select {
+		case <-b.done:
+		case <-timer.C:
+			if err := b.checkpoint(inputElements); err != nil {
+				b.complete(err)
+			}
+		}
+		timer.Stop()
+	}
 	<-b.done
 	b.stopWatchingCtx()
 	b.emitMu.Lock()
@@ -546,7 +577,40 @@ func (b *Bundle) Finish() (*Result, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
-	return newResult(b.resp), nil
+	r := newResult(b.resp)
+	r.Unprocessed = -1
+	if b.split != nil {
+		r.Checkpointed = true
+		r.Residuals = append(residuals(b.split.GetResidualRoots()), r.Residuals...)
+		for _, cs := range b.split.GetChannelSplits() {
+			if cs.GetTransformId() == b.stage.inputTransform && int(cs.GetFirstResidualElement()) < inputElements {
+				r.Unprocessed = int(cs.GetFirstResidualElement())
+			}
+		}
+	}
+	return r, nil
+}
+
+// checkpoint asks the SDK to split the running bundle at fraction 0 of
+// its remainder and keeps the split in b.split. An SDK that answers with
+// an error did not split; an answer that does not arrive is an error.
+func (b *Bundle) checkpoint(inputElements int) error {
+	resp, err := b.w.instruct(b.ctx, &fnpb.InstructionRequest{
+		Request: &fnpb.InstructionRequest_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitRequest{
+			InstructionId: b.id,
+			DesiredSplits: map[string]*fnpb.ProcessBundleSplitRequest_DesiredSplit{
+				b.stage.inputTransform: {FractionOfRemainder: 0, EstimatedInputElements: int64(inputElements)},
+			},
+		}},
+	})
+	if err != nil {
+		if resp.GetError() != "" {
+			return nil // declined: the bundle goes on unsplit
+		}
+		return fmt.Errorf("stage %s bundle %s: checkpointing (ProcessBundleSplit): %w", b.stage.id, b.id, err)
+	}
+	b.split = resp.GetProcessBundleSplit()
+	return nil
 }
 
 // complete ends the bundle with err (nil for success), once. A failed
@@ -690,6 +754,13 @@ type Result struct {
 	// RequiresFinalization says the host must call Bundle.Finalize once
 	// the bundle's output is committed.
 	RequiresFinalization bool
+	// Checkpointed says FinishCheckpointing split the bundle. Unprocessed
+	// is then the index of the first input element the SDK did not
+	// process: it and every element after it are the caller's to process
+	// again. -1: the SDK processed every element (or a residual holds the
+	// rest).
+	Checkpointed bool
+	Unprocessed  int
 }
 
 // Residual is unprocessed input returned by the SDK.
@@ -710,7 +781,15 @@ func newResult(resp *fnpb.ProcessBundleResponse) *Result {
 		MonitoringInfos:      resp.GetMonitoringInfos(),
 		RequiresFinalization: resp.GetRequiresFinalization(),
 	}
-	for _, root := range resp.GetResidualRoots() {
+	r.Residuals = residuals(resp.GetResidualRoots())
+	return r
+}
+
+// residuals converts the SDK's residual roots (of a bundle's response or of
+// a split).
+func residuals(roots []*fnpb.DelayedBundleApplication) []Residual {
+	var out []Residual
+	for _, root := range roots {
 		app := root.GetApplication()
 		res := Residual{
 			TransformID: app.GetTransformId(),
@@ -718,13 +797,13 @@ func newResult(resp *fnpb.ProcessBundleResponse) *Result {
 			Element:     app.GetElement(),
 			Delay:       root.GetRequestedTimeDelay().AsDuration(),
 		}
-		for out, ts := range app.GetOutputWatermarks() {
+		for local, ts := range app.GetOutputWatermarks() {
 			if res.OutputWatermarks == nil {
 				res.OutputWatermarks = map[string]time.Time{}
 			}
-			res.OutputWatermarks[out] = ts.AsTime()
+			res.OutputWatermarks[local] = ts.AsTime()
 		}
-		r.Residuals = append(r.Residuals, res)
+		out = append(out, res)
 	}
-	return r
+	return out
 }

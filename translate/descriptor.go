@@ -2,6 +2,8 @@ package translate
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -171,6 +173,12 @@ func (t *translator) buildDescriptor(s *Stage) error {
 		Outputs:    map[string]string{"i0": s.Input},
 	}
 	s.InputTransform = src
+	for _, id := range s.Transforms {
+		tr := t.comps.GetTransforms()[id]
+		if tr.GetSpec().GetUrn() == urnSDFProcessSizedElements && slices.Contains(slices.Collect(maps.Values(tr.GetInputs())), s.Input) {
+			s.Checkpointable = true
+		}
+	}
 	s.OutputTransforms = map[string]string{}
 	for i, out := range s.Outputs {
 		w := t.wireCoders[out]

@@ -365,6 +365,11 @@ type Stage struct {
 
 	// InputTransform is the id of the data source transform in Descriptor.
 	InputTransform string
+	// Checkpointable says the data source feeds a splittable DoFn's
+	// ProcessSizedElementsAndRestrictions: the host may checkpoint a
+	// running bundle of the stage (a ProcessBundleSplit at fraction 0)
+	// and process the rest of its restriction in a later bundle.
+	Checkpointable bool
 	// OutputTransforms maps the id of each data sink transform in Descriptor to
 	// the PCollection it carries.
 	OutputTransforms map[string]string

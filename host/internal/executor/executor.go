@@ -74,6 +74,17 @@ type Bundle interface {
 	Finish() (Result, error)
 }
 
+// Checkpointer is a Bundle of a stage whose input goes to a splittable
+// DoFn (translate.Stage.Checkpointable) that can stop it where it is.
+type Checkpointer interface {
+	// FinishCheckpointing is Finish, except that a bundle still running
+	// at time at is checkpointed: its running restriction stops at the
+	// current position and the rest comes back among the Residuals, and
+	// the input elements from Result.Unprocessed on were not processed.
+	// inputElements is how many elements the bundle was handed.
+	FinishCheckpointing(at time.Time, inputElements int) (Result, error)
+}
+
 // Result is what a finished bundle returns besides its output.
 type Result struct {
 	// Residuals are the parts of the input to process again (splittable
@@ -83,6 +94,11 @@ type Result struct {
 	// Finalize, when set, is called once the bundle's output and state are
 	// committed (Beam's bundle finalization).
 	Finalize func(context.Context) error
+	// Checkpointed says FinishCheckpointing stopped the bundle before it
+	// ended; Unprocessed is then the index of the first input element it
+	// did not process (-1: none; its rest is among the Residuals).
+	Checkpointed bool
+	Unprocessed  int
 }
 
 // Residual is one self-checkpoint of a splittable DoFn.
@@ -165,11 +181,15 @@ func (b harnessBundle) ProcessTimers(transformID, familyID string, data []byte) 
 }
 
 func (b harnessBundle) Finish() (Result, error) {
-	res, err := b.b.Finish()
+	return b.FinishCheckpointing(time.Time{}, 0)
+}
+
+func (b harnessBundle) FinishCheckpointing(at time.Time, inputElements int) (Result, error) {
+	res, err := b.b.FinishCheckpointing(at, inputElements)
 	if err != nil {
 		return Result{}, err
 	}
-	out := Result{Metrics: res.MonitoringInfos}
+	out := Result{Metrics: res.MonitoringInfos, Checkpointed: res.Checkpointed, Unprocessed: res.Unprocessed}
 	if res.RequiresFinalization {
 		out.Finalize = b.b.Finalize
 	}

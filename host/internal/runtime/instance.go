@@ -208,6 +208,12 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		Logger:        cfg.Logger,
 		MaxBundleSize: cfg.MaxBundleSize,
 		MaxBundleTime: cfg.MaxBundleTime,
+		// A cycle must commit within the transaction timeout; a bundle
+		// of a splittable DoFn is checkpointed after max_bundle_time_ms
+		// (Beam's bound on a bundle's age), and never later than half
+		// the timeout.
+		CheckpointAfter:    min(cfg.MaxBundleTime, cfg.transactionTimeout()/2),
+		MaxCheckpointAfter: cfg.transactionTimeout() / 2,
 		// A cycle fires at most as many stored groups as it reads
 		// elements, and no more than the default: a stored group costs
 		// more to fire than an element to read (a read from the store,

@@ -43,6 +43,12 @@ type Env struct {
 	// size or age, so bundles closed early only split a cycle's work.
 	MaxBundleSize int
 	MaxBundleTime time.Duration
+	// CheckpointAfter is how long a bundle of a stage whose input goes to
+	// a splittable DoFn may run before the task checkpoints it, and
+	// MaxCheckpointAfter how far that grows for a DoFn that emits nothing
+	// before it (checkpoint.go); zero: never checkpointed.
+	CheckpointAfter    time.Duration
+	MaxCheckpointAfter time.Duration
 	// RecordPackBytes bounds the values of one DATA_PACKED record on the
 	// internal data topics (pack.go); zero: every value is a record.
 	RecordPackBytes int

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -155,6 +156,13 @@ type stageRun struct {
 	expiring    bool
 	lateness    int64
 	droppedLate int64
+	// A stage whose input goes to a splittable DoFn (Stage.Checkpointable)
+	// keeps its open bundle's input (input) for the elements a checkpoint
+	// leaves unprocessed, and checkpoints a bundle open checkpointAfter
+	// (see checkpoint.go); output says the open bundle emitted something.
+	input           [][]byte
+	checkpointAfter time.Duration
+	output          bool
 }
 
 // chunk is whole encoded elements of a stage's input, and how many.
@@ -242,6 +250,7 @@ func New(env *Env, sub *translate.SubTopology, partition int32) (*Task, error) {
 			return nil, fmt.Errorf("stage %s: no executor", s.ID)
 		}
 		sr := &stageRun{stage: s, exec: executor.ForTask(exec), idx: byte(len(t.stages)), gated: gatesInput(sub, s), sorted: s.TimeSortedInput, sortedUpTo: minWatermark, families: map[string]translate.TimerFamily{}}
+		sr.checkpointAfter = checkpointAfter(env, s.Checkpointable)
 		for _, f := range s.TimerFamilies {
 			sr.families[f.TransformID+"/"+f.FamilyID] = f
 		}
@@ -754,6 +763,9 @@ func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 		return nil
 	}
 	sr.count += in.elements
+	if sr.checkpointAfter > 0 {
+		sr.input = append(sr.input, slices.Clone(in.data))
+	}
 	if err := sr.bundle.Process(in.data); err != nil {
 		sr.bundle = nil
 		return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
@@ -764,7 +776,7 @@ func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 func (t *Task) finish(sr *stageRun) error {
 	b := sr.bundle
 	sr.bundle = nil
-	res, err := b.Finish()
+	res, err := t.finishBundle(sr, b)
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 	}
@@ -786,7 +798,7 @@ func (t *Task) finish(sr *stageRun) error {
 			return err
 		}
 	}
-	return nil
+	return t.keepUnprocessed(sr, res)
 }
 
 // addMetrics counts a bundle's (or the host's own) metrics as attempted, and
@@ -809,6 +821,7 @@ func (t *Task) emit(sr *stageRun, pcoll string, data []byte) error {
 	if c := sr.carry[pcoll]; len(c) > 0 {
 		data = append(c, data...)
 	}
+	sr.output = sr.output || len(data) > 0
 	for len(data) > 0 {
 		wv, err := codec.Next(data)
 		if err == shuffle.ErrShort {
