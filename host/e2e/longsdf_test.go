@@ -19,11 +19,12 @@ func init() {
 	register.DoFn3x0[*sdf.LockRTracker, int, func(string)](&slowRangeFn{})
 }
 
-// slowPositions and slowStep make slowRangeFn's one restriction take about
-// 4 s in one DoFn call: longer than the transaction_timeout_ms (2000) the
-// test gives the job.
+// slowPositions and slowStep make each of slowRangeFn's restrictions take
+// about 2 s in one DoFn call, and the three of them, in one bundle of one
+// task, 6 s: longer than the transaction_timeout_ms (2000) the test gives
+// the job.
 const (
-	slowPositions = 2000
+	slowPositions = 1000
 	slowStep      = 2 * time.Millisecond
 )
 
@@ -54,30 +55,36 @@ func (fn *slowRangeFn) ProcessElement(rt *sdf.LockRTracker, i int, emit func(str
 	}
 }
 
-// TestLongSplittableBundle: a splittable DoFn whose one DoFn call lasts
-// twice the job's transaction_timeout_ms. The host checkpoints the running
-// bundle (a ProcessBundleSplit at fraction 0) once it has been open
-// max_bundle_time_ms, keeps the residual as it keeps a self-checkpoint,
-// and resumes it in the next cycle, so each cycle commits within the
-// timeout; the output holds every position once.
+// TestLongSplittableBundle: a splittable DoFn whose restrictions (three,
+// in one task) would keep its task's cycle open three times the job's
+// transaction_timeout_ms. The task gives each restriction a bundle of its
+// own and checkpoints a bundle once it has been open max_bundle_time_ms (a
+// ProcessBundleSplit at fraction 0), keeps the rest of the restriction as
+// it keeps a self-checkpoint's residual, and resumes it in the next
+// cycle, so each cycle commits within the timeout; the output holds every
+// position of every element once. Without the checkpoints the job fails
+// on the embedded broker (its transaction aborted by the timeout:
+// INVALID_PRODUCER_EPOCH).
 func TestLongSplittableBundle(t *testing.T) {
 	for _, b := range []broker{{"embedded", ""}, {"kafkatest", kafkatest.Broker(t)}} {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := testContext(t, 3*time.Minute)
-			opts := map[string]string{"transaction_timeout_ms": "2000", "max_bundle_time_ms": "500"}
+			opts := map[string]string{"transaction_timeout_ms": "2000", "max_bundle_time_ms": "500", "internal_parallelism": "1"}
 			if b.bootstrap != "" {
 				opts["bootstrap_servers"] = b.bootstrap
 				opts["application_id"] = kafkatest.UniqueName(t, "longsdf")
 			}
 			got := runToLines(ctx, t, ksrunner, func(out string) *beam.Pipeline {
 				p, s := beam.NewPipelineWithRoot()
-				lines := beam.ParDo(s, &slowRangeFn{}, beam.Create(s, 7))
+				lines := beam.ParDo(s, &slowRangeFn{}, beam.Create(s, 7, 8, 9))
 				textio.Write(s, out, lines)
 				return p
 			}, opts)
 			var want []string
-			for p := range slowPositions {
-				want = append(want, fmt.Sprintf("element 7 position %d", p))
+			for _, e := range []int{7, 8, 9} {
+				for p := range slowPositions {
+					want = append(want, fmt.Sprintf("element %d position %d", e, p))
+				}
 			}
 			diffLines(t, got, sortedLines(strings.Join(want, "\n")))
 		})

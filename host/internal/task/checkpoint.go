@@ -16,16 +16,18 @@ import (
 // still running checkpointAfter after it opened, is checkpointed: the SDK
 // stops the running restriction where it is (a ProcessBundleSplit at
 // fraction 0) and returns the rest, which the task keeps and resumes
-// exactly as a self-checkpoint's residual (residuals.go), and the input
-// elements the bundle had not begun come back from the channel split,
-// kept the same way as residuals of no delay.
+// exactly as a self-checkpoint's residual (residuals.go).
 //
 // Invariants:
-//   - The bundle's input is kept (stageRun.input) while it is open, so
-//     every element the SDK did not process is kept again; an element is
-//     never both processed and kept: the SDK answers a split with the
-//     index of the first element it will not process, and processes none
-//     from there on.
+//   - Only a bundle of one input element is checkpointed, and such a stage
+//     gets one element per bundle (appendPending, bundleDone): with several,
+//     the split also answers which input elements the SDK will not process
+//     (the channel split), and the Go SDK (2.77) was seen to answer an
+//     element it then processed whole, which kept again would be output
+//     twice. A bundle of one element has nothing after it to leave
+//     unprocessed; should an SDK answer that it did not begin the element
+//     (first residual element 0), the element is kept again
+//     (keepUnprocessed, from the bundle's kept input, stageRun.input).
 //   - A checkpoint cannot starve its DoFn: a checkpointed bundle that
 //     emitted nothing doubles the stage's checkpointAfter, up to
 //     Env.MaxCheckpointAfter (half the transaction timeout), since a DoFn
@@ -39,7 +41,8 @@ import (
 // finishBundle finishes sr's bundle b, checkpointing it if it runs long.
 func (t *Task) finishBundle(sr *stageRun, b executor.Bundle) (executor.Result, error) {
 	cp, ok := b.(executor.Checkpointer)
-	if sr.checkpointAfter <= 0 || !ok {
+	if sr.checkpointAfter <= 0 || !ok || sr.count != 1 {
+		sr.input = nil
 		return b.Finish()
 	}
 	res, err := cp.FinishCheckpointing(sr.openedAt.Add(sr.checkpointAfter), sr.count)

@@ -171,10 +171,12 @@ type chunk struct {
 	elements int
 }
 
-// appendPending adds one whole element to the pending input.
+// appendPending adds one whole element to the pending input. A stage whose
+// bundles may be checkpointed gets each element in a chunk, and so a
+// bundle, of its own (see checkpoint.go).
 func (sr *stageRun) appendPending(raw []byte) {
 	n := len(sr.pending)
-	if n == 0 || len(sr.pending[n-1].data)+len(raw) > processBatchBytes && len(sr.pending[n-1].data) > 0 {
+	if n == 0 || len(sr.pending[n-1].data) > 0 && (sr.checkpointAfter > 0 || len(sr.pending[n-1].data)+len(raw) > processBatchBytes) {
 		sr.pending = append(sr.pending, chunk{data: sr.newChunk(len(raw))})
 		n++
 	}
@@ -707,7 +709,7 @@ func (t *Task) bundleDone(sr *stageRun) bool {
 	if sr.bundle == nil {
 		return false
 	}
-	if sr.count >= t.env.MaxBundleSize {
+	if sr.count >= t.env.MaxBundleSize || sr.checkpointAfter > 0 && sr.count > 0 {
 		return true
 	}
 	return t.env.MaxBundleTime > 0 && t.now().Sub(sr.openedAt) >= t.env.MaxBundleTime
@@ -758,6 +760,7 @@ func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 			return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 		}
 		sr.bundle, sr.count, sr.openedAt = b, 0, t.now()
+		sr.input, sr.output = nil, false // a bundle that failed or was aborted left them
 	}
 	if len(in.data) == 0 {
 		return nil
@@ -822,6 +825,7 @@ func (t *Task) emit(sr *stageRun, pcoll string, data []byte) error {
 		data = append(c, data...)
 	}
 	sr.output = sr.output || len(data) > 0
+
 	for len(data) > 0 {
 		wv, err := codec.Next(data)
 		if err == shuffle.ErrShort {

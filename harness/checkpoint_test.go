@@ -1,0 +1,111 @@
+package harness_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	fnpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/fnexecution_v1"
+
+	"github.com/ksrunner/ksrunner/harness"
+)
+
+// TestFinishCheckpointing drives a bundle past its checkpoint time: the
+// SDK is sent a ProcessBundleSplitRequest at fraction 0 for the stage's
+// data source, and the Result carries the split's residuals (before the
+// bundle's own) and the channel split's first unprocessed element; an SDK
+// that declines leaves the bundle unsplit; a bundle done in time is never
+// split.
+func TestFinishCheckpointing(t *testing.T) {
+	_, stage, fw := startFake(t)
+	for _, tc := range []struct {
+		name    string
+		decline bool
+		want    string // residual elements, comma-separated
+		unproc  int
+	}{
+		{name: "split", want: "rest,self", unproc: 1},
+		{name: "declined", decline: true, want: "self", unproc: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := stage.StartBundle(context.Background(), func(string, []byte) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := fw.recvInstruction()
+			if err := b.Process([]byte("ab")); err != nil {
+				t.Fatal(err)
+			}
+			finished := make(chan error, 1)
+			var res *harness.Result
+			go func() {
+				var err error
+				res, err = b.FinishCheckpointing(time.Now().Add(50*time.Millisecond), 2)
+				finished <- err
+			}()
+			if got := fw.readInput(); got != "ab" {
+				t.Errorf("SDK got input %q", got)
+			}
+			split := fw.recvInstruction()
+			sr := split.GetProcessBundleSplit()
+			if sr.GetInstructionId() != req.GetInstructionId() {
+				t.Fatalf("after the checkpoint time the SDK got %v, want a split of bundle %s", split, req.GetInstructionId())
+			}
+			ds := sr.GetDesiredSplits()["in"]
+			if len(sr.GetDesiredSplits()) != 1 || ds == nil || ds.GetFractionOfRemainder() != 0 || ds.GetEstimatedInputElements() != 2 {
+				t.Errorf("desired splits %v, want fraction 0 of the data source \"in\" of 2 elements", sr.GetDesiredSplits())
+			}
+			if tc.decline {
+				fw.respond(&fnpb.InstructionResponse{InstructionId: split.GetInstructionId(), Error: "nothing to split"})
+			} else {
+				fw.respond(&fnpb.InstructionResponse{InstructionId: split.GetInstructionId(), Response: &fnpb.InstructionResponse_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitResponse{
+					ResidualRoots: []*fnpb.DelayedBundleApplication{{Application: &fnpb.BundleApplication{TransformId: "t", InputId: "i", Element: []byte("rest")}}},
+					ChannelSplits: []*fnpb.ProcessBundleSplitResponse_ChannelSplit{{TransformId: "in", LastPrimaryElement: 0, FirstResidualElement: 1}},
+				}}})
+			}
+			fw.sendOutput(req.GetInstructionId(), "", true)
+			fw.respond(&fnpb.InstructionResponse{InstructionId: req.GetInstructionId(), Response: &fnpb.InstructionResponse_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleResponse{
+				ResidualRoots: []*fnpb.DelayedBundleApplication{{Application: &fnpb.BundleApplication{TransformId: "t", InputId: "i", Element: []byte("self")}}},
+			}}})
+			if err := <-finished; err != nil {
+				t.Fatalf("FinishCheckpointing: %v", err)
+			}
+			var got []string
+			for _, r := range res.Residuals {
+				got = append(got, string(r.Element))
+			}
+			if strings.Join(got, ",") != tc.want || res.Unprocessed != tc.unproc || res.Checkpointed == tc.decline {
+				t.Errorf("residuals %q, unprocessed from %d, checkpointed %v; want %q, %d, %v", got, res.Unprocessed, res.Checkpointed, tc.want, tc.unproc, !tc.decline)
+			}
+		})
+	}
+	t.Run("in time", func(t *testing.T) {
+		b, err := stage.StartBundle(context.Background(), func(string, []byte) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := fw.recvInstruction()
+		finished := make(chan error, 1)
+		go func() {
+			res, err := b.FinishCheckpointing(time.Now().Add(time.Hour), 0)
+			if err == nil && (res.Checkpointed || res.Unprocessed != -1) {
+				t.Errorf("a bundle done in time: checkpointed %v, unprocessed from %d", res.Checkpointed, res.Unprocessed)
+			}
+			finished <- err
+		}()
+		fw.readInput()
+		fw.sendOutput(req.GetInstructionId(), "", true)
+		fw.respond(&fnpb.InstructionResponse{InstructionId: req.GetInstructionId(), Response: &fnpb.InstructionResponse_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleResponse{}}})
+		if err := <-finished; err != nil {
+			t.Fatal(err)
+		}
+		// The next instruction is the next bundle's, not a split.
+		if _, err := stage.StartBundle(context.Background(), func(string, []byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if next := fw.recvInstruction(); next.GetProcessBundle() == nil {
+			t.Errorf("after a bundle done in time the SDK got %v, want the next ProcessBundle", next)
+		}
+	})
+}
