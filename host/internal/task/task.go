@@ -825,7 +825,6 @@ func (t *Task) emit(sr *stageRun, pcoll string, data []byte) error {
 		data = append(c, data...)
 	}
 	sr.output = sr.output || len(data) > 0
-
 	for len(data) > 0 {
 		wv, err := codec.Next(data)
 		if err == shuffle.ErrShort {
