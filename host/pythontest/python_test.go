@@ -114,6 +114,18 @@ func TestFeatures(t *testing.T) {
 	})
 }
 
+// A splittable DoFn that never checkpoints itself, each of its three
+// restrictions 2 s long, under a 2 s transaction timeout: ksrunner
+// checkpoints its bundles (host/internal/task/checkpoint.go) through the
+// Python SDK's split API, so every cycle commits in time and the output is
+// the DirectRunner's.
+func TestLongSplittableBundle(t *testing.T) {
+	matchDirectRunner(t, "longsdf.py", map[string]int{"longsdf": 1200}, func(o *host.Options) {
+		o.TransactionTimeoutMs = 2000
+		o.MaxBundleTimeMs = 500
+	})
+}
+
 // Wordcount with the SDK's file IO: ReadFromText (a splittable DoFn) and
 // WriteToText (sharded temporary files, then a finalizing step).
 func TestWordCount(t *testing.T) {
