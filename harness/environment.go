@@ -224,7 +224,18 @@ func (h *Harness) launchExternal(ctx context.Context, envID string, env *pipepb.
 		return nil, fmt.Errorf("starting environment %q: %w", envID, err)
 	}
 	endpoint := h.apiDescriptor()
-	startCtx, cancel := context.WithTimeout(ctx, h.cfg.ConnectTimeout)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		conn.Close()
+		return nil, fmt.Errorf("starting environment %q: %w", envID, ErrClosed)
+	}
+	h.starting.Add(1)
+	h.mu.Unlock()
+	// Not cancelled with ctx: the pool's work for this call goes on after a
+	// cancelled client gives up on it (the Go SDK's reads this harness's
+	// provision endpoint), and Close waits for it (Harness.starting).
+	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.cfg.ConnectTimeout)
 	defer cancel()
 	resp, err := pool.StartWorker(startCtx, &fnpb.StartWorkerRequest{
 		WorkerId:          w.id,
@@ -234,6 +245,7 @@ func (h *Harness) launchExternal(ctx context.Context, envID string, env *pipepb.
 		ProvisionEndpoint: endpoint,
 		Params:            payload.GetParams(),
 	})
+	h.starting.Done()
 	if err == nil && resp.GetError() != "" {
 		err = errors.New(resp.GetError())
 	}

@@ -116,6 +116,13 @@ type Harness struct {
 	closed  bool
 	envs    map[string]*environment // by environment id
 	workers map[string]*worker      // by worker id, for routing RPCs
+	// starting counts StartWorker calls in flight (Add under mu while not
+	// closed). Close waits for them before it stops the server: the Go
+	// SDK's pool fetches the provision info while it holds the lock every
+	// StartWorker takes, dialing for up to two minutes, so an endpoint
+	// gone mid-call holds up every later start on that pool, for every
+	// job that uses it.
+	starting sync.WaitGroup
 
 	closeOnce sync.Once
 	closeErr  error
@@ -235,6 +242,7 @@ func (h *Harness) Close() error {
 				errs = append(errs, err)
 			}
 		}
+		h.starting.Wait() // each bounded by ConnectTimeout
 		// Let the stopped workers close their own streams: cutting them
 		// from this side sends the SDK down its reconnection path (which
 		// logs spurious warnings, and in the Go SDK races). Workers that
