@@ -609,7 +609,10 @@ func (b *Bundle) checkpoint(inputElements int) error {
 		}
 		return fmt.Errorf("stage %s bundle %s: checkpointing (ProcessBundleSplit): %w", b.stage.id, b.id, err)
 	}
-	b.split = resp.GetProcessBundleSplit()
+	// The Go SDK declines a split it cannot make with an empty answer.
+	if s := resp.GetProcessBundleSplit(); len(s.GetResidualRoots()) > 0 || len(s.GetChannelSplits()) > 0 {
+		b.split = s
+	}
 	return nil
 }
 
