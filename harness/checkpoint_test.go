@@ -109,3 +109,93 @@ func TestFinishCheckpointing(t *testing.T) {
 		}
 	})
 }
+
+// TestSplit: a split asked for while FinishCheckpointing waits gives its
+// rest to the caller, not to the bundle's Result; a declined one (an error
+// or an empty answer) moves nothing.
+func TestSplit(t *testing.T) {
+	_, stage, fw := startFake(t)
+	for _, tc := range []struct {
+		name   string
+		answer func(id string) *fnpb.InstructionResponse
+		ok     bool
+		want   string // residual elements, comma-separated
+		unproc int
+	}{
+		{"split", func(id string) *fnpb.InstructionResponse {
+			return &fnpb.InstructionResponse{InstructionId: id, Response: &fnpb.InstructionResponse_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitResponse{
+				ResidualRoots: []*fnpb.DelayedBundleApplication{{Application: &fnpb.BundleApplication{TransformId: "t", InputId: "i", Element: []byte("half")}}},
+				ChannelSplits: []*fnpb.ProcessBundleSplitResponse_ChannelSplit{{TransformId: "in", LastPrimaryElement: 0, FirstResidualElement: 1}},
+			}}}
+		}, true, "half", -1},
+		{"not begun", func(id string) *fnpb.InstructionResponse {
+			return &fnpb.InstructionResponse{InstructionId: id, Response: &fnpb.InstructionResponse_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitResponse{
+				ChannelSplits: []*fnpb.ProcessBundleSplitResponse_ChannelSplit{{TransformId: "in", LastPrimaryElement: -1, FirstResidualElement: 0}},
+			}}}
+		}, true, "", 0},
+		{"declined with an error", func(id string) *fnpb.InstructionResponse {
+			return &fnpb.InstructionResponse{InstructionId: id, Error: "nothing to split"}
+		}, false, "", -1},
+		{"declined empty", func(id string) *fnpb.InstructionResponse {
+			return &fnpb.InstructionResponse{InstructionId: id, Response: &fnpb.InstructionResponse_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitResponse{}}}
+		}, false, "", -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := stage.StartBundle(context.Background(), func(string, []byte) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := fw.recvInstruction()
+			if err := b.Process([]byte("a")); err != nil {
+				t.Fatal(err)
+			}
+			finished := make(chan error, 1)
+			var res *harness.Result
+			go func() {
+				var err error
+				res, err = b.FinishCheckpointing(time.Now().Add(time.Hour), 1)
+				finished <- err
+			}()
+			if got := fw.readInput(); got != "a" {
+				t.Errorf("SDK got input %q", got)
+			}
+			type splitResult struct {
+				rs     []harness.Residual
+				unproc int
+				ok     bool
+				err    error
+			}
+			split := make(chan splitResult, 1)
+			go func() {
+				var r splitResult
+				r.rs, r.unproc, r.ok, r.err = b.Split(0.5, 1)
+				split <- r
+			}()
+			sreq := fw.recvInstruction()
+			ds := sreq.GetProcessBundleSplit().GetDesiredSplits()["in"]
+			if sreq.GetProcessBundleSplit().GetInstructionId() != req.GetInstructionId() || ds.GetFractionOfRemainder() != 0.5 || ds.GetEstimatedInputElements() != 1 {
+				t.Fatalf("the SDK got %v, want a split of bundle %s at 0.5 of its 1 element", sreq, req.GetInstructionId())
+			}
+			fw.respond(tc.answer(sreq.GetInstructionId()))
+			got := <-split
+			if got.err != nil {
+				t.Fatalf("Split: %v", got.err)
+			}
+			var elems []string
+			for _, r := range got.rs {
+				elems = append(elems, string(r.Element))
+			}
+			if got.ok != tc.ok || strings.Join(elems, ",") != tc.want || got.unproc != tc.unproc {
+				t.Errorf("split: ok %v, residuals %q, unprocessed from %d; want %v, %q, %d", got.ok, elems, got.unproc, tc.ok, tc.want, tc.unproc)
+			}
+			fw.sendOutput(req.GetInstructionId(), "", true)
+			fw.respond(&fnpb.InstructionResponse{InstructionId: req.GetInstructionId(), Response: &fnpb.InstructionResponse_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleResponse{}}})
+			if err := <-finished; err != nil {
+				t.Fatalf("FinishCheckpointing: %v", err)
+			}
+			if len(res.Residuals) != 0 || res.Checkpointed || res.Unprocessed != -1 {
+				t.Errorf("the bundle's result holds residuals %d, checkpointed %v, unprocessed from %d; want none of the split", len(res.Residuals), res.Checkpointed, res.Unprocessed)
+			}
+		})
+	}
+}

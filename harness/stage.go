@@ -616,6 +616,54 @@ func (b *Bundle) checkpoint(inputElements int) error {
 	return nil
 }
 
+// Split asks the SDK to split the running bundle at fraction of its
+// remainder (a ProcessBundleSplitRequest for the stage's data source,
+// inputElements being how many elements the bundle was sent), for another
+// bundle to process the rest: a splittable DoFn's running restriction is
+// cut where the fraction falls. It may be called while another goroutine
+// waits in FinishCheckpointing, whose Result then holds none of what the
+// split returned. ok is false if the SDK declined (the bundle done or
+// about to be, nothing left to split): nothing moved. Otherwise residuals
+// are the rest of the running element, and unprocessed the index of the
+// first input element the SDK will not process, -1 for none: those
+// elements are the caller's too. A split request whose answer is lost
+// fails the bundle, as in FinishCheckpointing.
+func (b *Bundle) Split(fraction float64, inputElements int) (residualRoots []Residual, unprocessed int, ok bool, err error) {
+	b.mu.Lock()
+	done := b.completed
+	b.mu.Unlock()
+	if done {
+		return nil, -1, false, nil
+	}
+	resp, err := b.w.instruct(b.ctx, &fnpb.InstructionRequest{
+		Request: &fnpb.InstructionRequest_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitRequest{
+			InstructionId: b.id,
+			DesiredSplits: map[string]*fnpb.ProcessBundleSplitRequest_DesiredSplit{
+				b.stage.inputTransform: {FractionOfRemainder: fraction, EstimatedInputElements: int64(inputElements)},
+			},
+		}},
+	})
+	if err != nil {
+		if resp.GetError() != "" {
+			return nil, -1, false, nil // declined
+		}
+		err = fmt.Errorf("stage %s bundle %s: splitting (ProcessBundleSplit): %w", b.stage.id, b.id, err)
+		b.complete(err)
+		return nil, -1, false, err
+	}
+	split := resp.GetProcessBundleSplit()
+	unprocessed = -1
+	for _, cs := range split.GetChannelSplits() {
+		if cs.GetTransformId() == b.stage.inputTransform && int(cs.GetFirstResidualElement()) < inputElements {
+			unprocessed = int(cs.GetFirstResidualElement())
+		}
+	}
+	if len(split.GetResidualRoots()) == 0 && unprocessed < 0 {
+		return nil, -1, false, nil // the Go SDK declines with an empty answer
+	}
+	return residuals(split.GetResidualRoots()), unprocessed, true, nil
+}
+
 // complete ends the bundle with err (nil for success), once. A failed
 // bundle whose input is still open gets an is_last sent on its behalf, so
 // the SDK does not wait for input forever.

@@ -96,7 +96,7 @@ func kafkaIDs(t *testing.T, pipe *pipepb.Pipeline) (read, write string) {
 }
 
 // committedCounter is the committed ksrunner/name counter of transform in
-// the job's metrics.
+// the job's metrics; of all its transforms, summed, for transform "".
 func committedCounter(ctx context.Context, t *testing.T, id, transform, name string) int64 {
 	t.Helper()
 	mr, err := ksrunner.GetJobMetrics(ctx, &jobpb.GetJobMetricsRequest{JobId: id})
@@ -105,7 +105,7 @@ func committedCounter(ctx context.Context, t *testing.T, id, transform, name str
 	}
 	var n int64
 	for _, m := range mr.GetMetrics().GetCommitted() {
-		if l := m.GetLabels(); l["NAMESPACE"] == "ksrunner" && l["NAME"] == name && l["PTRANSFORM"] == transform {
+		if l := m.GetLabels(); l["NAMESPACE"] == "ksrunner" && l["NAME"] == name && (transform == "" || l["PTRANSFORM"] == transform) {
 			v, err := coder.DecodeVarInt(bytes.NewReader(m.GetPayload()))
 			if err != nil {
 				t.Fatal(err)

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
 
+	"github.com/ksrunner/ksrunner/host/internal/task"
 	"github.com/ksrunner/ksrunner/shuffle/kafkatest"
 )
 
@@ -20,11 +23,10 @@ func init() {
 }
 
 // slowPositions and slowStep make each of slowRangeFn's restrictions take
-// about 2 s in one DoFn call, and the three of them, in one bundle of one
-// task, 6 s: longer than the transaction_timeout_ms (2000) the test gives
-// the job.
+// about 1 s in one DoFn call, and the six of them, in one task, 6 s:
+// longer than the transaction_timeout_ms (2000) the test gives the job.
 const (
-	slowPositions = 1000
+	slowPositions = 500
 	slowStep      = 2 * time.Millisecond
 )
 
@@ -55,16 +57,18 @@ func (fn *slowRangeFn) ProcessElement(rt *sdf.LockRTracker, i int, emit func(str
 	}
 }
 
-// TestLongSplittableBundle: a splittable DoFn whose restrictions (three,
-// in one task) would keep its task's cycle open three times the job's
+// TestLongSplittableBundle: a splittable DoFn whose restrictions (six, in
+// one task) would keep its task's cycle open three times the job's
 // transaction_timeout_ms. The task gives each restriction a bundle of its
-// own and checkpoints a bundle once it has been open max_bundle_time_ms (a
-// ProcessBundleSplit at fraction 0), keeps the rest of the restriction as
-// it keeps a self-checkpoint's residual, and resumes it in the next
-// cycle, so each cycle commits within the timeout; the output holds every
-// position of every element once. Without the checkpoints the job fails
-// on the embedded broker (its transaction aborted by the timeout:
-// INVALID_PRODUCER_EPOCH).
+// own and checkpoints the bundles max_bundle_time_ms after the cycle began
+// (a ProcessBundleSplit at fraction 0), keeps the rest of the restriction
+// as it keeps a self-checkpoint's residual, keeps the elements not begun
+// by then likewise, and resumes them in the next cycle, so each cycle
+// commits within the timeout; the output holds every position of every
+// element once. Without the checkpoints the job fails on the embedded
+// broker (its transaction aborted by the timeout: INVALID_PRODUCER_EPOCH),
+// and so it does with each bundle checkpointed max_bundle_time_ms after
+// its own start (six of 500 ms in one cycle).
 func TestLongSplittableBundle(t *testing.T) {
 	for _, b := range []broker{{"embedded", ""}, {"kafkatest", kafkatest.Broker(t)}} {
 		t.Run(b.name, func(t *testing.T) {
@@ -76,17 +80,69 @@ func TestLongSplittableBundle(t *testing.T) {
 			}
 			got := runToLines(ctx, t, ksrunner, func(out string) *beam.Pipeline {
 				p, s := beam.NewPipelineWithRoot()
-				lines := beam.ParDo(s, &slowRangeFn{}, beam.Create(s, 7, 8, 9))
+				lines := beam.ParDo(s, &slowRangeFn{}, beam.Create(s, 7, 8, 9, 10, 11, 12))
 				textio.Write(s, out, lines)
 				return p
 			}, opts)
 			var want []string
-			for _, e := range []int{7, 8, 9} {
+			for _, e := range []int{7, 8, 9, 10, 11, 12} {
 				for p := range slowPositions {
 					want = append(want, fmt.Sprintf("element %d position %d", e, p))
 				}
 			}
 			diffLines(t, got, sortedLines(strings.Join(want, "\n")))
+		})
+	}
+}
+
+func init() {
+	register.DoFn3x0[*sdf.LockRTracker, int, func(string)](&unevenRangeFn{})
+}
+
+// unevenRangeFn is slowRangeFn with a restriction of as many positions as
+// its element says, so that restrictions of one job differ in length.
+type unevenRangeFn struct{ slowRangeFn }
+
+func (fn *unevenRangeFn) CreateInitialRestriction(n int) offsetrange.Restriction {
+	return offsetrange.Restriction{Start: 0, End: int64(n)}
+}
+
+// TestSplittableWorkRebalanced: a splittable DoFn with a long restriction
+// (1,000 positions, about 2 s) and a short one (20), which go to the two
+// tasks of the job (the spread is by size). The task with the short one is
+// done first and takes half of what the other's running bundle has left,
+// by a split at fraction 0.5, several times over, in the same cycle: the
+// job's committed ksrunner/rebalanced_splits counter shows the splits, and
+// the output holds every position once. Without the rebalancing the
+// counter stays 0; a split whose rest went to both tasks would repeat
+// positions, one whose rest went to neither would lose them.
+func TestSplittableWorkRebalanced(t *testing.T) {
+	for _, b := range []broker{{"embedded", ""}, {"kafkatest", kafkatest.Broker(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := testContext(t, 3*time.Minute)
+			opts := map[string]string{"internal_parallelism": "2"}
+			if b.bootstrap != "" {
+				opts["bootstrap_servers"] = b.bootstrap
+				opts["application_id"] = kafkatest.UniqueName(t, "rebalance")
+			}
+			out := filepath.Join(t.TempDir(), "out.txt")
+			p, s := beam.NewPipelineWithRoot()
+			textio.Write(s, out, beam.ParDo(s, &unevenRangeFn{}, beam.Create(s, 1000, 20)))
+			id := runDone(ctx, t, ksrunner, marshal(t, p), opts)
+			text, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []string
+			for _, e := range []int{1000, 20} {
+				for p := range e {
+					want = append(want, fmt.Sprintf("element %d position %d", e, p))
+				}
+			}
+			diffLines(t, sortedLines(string(text)), sortedLines(strings.Join(want, "\n")))
+			if n := committedCounter(ctx, t, id, "", task.MetricWorkTaken); n < 1 {
+				t.Errorf("committed %s/%s: %d, want at least 1 (the task done first takes part of the other's restriction)", "ksrunner", task.MetricWorkTaken, n)
+			}
 		})
 	}
 }

@@ -85,6 +85,24 @@ type Checkpointer interface {
 	FinishCheckpointing(at time.Time, inputElements int) (Result, error)
 }
 
+// Splitter is a Bundle of a stage whose input goes to a splittable DoFn
+// that can give part of its running work to another bundle.
+type Splitter interface {
+	// Split cuts the bundle's work at fraction of its remainder, while
+	// another goroutine may wait in FinishCheckpointing (whose Result then
+	// holds none of it). ok false: the SDK declined, nothing moved.
+	// Otherwise Split.Residuals are the rest of the running element and
+	// the input elements from Split.Unprocessed on (-1: none) were not
+	// processed: both are the caller's.
+	Split(fraction float64, inputElements int) (Split, bool, error)
+}
+
+// Split is the work a Splitter gave up.
+type Split struct {
+	Residuals   []Residual
+	Unprocessed int
+}
+
 // Result is what a finished bundle returns besides its output.
 type Result struct {
 	// Residuals are the parts of the input to process again (splittable
@@ -197,6 +215,18 @@ func (b harnessBundle) FinishCheckpointing(at time.Time, inputElements int) (Res
 		out.Residuals = append(out.Residuals, harnessResidual(r))
 	}
 	return out, nil
+}
+
+func (b harnessBundle) Split(fraction float64, inputElements int) (Split, bool, error) {
+	rs, unprocessed, ok, err := b.b.Split(fraction, inputElements)
+	if err != nil || !ok {
+		return Split{}, false, err
+	}
+	out := Split{Unprocessed: unprocessed}
+	for _, r := range rs {
+		out.Residuals = append(out.Residuals, harnessResidual(r))
+	}
+	return out, true, nil
 }
 
 // harnessResidual is r with its output watermark estimate, the least over

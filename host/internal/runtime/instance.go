@@ -62,7 +62,11 @@ type instance struct {
 	inTxn bool // a transaction is open (only the loop touches it)
 
 	produceErr atomic.Pointer[error]
-	failed     atomic.Bool    // run returned an error: revocation must not commit
+	failed     atomic.Bool // run returned an error: revocation must not commit
+	// cycleStart is when the running commit cycle began, in the tasks'
+	// clock (Unix ns): their splittable work is checkpointed in time
+	// after it (task.Env.CycleStart).
+	cycleStart atomic.Int64
 	rebalance  rebalanceState // exactly_once: what the loop learns from the callbacks (group.go)
 
 	ident    identity
@@ -214,6 +218,8 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		// the timeout.
 		CheckpointAfter:    min(cfg.MaxBundleTime, cfg.transactionTimeout()/2),
 		MaxCheckpointAfter: cfg.transactionTimeout() / 2,
+		CycleStart:         i.cycleStarted,
+		Steals:             task.NewStealBoard(),
 		// A cycle fires at most as many stored groups as it reads
 		// elements, and no more than the default: a stored group costs
 		// more to fire than an element to read (a read from the store,
@@ -730,6 +736,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			continue
 		}
+		i.beginCycle()
 		if i.sess != nil {
 			if err := i.sess.Begin(); err != nil {
 				return fmt.Errorf("beginning a transaction: %w", err)
@@ -848,6 +855,23 @@ func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, max
 		i.pollSize.observe(elements, records+n)
 	}
 	return append(fetches, more...)
+}
+
+// beginCycle records the start of a commit cycle (cycleStarted).
+func (i *instance) beginCycle() {
+	now := time.Now
+	if i.env.Now != nil {
+		now = i.env.Now
+	}
+	i.cycleStart.Store(now().UnixNano())
+}
+
+// cycleStarted is when the running commit cycle began: task.Env.CycleStart.
+func (i *instance) cycleStarted() time.Time {
+	if ns := i.cycleStart.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // internalTopic says whether topic is one of the job's internal topics

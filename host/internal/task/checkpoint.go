@@ -18,6 +18,18 @@ import (
 // fraction 0) and returns the rest, which the task keeps and resumes
 // exactly as a self-checkpoint's residual (residuals.go).
 //
+// The checkpoints are timed from the commit cycle's start (Env.CycleStart),
+// not from each bundle's: a task given many elements of such a stage in
+// one cycle (restrictions of a file read, of a split source) would
+// otherwise run each for checkpointAfter, and the cycle for their sum,
+// past the transaction timeout. So every such bundle of a cycle is
+// checkpointed at the cycle's start plus checkpointAfter, and an element
+// whose bundle would open after that is not begun: it is kept as a
+// residual (deferElements) and resumed in the next cycle. The tasks of an
+// instance so stop their splittable work together, and their cycle
+// commits then, rather than when the task given the most work is done
+// with all of it while the others wait with their residuals.
+//
 // Invariants:
 //   - Only a bundle of one input element is checkpointed, and such a stage
 //     gets one element per bundle (appendPending, bundleDone): with several,
@@ -45,7 +57,8 @@ func (t *Task) finishBundle(sr *stageRun, b executor.Bundle) (executor.Result, e
 		sr.input = nil
 		return b.Finish()
 	}
-	res, err := cp.FinishCheckpointing(sr.openedAt.Add(sr.checkpointAfter), sr.count)
+	defer t.offerWork(sr, b)()
+	res, err := cp.FinishCheckpointing(t.checkpointAt(sr), sr.count)
 	if err != nil {
 		sr.input = nil
 		return res, err
@@ -106,4 +119,57 @@ func checkpointAfter(env *Env, checkpointable bool) time.Duration {
 		return 0
 	}
 	return env.CheckpointAfter
+}
+
+// checkpointAt is when sr's open bundle is checkpointed: checkpointAfter
+// after the cycle's start, or after the bundle's own without one.
+func (t *Task) checkpointAt(sr *stageRun) time.Time {
+	return t.checkpointTime(sr.openedAt, sr.checkpointAfter)
+}
+
+// checkpointTime is when a bundle opened at opened is checkpointed, after
+// is its stage's checkpointAfter.
+func (t *Task) checkpointTime(opened time.Time, after time.Duration) time.Time {
+	at := opened.Add(after)
+	if t.env.CycleStart != nil {
+		if start := t.env.CycleStart(); !start.IsZero() && start.Add(after).Before(at) {
+			at = start.Add(after)
+		}
+	}
+	return at
+}
+
+// pastCheckpoint says whether an element handed to sr now would begin
+// after the cycle's checkpoint time, so is kept for the next cycle
+// instead (deferElements). Not while draining, which drops residuals: the
+// element is processed (its restriction truncated) in this cycle. Not for
+// a stage whose input is sorted by time. The caller begins one bundle of
+// sr in every cycle regardless (stageRun.begun), so that a stage that gets
+// its turn only after the checkpoint time still progresses: that bundle
+// is checkpointed at once, and if it emitted nothing its checkpointAfter
+// doubles.
+func (t *Task) pastCheckpoint(sr *stageRun) bool {
+	if sr.checkpointAfter <= 0 || sr.sorted || t.env.CycleStart == nil || t.draining() {
+		return false
+	}
+	start := t.env.CycleStart()
+	return !start.IsZero() && !t.now().Before(start.Add(sr.checkpointAfter))
+}
+
+// deferElements keeps the elements of c, input of sr not begun, as
+// residuals of no delay: the next cycle resumes them.
+func (t *Task) deferElements(sr *stageRun, c chunk) error {
+	codec := t.env.Codecs[sr.stage.Input]
+	for data := c.data; len(data) > 0; {
+		wv, err := codec.Next(data)
+		if err != nil {
+			return fmt.Errorf("stage %s: input kept for the next cycle: %w", sr.stage.ID, err)
+		}
+		if err := t.keepResidual(sr, executor.Residual{Element: wv.Raw}); err != nil {
+			return err
+		}
+		data = data[len(wv.Raw):]
+	}
+	sr.deferred += c.elements
+	return nil
 }

@@ -49,6 +49,16 @@ type Env struct {
 	// before it (checkpoint.go); zero: never checkpointed.
 	CheckpointAfter    time.Duration
 	MaxCheckpointAfter time.Duration
+	// CycleStart is when the instance's running commit cycle began (in
+	// Now's clock), from which those bundles' checkpoints are timed: a
+	// cycle's splittable work then ends checkpointAfter after its start
+	// however many elements it holds (checkpoint.go). Nil, or a zero time:
+	// each bundle is timed from its own start.
+	CycleStart func() time.Time
+	// Steals lists the running bundles of splittable DoFns of the
+	// instance's tasks, for those done with their cycle's work to take
+	// part of (steal.go); nil: none is taken.
+	Steals *StealBoard
 	// RecordPackBytes bounds the values of one DATA_PACKED record on the
 	// internal data topics (pack.go); zero: every value is a record.
 	RecordPackBytes int

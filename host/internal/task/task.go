@@ -163,6 +163,8 @@ type stageRun struct {
 	input           [][]byte
 	checkpointAfter time.Duration
 	output          bool
+	deferred        int  // elements kept for the next cycle in this one (deferElements)
+	begun           bool // a bundle opened in this cycle
 }
 
 // chunk is whole encoded elements of a stage's input, and how many.
@@ -667,6 +669,12 @@ func (t *Task) flushStages(ctx context.Context, closing bool) error {
 			}
 			for _, c := range in {
 				idle = false
+				if sr.bundle == nil && sr.begun && t.pastCheckpoint(sr) {
+					if err := t.deferElements(sr, c); err != nil {
+						return err
+					}
+					continue
+				}
 				if err := t.process(ctx, sr, c); err != nil {
 					return err
 				}
@@ -759,7 +767,7 @@ func (t *Task) process(ctx context.Context, sr *stageRun, in chunk) error {
 		if err != nil {
 			return fmt.Errorf("stage %s: %w", sr.stage.ID, err)
 		}
-		sr.bundle, sr.count, sr.openedAt = b, 0, t.now()
+		sr.bundle, sr.count, sr.openedAt, sr.begun = b, 0, t.now(), true
 		sr.input, sr.output = nil, false // a bundle that failed or was aborted left them
 	}
 	if len(in.data) == 0 {
@@ -859,7 +867,24 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	if err := t.flushStages(ctx, true); err != nil {
 		return err
 	}
+	for {
+		took, err := t.stealWork()
+		if err != nil {
+			return err
+		}
+		if !took {
+			break
+		}
+		if err := t.flushStages(ctx, true); err != nil {
+			return err
+		}
+	}
 	for _, sr := range t.stages {
+		if sr.deferred > 0 {
+			t.env.Logger.Debug("the cycle's checkpoint time passed: input of a splittable DoFn kept for the next cycle",
+				"task", t.producer, "stage", sr.stage.ID, "elements", sr.deferred)
+		}
+		sr.deferred, sr.begun = 0, false
 		if sr.droppedLate > 0 {
 			t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(sr.stage.Transforms[0], "dropped_late_elements", sr.droppedLate)})
 			sr.droppedLate = 0

@@ -1,0 +1,64 @@
+package task
+
+import (
+	"testing"
+	"time"
+)
+
+// TestStealBoardPick: which running bundle a task done with its work takes
+// part of.
+func TestStealBoardPick(t *testing.T) {
+	now := time.Unix(1000, 0)
+	thief, a, b := &Task{}, &Task{}, &Task{}
+	k := stealKey{sub: 1, stage: 0}
+	for _, tc := range []struct {
+		name    string
+		running []*runningSplit
+		wm      int64 // the thief's reported watermark
+		key     stealKey
+		want    int // index in running, -1: none
+	}{
+		{"none running", nil, minWatermark, k, -1},
+		{"its own", []*runningSplit{{task: thief, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, k, -1},
+		{"another's", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, k, 0},
+		{"another stage", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, stealKey{sub: 1, stage: 1}, -1},
+		{"just opened", []*runningSplit{{task: a, openedAt: now.Add(-time.Millisecond), wm: minWatermark}}, minWatermark, k, -1},
+		{"split enough", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark, taken: maxStealsPerBundle}}, minWatermark, k, -1},
+		{"thief reported past it", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 5}}, 6, k, -1},
+		{"thief reported as far", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 6}}, 6, k, 0},
+		{"thief done", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 6}}, maxWatermark, k, -1},
+		{"the youngest", []*runningSplit{
+			{task: a, openedAt: now.Add(-time.Second), wm: minWatermark},
+			{task: b, openedAt: now.Add(-100 * time.Millisecond), wm: minWatermark},
+		}, minWatermark, k, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			board := NewStealBoard()
+			for _, r := range tc.running {
+				board.add(k, r)
+			}
+			var before int
+			if tc.want >= 0 {
+				before = tc.running[tc.want].taken
+			}
+			got := board.pick(tc.key, thief, tc.wm, now)
+			switch {
+			case tc.want < 0 && got != nil:
+				t.Fatalf("picked a bundle of %p, want none", got.task)
+			case tc.want >= 0 && got != tc.running[tc.want]:
+				t.Fatalf("picked %+v, want %+v", got, tc.running[tc.want])
+			case got != nil && got.taken != before+1:
+				t.Fatalf("taken %d after a pick, want %d", got.taken, before+1)
+			}
+		})
+	}
+	t.Run("taken off", func(t *testing.T) {
+		board := NewStealBoard()
+		r := &runningSplit{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}
+		off := board.add(k, r)
+		off()
+		if got := board.pick(k, thief, minWatermark, now); got != nil {
+			t.Fatalf("picked a bundle taken off the board")
+		}
+	})
+}
