@@ -199,3 +199,53 @@ func TestSplit(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitGivesInputOnce: an SDK that answers two splits of a bundle
+// (Split's, then the checkpoint's) that it did not begin its element
+// gives the element to the first caller only: the checkpoint's Result
+// does not hand it back too.
+func TestSplitGivesInputOnce(t *testing.T) {
+	_, stage, fw := startFake(t)
+	b, err := stage.StartBundle(context.Background(), func(string, []byte) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := fw.recvInstruction()
+	if err := b.Process([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	notBegun := func(id string) *fnpb.InstructionResponse {
+		return &fnpb.InstructionResponse{InstructionId: id, Response: &fnpb.InstructionResponse_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitResponse{
+			ChannelSplits: []*fnpb.ProcessBundleSplitResponse_ChannelSplit{{TransformId: "in", LastPrimaryElement: -1, FirstResidualElement: 0}},
+		}}}
+	}
+	finished := make(chan error, 1)
+	var res *harness.Result
+	go func() {
+		var err error
+		res, err = b.FinishCheckpointing(time.Now().Add(200*time.Millisecond), 1)
+		finished <- err
+	}()
+	fw.readInput()
+	split := make(chan int, 1)
+	go func() {
+		_, unprocessed, ok, err := b.Split(0.5, 1)
+		if err != nil || !ok {
+			t.Errorf("Split: ok %v, %v", ok, err)
+		}
+		split <- unprocessed
+	}()
+	fw.respond(notBegun(fw.recvInstruction().GetInstructionId()))
+	if got := <-split; got != 0 {
+		t.Fatalf("Split gave input from %d, want 0", got)
+	}
+	fw.respond(notBegun(fw.recvInstruction().GetInstructionId())) // the checkpoint's
+	fw.sendOutput(req.GetInstructionId(), "", true)
+	fw.respond(&fnpb.InstructionResponse{InstructionId: req.GetInstructionId(), Response: &fnpb.InstructionResponse_ProcessBundle{ProcessBundle: &fnpb.ProcessBundleResponse{}}})
+	if err := <-finished; err != nil {
+		t.Fatal(err)
+	}
+	if res.Unprocessed != -1 {
+		t.Errorf("the checkpoint's Result gives input from %d, want -1: Split gave it already", res.Unprocessed)
+	}
+}

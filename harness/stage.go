@@ -280,8 +280,34 @@ type Bundle struct {
 	finishing   bool
 
 	// split is what a checkpoint (FinishCheckpointing) took from the
-	// bundle; nil if none was taken. Only Finish's goroutine touches it.
-	split *fnpb.ProcessBundleSplitResponse
+	// bundle; nil if none was taken, and splitFrom the first input element
+	// it took (-1: none). Only Finish's goroutine touches them.
+	split     *fnpb.ProcessBundleSplitResponse
+	splitFrom int
+	// inputGiven says a split (a checkpoint, or Split) gave its caller
+	// input elements the SDK will not process: a later split's channel
+	// split cannot give them again (under mu). Splits are asked only of
+	// bundles of one element, so the first one given is all of them.
+	inputGiven bool
+}
+
+// givenFrom is the first input element of the bundle (of inputElements)
+// that a split's channel splits give its caller, -1 for none: also none
+// if an earlier split gave them already.
+func (b *Bundle) givenFrom(split *fnpb.ProcessBundleSplitResponse, inputElements int) int {
+	first := -1
+	for _, cs := range split.GetChannelSplits() {
+		if cs.GetTransformId() == b.stage.inputTransform && int(cs.GetFirstResidualElement()) < inputElements {
+			first = int(cs.GetFirstResidualElement())
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if first < 0 || b.inputGiven {
+		return -1
+	}
+	b.inputGiven = true
+	return first
 }
 
 // StartBundle sends a ProcessBundleRequest for the stage. The SDK's outputs
@@ -582,11 +608,7 @@ func (b *Bundle) FinishCheckpointing(at time.Time, inputElements int) (*Result, 
 	if b.split != nil {
 		r.Checkpointed = true
 		r.Residuals = append(residuals(b.split.GetResidualRoots()), r.Residuals...)
-		for _, cs := range b.split.GetChannelSplits() {
-			if cs.GetTransformId() == b.stage.inputTransform && int(cs.GetFirstResidualElement()) < inputElements {
-				r.Unprocessed = int(cs.GetFirstResidualElement())
-			}
-		}
+		r.Unprocessed = b.splitFrom
 	}
 	return r, nil
 }
@@ -611,7 +633,7 @@ func (b *Bundle) checkpoint(inputElements int) error {
 	}
 	// The Go SDK declines a split it cannot make with an empty answer.
 	if s := resp.GetProcessBundleSplit(); len(s.GetResidualRoots()) > 0 || len(s.GetChannelSplits()) > 0 {
-		b.split = s
+		b.split, b.splitFrom = s, b.givenFrom(s, inputElements)
 	}
 	return nil
 }
@@ -652,12 +674,7 @@ func (b *Bundle) Split(fraction float64, inputElements int) (residualRoots []Res
 		return nil, -1, false, err
 	}
 	split := resp.GetProcessBundleSplit()
-	unprocessed = -1
-	for _, cs := range split.GetChannelSplits() {
-		if cs.GetTransformId() == b.stage.inputTransform && int(cs.GetFirstResidualElement()) < inputElements {
-			unprocessed = int(cs.GetFirstResidualElement())
-		}
-	}
+	unprocessed = b.givenFrom(split, inputElements)
 	if len(split.GetResidualRoots()) == 0 && unprocessed < 0 {
 		return nil, -1, false, nil // the Go SDK declines with an empty answer
 	}
