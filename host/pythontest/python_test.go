@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,6 +125,39 @@ func TestLongSplittableBundle(t *testing.T) {
 		o.TransactionTimeoutMs = 2000
 		o.MaxBundleTimeMs = 500
 	})
+}
+
+// A Python splittable DoFn with a 2 s restriction and a 40 ms one, on two
+// tasks: the task done first splits the other's running restriction at
+// half its remainder (the SDK answers the split) and processes the rest,
+// with the same output as the DirectRunner and the job's committed
+// ksrunner/rebalanced_splits counter at least 1 (0 without the
+// rebalancing).
+func TestSplittableWorkRebalanced(t *testing.T) {
+	py := beamPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	want := runPipeline(ctx, t, py, "unevensdf.py")
+	if len(want) != 408 {
+		t.Fatalf("reference run: %d results, want 408", len(want))
+	}
+	opts := host.DefaultOptions()
+	opts.InternalParallelism = 2
+	endpoint := startJobServer(t, opts)
+	metrics := filepath.Join(t.TempDir(), "rebalanced")
+	t.Setenv("KSRUNNER_TEST_METRICS_FILE", metrics)
+	got := runPipeline(ctx, t, py, "unevensdf.py",
+		"--runner=PortableRunner", "--job_endpoint="+endpoint, "--environment_type=LOOPBACK")
+	if d := diff(want, got); d != "" {
+		t.Errorf("results differ from the DirectRunner's (%d lines, want %d):\n%s", len(got), len(want), d)
+	}
+	b, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := strconv.Atoi(string(b)); err != nil || n < 1 {
+		t.Errorf("committed ksrunner/rebalanced_splits: %q, want at least 1", b)
+	}
 }
 
 // Wordcount with the SDK's file IO: ReadFromText (a splittable DoFn) and
