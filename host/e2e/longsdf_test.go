@@ -146,3 +146,39 @@ func TestSplittableWorkRebalanced(t *testing.T) {
 		})
 	}
 }
+
+func init() {
+	register.DoFn4x0[*sdf.LockRTracker, int, string, func(string)](&slowSideRangeFn{})
+}
+
+// slowSideRangeFn is slowRangeFn with a side input, a prefix for its lines.
+type slowSideRangeFn struct{ slowRangeFn }
+
+func (fn *slowSideRangeFn) ProcessElement(rt *sdf.LockRTracker, i int, prefix string, emit func(string)) {
+	fn.slowRangeFn.ProcessElement(rt, i, func(line string) { emit(prefix + " " + line) })
+}
+
+// TestLongSplittableBundleWithSideInput: TestLongSplittableBundle's
+// restrictions read a side input, so the task parks them in its store
+// until the side input is ready (gate.go). The gate parks and releases a
+// checkpointable stage's input as it came, an element a piece, so each
+// restriction still gets a bundle of its own, checkpointed in time, and
+// the job commits within its transaction timeout with every position once.
+func TestLongSplittableBundleWithSideInput(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	opts := map[string]string{"transaction_timeout_ms": "2000", "max_bundle_time_ms": "500", "internal_parallelism": "1"}
+	got := runToLines(ctx, t, ksrunner, func(out string) *beam.Pipeline {
+		p, s := beam.NewPipelineWithRoot()
+		prefix := beam.Create(s, "side")
+		lines := beam.ParDo(s, &slowSideRangeFn{}, beam.Create(s, 7, 8, 9, 10, 11, 12), beam.SideInput{Input: prefix})
+		textio.Write(s, out, lines)
+		return p
+	}, opts)
+	var want []string
+	for _, e := range []int{7, 8, 9, 10, 11, 12} {
+		for p := range slowPositions {
+			want = append(want, fmt.Sprintf("side element %d position %d", e, p))
+		}
+	}
+	diffLines(t, got, sortedLines(strings.Join(want, "\n")))
+}
