@@ -84,13 +84,7 @@ func TestLongSplittableBundle(t *testing.T) {
 				textio.Write(s, out, lines)
 				return p
 			}, opts)
-			var want []string
-			for _, e := range []int{7, 8, 9, 10, 11, 12} {
-				for p := range slowPositions {
-					want = append(want, fmt.Sprintf("element %d position %d", e, p))
-				}
-			}
-			diffLines(t, got, sortedLines(strings.Join(want, "\n")))
+			diffLines(t, got, positionLines("", func(int) int { return slowPositions }, 7, 8, 9, 10, 11, 12))
 		})
 	}
 }
@@ -133,13 +127,7 @@ func TestSplittableWorkRebalanced(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var want []string
-			for _, e := range []int{1000, 20} {
-				for p := range e {
-					want = append(want, fmt.Sprintf("element %d position %d", e, p))
-				}
-			}
-			diffLines(t, sortedLines(string(text)), sortedLines(strings.Join(want, "\n")))
+			diffLines(t, sortedLines(string(text)), positionLines("", func(e int) int { return e }, 1000, 20))
 			if n := committedCounter(ctx, t, id, "", task.MetricWorkTaken); n < 1 {
 				t.Errorf("committed %s/%s: %d, want at least 1 (the task done first takes part of the other's restriction)", "ksrunner", task.MetricWorkTaken, n)
 			}
@@ -174,11 +162,17 @@ func TestLongSplittableBundleWithSideInput(t *testing.T) {
 		textio.Write(s, out, lines)
 		return p
 	}, opts)
+	diffLines(t, got, positionLines("side ", func(int) int { return slowPositions }, 7, 8, 9, 10, 11, 12))
+}
+
+// positionLines are the sorted lines the slow range DoFns write for
+// elements, positions(e) positions of element e, each after prefix.
+func positionLines(prefix string, positions func(e int) int, elements ...int) []string {
 	var want []string
-	for _, e := range []int{7, 8, 9, 10, 11, 12} {
-		for p := range slowPositions {
-			want = append(want, fmt.Sprintf("side element %d position %d", e, p))
+	for _, e := range elements {
+		for p := range positions(e) {
+			want = append(want, fmt.Sprintf("%selement %d position %d", prefix, e, p))
 		}
 	}
-	diffLines(t, got, sortedLines(strings.Join(want, "\n")))
+	return sortedLines(strings.Join(want, "\n"))
 }
