@@ -15,9 +15,14 @@ from script_exit import exit_now
 POSITIONS = 400
 
 
-class WholeRange(beam.transforms.core.RestrictionProvider):
+class Positions(beam.transforms.core.RestrictionProvider):
+    """Element e's restriction: positions(e) positions, never split."""
+
+    def __init__(self, positions):
+        self._positions = positions
+
     def initial_restriction(self, element):
-        return OffsetRange(0, POSITIONS)
+        return OffsetRange(0, self._positions(element))
 
     def split(self, element, restriction):
         yield restriction
@@ -29,13 +34,19 @@ class WholeRange(beam.transforms.core.RestrictionProvider):
         return restriction.size()
 
 
-class SlowPositions(beam.DoFn):
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(WholeRange())):
-        pos = tracker.current_restriction().start
-        while tracker.try_claim(pos):
-            time.sleep(0.005)
-            yield (element, pos)
-            pos += 1
+def slow_positions(positions):
+    """A splittable DoFn over Positions(positions) that claims and emits
+    (element, position) one every 5 ms and never checkpoints itself."""
+
+    class SlowPositions(beam.DoFn):
+        def process(self, element, tracker=beam.DoFn.RestrictionParam(Positions(positions))):
+            pos = tracker.current_restriction().start
+            while tracker.try_claim(pos):
+                time.sleep(0.005)
+                yield (element, pos)
+                pos += 1
+
+    return SlowPositions()
 
 
 _lock = threading.Lock()
@@ -52,7 +63,7 @@ def main():
     with beam.Pipeline(options=PipelineOptions(sys.argv[2:])) as p:
         (p
          | beam.Create([7, 8, 9])
-         | beam.ParDo(SlowPositions())
+         | beam.ParDo(slow_positions(lambda _: POSITIONS))
          | beam.Map(write))
 
 
