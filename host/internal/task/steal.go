@@ -31,7 +31,10 @@ import (
 //     not behind the victim's reported watermark, so not behind the
 //     thief's. A task that reported the maximum (done) takes nothing.
 //   - Only stages without user state, timers, side-input gates or sorted
-//     input take part: the rest of a restriction carries nothing else.
+//     input take part: the rest of a restriction carries nothing else. Nor
+//     a stage whose DoFn has checkpointed itself (stageRun.selfCheckpoints):
+//     it cuts its restrictions into short calls already, and a split would
+//     only add calls (eostest TestSDFResumeDelay counts them).
 //   - The split's rest is the thief's alone: the victim's Result does not
 //     hold it (executor.Splitter). A split the SDK declines moved nothing.
 //   - A task takes work only while the cycle's checkpoint time is more
@@ -42,9 +45,11 @@ import (
 // still take work: a split and a bundle cost about a millisecond each.
 const minStealLead = 20 * time.Millisecond
 
-// minStealAge is how long a bundle runs before its work may be taken: an
-// SDK given a split before it began the bundle's element waits for it.
-const minStealAge = 5 * time.Millisecond
+// minStealAge is how long a bundle runs before its work may be taken: the
+// point is a long restriction, and a bundle about to end would only be cut
+// into more DoFn calls (an SDK given a split before it began the bundle's
+// element also waits for it).
+const minStealAge = 50 * time.Millisecond
 
 // maxStealsPerBundle bounds the splits taken from one bundle.
 const maxStealsPerBundle = 4
@@ -133,7 +138,7 @@ func (t *Task) stealable(sr *stageRun) bool {
 // it finishes; the returned func takes it off.
 func (t *Task) offerWork(sr *stageRun, b executor.Bundle) func() {
 	s, ok := b.(executor.Splitter)
-	if !ok || !t.stealable(sr) || sr.count != 1 || len(sr.input) != 1 {
+	if !ok || !t.stealable(sr) || sr.selfCheckpoints || sr.count != 1 || len(sr.input) != 1 {
 		return func() {}
 	}
 	return t.env.Steals.add(stealKey{t.sub.ID, sr.idx}, &runningSplit{

@@ -165,6 +165,9 @@ type stageRun struct {
 	output          bool
 	deferred        int  // elements kept for the next cycle in this one (deferElements)
 	begun           bool // a bundle opened in this cycle
+	// selfCheckpoints: a bundle of the stage returned residuals the DoFn
+	// made itself (no work is taken from its bundles: steal.go).
+	selfCheckpoints bool
 }
 
 // chunk is whole encoded elements of a stage's input, and how many.
@@ -803,6 +806,9 @@ func (t *Task) finish(sr *stageRun) error {
 	if len(res.Residuals) > 0 && t.draining() {
 		t.env.Logger.Info("draining: residuals of a splittable DoFn dropped", "stage", sr.stage.ID, "residuals", len(res.Residuals))
 		return nil
+	}
+	if len(res.Residuals) > 0 && !res.Checkpointed {
+		sr.selfCheckpoints = true
 	}
 	for _, r := range res.Residuals {
 		if err := t.keepResidual(sr, r); err != nil {
