@@ -102,7 +102,8 @@ func (fn *unevenRangeFn) CreateInitialRestriction(n int) offsetrange.Restriction
 }
 
 // TestSplittableWorkRebalanced: a splittable DoFn with a long restriction
-// (1,000 positions, about 2 s) and a short one (20), which go to the two
+// (1,000 positions, about 2 s) and a short one (100, 0.2 s: longer than a
+// bundle must run before work is taken from it), which go to the two
 // tasks of the job (the spread is by size). The task with the short one is
 // done first and takes half of what the other's running bundle has left,
 // by a split at fraction 0.5, several times over, in the same cycle: the
@@ -121,13 +122,13 @@ func TestSplittableWorkRebalanced(t *testing.T) {
 			}
 			out := filepath.Join(t.TempDir(), "out.txt")
 			p, s := beam.NewPipelineWithRoot()
-			textio.Write(s, out, beam.ParDo(s, &unevenRangeFn{}, beam.Create(s, 1000, 20)))
+			textio.Write(s, out, beam.ParDo(s, &unevenRangeFn{}, beam.Create(s, 1000, 100)))
 			id := runDone(ctx, t, ksrunner, marshal(t, p), opts)
 			text, err := os.ReadFile(out)
 			if err != nil {
 				t.Fatal(err)
 			}
-			diffLines(t, sortedLines(string(text)), positionLines("", func(e int) int { return e }, 1000, 20))
+			diffLines(t, sortedLines(string(text)), positionLines("", func(e int) int { return e }, 1000, 100))
 			if n := committedCounter(ctx, t, id, "", task.MetricWorkTaken); n < 1 {
 				t.Errorf("committed %s/%s: %d, want at least 1 (the task done first takes part of the other's restriction)", "ksrunner", task.MetricWorkTaken, n)
 			}

@@ -127,7 +127,7 @@ func TestLongSplittableBundle(t *testing.T) {
 	})
 }
 
-// A Python splittable DoFn with a 2 s restriction and a 40 ms one, on two
+// A Python splittable DoFn with a 2 s restriction and a 0.1 s one, on two
 // tasks: the task done first splits the other's running restriction at
 // half its remainder (the SDK answers the split) and processes the rest,
 // with the same output as the DirectRunner and the job's committed
@@ -138,8 +138,8 @@ func TestSplittableWorkRebalanced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	want := runPipeline(ctx, t, py, "unevensdf.py")
-	if len(want) != 408 {
-		t.Fatalf("reference run: %d results, want 408", len(want))
+	if len(want) != 420 {
+		t.Fatalf("reference run: %d results, want 420", len(want))
 	}
 	opts := host.DefaultOptions()
 	opts.InternalParallelism = 2

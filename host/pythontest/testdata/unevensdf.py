@@ -1,6 +1,7 @@
 """A splittable DoFn with restrictions of different lengths, for ksrunner's
 test of work taken by idle tasks (usage as windowfns.py): longsdf.py's
-DoFn, element n a restriction of n positions: 400 (2 s) and 8. With
+DoFn, element n a restriction of n positions: 400 (2 s) and 20 (0.1 s,
+longer than a bundle must run before work is taken from it). With
 KSRUNNER_TEST_METRICS_FILE set, the job's committed ksrunner
 rebalanced_splits counter is written there after the run. Results are
 deterministic."""
@@ -28,7 +29,7 @@ def main():
 
     p = beam.Pipeline(options=PipelineOptions(sys.argv[2:]))
     (p
-     | beam.Create([400, 8])
+     | beam.Create([400, 20])
      | beam.ParDo(slow_positions(lambda n: n))
      | beam.Map(write))
     result = p.run()
