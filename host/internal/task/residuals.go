@@ -9,6 +9,7 @@ import (
 
 	"github.com/ksrunner/ksrunner/host/internal/executor"
 	"github.com/ksrunner/ksrunner/host/internal/state"
+	"github.com/ksrunner/ksrunner/shuffle"
 )
 
 // Residuals of self-checkpoints. A splittable DoFn that checkpoints returns
@@ -92,12 +93,9 @@ func (t *Task) keepResidual(sr *stageRun, r executor.Residual) error {
 	if len(r.Element) > maxResidualBytes {
 		return fmt.Errorf("stage %s: a residual of %d bytes (a splittable DoFn's checkpoint: element and restriction); a residual is kept in one changelog record, at most %d bytes", sr.stage.ID, len(r.Element), maxResidualBytes)
 	}
-	wv, err := t.env.Codecs[sr.stage.Input].Next(r.Element)
+	wv, err := t.wholeElement(sr, r.Element)
 	if err != nil {
 		return fmt.Errorf("stage %s: a residual: %w", sr.stage.ID, err)
-	}
-	if len(wv.Raw) != len(r.Element) {
-		return fmt.Errorf("stage %s: a residual holds %d bytes after its element", sr.stage.ID, len(r.Element)-len(wv.Raw))
 	}
 	hold := wv.Timestamp
 	if r.Estimated {
@@ -115,6 +113,20 @@ func (t *Task) keepResidual(sr *stageRun, r executor.Residual) error {
 	t.residualSeq++
 	t.residuals = append(t.residuals, pendingResidual{key: k, stage: sr, resumeAt: resumeAt, hold: hold})
 	return nil
+}
+
+// wholeElement decodes raw, a residual the SDK returned for sr's input,
+// which must be exactly one element of the stage's input coder: the rest of
+// an SDF's work is resumed, or taken by another task, as such an element.
+func (t *Task) wholeElement(sr *stageRun, raw []byte) (wv shuffle.WindowedValue, err error) {
+	wv, err = t.env.Codecs[sr.stage.Input].Next(raw)
+	if err != nil {
+		return wv, err
+	}
+	if len(wv.Raw) != len(raw) {
+		return wv, fmt.Errorf("%d bytes after its element", len(raw)-len(wv.Raw))
+	}
+	return wv, nil
 }
 
 // resumeResiduals hands every committed residual whose resume time has

@@ -181,12 +181,8 @@ func (t *Task) stealWork() (bool, error) {
 			elems = append(elems, victim.element) // not begun: all of it
 		}
 		for _, r := range split.Residuals {
-			wv, err := t.env.Codecs[sr.stage.Input].Next(r.Element)
-			if err != nil {
+			if _, err := t.wholeElement(sr, r.Element); err != nil {
 				return took, fmt.Errorf("stage %s: work taken from task %s: %w", sr.stage.ID, victim.task.producer, err)
-			}
-			if len(wv.Raw) != len(r.Element) {
-				return took, fmt.Errorf("stage %s: work taken from task %s holds %d bytes after its element", sr.stage.ID, victim.task.producer, len(r.Element)-len(wv.Raw))
 			}
 			elems = append(elems, r.Element)
 		}
