@@ -158,6 +158,32 @@ func (fw *fakeWorker) recvInstruction() *fnpb.InstructionRequest {
 	return req
 }
 
+// recvInstructionWithin is recvInstruction that fails the test if no
+// instruction comes within d (the worker's streams are then closed).
+func (fw *fakeWorker) recvInstructionWithin(d time.Duration, what string) *fnpb.InstructionRequest {
+	fw.t.Helper()
+	type recv struct {
+		req *fnpb.InstructionRequest
+		err error
+	}
+	got := make(chan recv, 1)
+	go func() {
+		req, err := fw.control.Recv()
+		got <- recv{req, err}
+	}()
+	select {
+	case r := <-got:
+		if r.err != nil {
+			fw.t.Fatalf("control.Recv: %v", r.err)
+		}
+		return r.req
+	case <-time.After(d):
+		fw.cancel()
+		fw.t.Fatalf("no instruction within %v: want %s", d, what)
+		return nil
+	}
+}
+
 func (fw *fakeWorker) respond(resp *fnpb.InstructionResponse) {
 	fw.t.Helper()
 	if err := fw.control.Send(resp); err != nil {

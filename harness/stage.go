@@ -582,15 +582,7 @@ func (b *Bundle) FinishCheckpointing(at time.Time, inputElements int) (*Result, 
 		}
 	}
 	if !at.IsZero() {
-		timer := time.NewTimer(time.Until(at))
-		select {
-		case <-b.done:
-		case <-timer.C:
-			if err := b.checkpoint(inputElements); err != nil {
-				b.complete(err)
-			}
-		}
-		timer.Stop()
+		b.checkpointAt(at, inputElements)
 	}
 	<-b.done
 	b.stopWatchingCtx()
@@ -613,10 +605,43 @@ func (b *Bundle) FinishCheckpointing(at time.Time, inputElements int) (*Result, 
 	return r, nil
 }
 
+// checkpointRetry bounds the wait between a declined checkpoint and the
+// next request: the SDK declines while the bundle is not yet active in it
+// (the Go SDK answers "instruction not active" to a split that overtakes its
+// ProcessBundle) or its element not yet begun, and a bundle left unsplit
+// then would run its whole restriction past the checkpoint time, holding
+// the commit cycle while other tasks' cores idle.
+const checkpointRetry = 50 * time.Millisecond
+
+// checkpointAt checkpoints the bundle at at, asking again after each
+// decline (from 5 ms, doubling to checkpointRetry) until the SDK splits or
+// the bundle ends. A failed request fails the bundle.
+func (b *Bundle) checkpointAt(at time.Time, inputElements int) {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, checkpointRetry) {
+		select {
+		case <-b.done:
+			return
+		case <-timer.C:
+		}
+		split, err := b.checkpoint(inputElements)
+		if err != nil {
+			b.complete(err)
+			return
+		}
+		if split {
+			return
+		}
+		timer.Reset(wait)
+	}
+}
+
 // checkpoint asks the SDK to split the running bundle at fraction 0 of
-// its remainder and keeps the split in b.split. An SDK that answers with
-// an error did not split; an answer that does not arrive is an error.
-func (b *Bundle) checkpoint(inputElements int) error {
+// its remainder and keeps the split in b.split; split says whether it
+// did. An SDK that answers with an error did not split; an answer that
+// does not arrive is an error.
+func (b *Bundle) checkpoint(inputElements int) (split bool, err error) {
 	resp, err := b.w.instruct(b.ctx, &fnpb.InstructionRequest{
 		Request: &fnpb.InstructionRequest_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitRequest{
 			InstructionId: b.id,
@@ -627,15 +652,16 @@ func (b *Bundle) checkpoint(inputElements int) error {
 	})
 	if err != nil {
 		if resp.GetError() != "" {
-			return nil // declined: the bundle goes on unsplit
+			return false, nil // declined: the bundle goes on unsplit
 		}
-		return fmt.Errorf("stage %s bundle %s: checkpointing (ProcessBundleSplit): %w", b.stage.id, b.id, err)
+		return false, fmt.Errorf("stage %s bundle %s: checkpointing (ProcessBundleSplit): %w", b.stage.id, b.id, err)
 	}
 	// The Go SDK declines a split it cannot make with an empty answer.
 	if s := resp.GetProcessBundleSplit(); len(s.GetResidualRoots()) > 0 || len(s.GetChannelSplits()) > 0 {
 		b.split, b.splitFrom = s, b.givenFrom(s, inputElements)
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // Split asks the SDK to split the running bundle at fraction of its
