@@ -102,37 +102,41 @@ func (fn *unevenRangeFn) CreateInitialRestriction(n int) offsetrange.Restriction
 }
 
 // TestSplittableWorkRebalanced: a splittable DoFn with a long restriction
-// (1,000 positions, about 2 s) and a short one (100, 0.2 s: longer than a
-// bundle must run before work is taken from it), which go to the two
-// tasks of the job (the spread is by size). The task with the short one is
-// done first and takes half of what the other's running bundle has left,
-// by a split at fraction 0.5, several times over, in the same cycle: the
-// job's committed ksrunner/rebalanced_splits counter shows the splits, and
-// the output holds every position once. Without the rebalancing the
-// counter stays 0; a split whose rest went to both tasks would repeat
-// positions, one whose rest went to neither would lose them.
+// (1,000 positions, about 2 s) and a short one, which go to the two tasks
+// of the job (the spread is by size). The task with the short one is done
+// first and takes half of what the other's running bundle has left, by a
+// split at fraction 0.5, several times over, in the same cycle: the job's
+// committed ksrunner/rebalanced_splits counter shows the splits, and the
+// output holds every position once. The short restriction is 100
+// positions (0.2 s), or 10 (20 ms): done before the other's bundle is old
+// enough to take from (minStealAge), its task waits for it. Without the
+// rebalancing the counter stays 0 (without the wait, 0 with the 10); a
+// split whose rest went to both tasks would repeat positions, one whose
+// rest went to neither would lose them.
 func TestSplittableWorkRebalanced(t *testing.T) {
 	for _, b := range []broker{{"embedded", ""}, {"kafkatest", kafkatest.Broker(t)}} {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := testContext(t, 3*time.Minute)
-			opts := map[string]string{"internal_parallelism": "2"}
-			if b.bootstrap != "" {
-				opts["bootstrap_servers"] = b.bootstrap
-				opts["application_id"] = kafkatest.UniqueName(t, "rebalance")
-			}
-			out := filepath.Join(t.TempDir(), "out.txt")
-			p, s := beam.NewPipelineWithRoot()
-			textio.Write(s, out, beam.ParDo(s, &unevenRangeFn{}, beam.Create(s, 1000, 100)))
-			id := runDone(ctx, t, ksrunner, marshal(t, p), opts)
-			text, err := os.ReadFile(out)
-			if err != nil {
-				t.Fatal(err)
-			}
-			diffLines(t, sortedLines(string(text)), positionLines("", func(e int) int { return e }, 1000, 100))
-			if n := committedCounter(ctx, t, id, "", task.MetricWorkTaken); n < 1 {
-				t.Errorf("committed %s/%s: %d, want at least 1 (the task done first takes part of the other's restriction)", "ksrunner", task.MetricWorkTaken, n)
-			}
-		})
+		for _, short := range []int{100, 10} {
+			t.Run(fmt.Sprintf("%s/short%d", b.name, short), func(t *testing.T) {
+				ctx := testContext(t, 3*time.Minute)
+				opts := map[string]string{"internal_parallelism": "2"}
+				if b.bootstrap != "" {
+					opts["bootstrap_servers"] = b.bootstrap
+					opts["application_id"] = kafkatest.UniqueName(t, "rebalance")
+				}
+				out := filepath.Join(t.TempDir(), "out.txt")
+				p, s := beam.NewPipelineWithRoot()
+				textio.Write(s, out, beam.ParDo(s, &unevenRangeFn{}, beam.Create(s, 1000, short)))
+				id := runDone(ctx, t, ksrunner, marshal(t, p), opts)
+				text, err := os.ReadFile(out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				diffLines(t, sortedLines(string(text)), positionLines("", func(e int) int { return e }, 1000, short))
+				if n := committedCounter(ctx, t, id, "", task.MetricWorkTaken); n < 1 {
+					t.Errorf("committed %s/%s: %d, want at least 1 (the task done first takes part of the other's restriction)", "ksrunner", task.MetricWorkTaken, n)
+				}
+			})
+		}
 	}
 }
 

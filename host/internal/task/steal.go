@@ -1,6 +1,7 @@
 package task
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -50,6 +51,22 @@ const minStealLead = 20 * time.Millisecond
 // into more DoFn calls (an SDK given a split before it began the bundle's
 // element also waits for it).
 const minStealAge = 50 * time.Millisecond
+
+// maxStealWait bounds how long in all a task done with its cycle's work
+// waits for other tasks' bundles to become old enough to take from.
+const maxStealWait = 2 * minStealAge
+
+// sleepCtx waits d, or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
 
 // maxStealsPerBundle bounds the splits taken from one bundle.
 const maxStealsPerBundle = 4
@@ -109,13 +126,19 @@ func (b *StealBoard) add(k stealKey, r *runningSplit) func() {
 // pick chooses a running bundle of stage k for thief, whose reported
 // watermark is wm, and counts the split against it; nil if none is open
 // to one. It takes the youngest bundle: for restrictions of about one
-// size, the one with the most left.
-func (b *StealBoard) pick(k stealKey, thief *Task, wm int64, now time.Time) *runningSplit {
+// size, the one with the most left. With none, retryIn > 0 is how long
+// until a bundle now too young (minStealAge) may be taken.
+func (b *StealBoard) pick(k stealKey, thief *Task, wm int64, now time.Time) (best *runningSplit, retryIn time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var best *runningSplit
 	for _, r := range b.running[k] {
-		if r.task == thief || r.wm < wm || r.taken >= maxStealsPerBundle || now.Sub(r.openedAt) < minStealAge {
+		if r.task == thief || r.wm < wm || r.taken >= maxStealsPerBundle {
+			continue
+		}
+		if age := now.Sub(r.openedAt); age < minStealAge {
+			if retryIn == 0 || minStealAge-age < retryIn {
+				retryIn = minStealAge - age
+			}
 			continue
 		}
 		if best == nil || r.openedAt.After(best.openedAt) {
@@ -124,8 +147,9 @@ func (b *StealBoard) pick(k stealKey, thief *Task, wm int64, now time.Time) *run
 	}
 	if best != nil {
 		best.taken++
+		retryIn = 0
 	}
-	return best
+	return best, retryIn
 }
 
 // stealable says whether sr's bundles may give and take work.
@@ -148,12 +172,14 @@ func (t *Task) offerWork(sr *stageRun, b executor.Bundle) func() {
 
 // stealWork takes part of another task's running bundle for each stage of
 // t that is done with its cycle's input; it reports whether it took any,
-// now pending input of the stage.
-func (t *Task) stealWork() (bool, error) {
+// now pending input of the stage. Taking none, retryIn > 0 is how long
+// until a running bundle becomes old enough to take from: the caller
+// waits and asks again, as its cycle cannot commit before that bundle's
+// task is done anyway.
+func (t *Task) stealWork() (took bool, retryIn time.Duration, err error) {
 	if t.env.Steals == nil || t.draining() {
-		return false, nil
+		return false, 0, nil
 	}
-	took := false
 	for _, sr := range t.stages {
 		t.mu.Lock()
 		busy := len(sr.pending) > 0
@@ -162,16 +188,20 @@ func (t *Task) stealWork() (bool, error) {
 			continue
 		}
 		now := t.now()
-		if t.checkpointTime(now, sr.checkpointAfter).Sub(now) < minStealLead {
+		lead := t.checkpointTime(now, sr.checkpointAfter).Sub(now)
+		if lead < minStealLead {
 			continue
 		}
-		victim := t.env.Steals.pick(stealKey{t.sub.ID, sr.idx}, t, t.reportedWM, now)
+		victim, wait := t.env.Steals.pick(stealKey{t.sub.ID, sr.idx}, t, t.reportedWM, now)
 		if victim == nil {
+			if wait > 0 && wait < lead-minStealLead && (retryIn == 0 || wait < retryIn) {
+				retryIn = wait
+			}
 			continue
 		}
 		split, ok, err := victim.split.Split(0.5, 1)
 		if err != nil {
-			return took, fmt.Errorf("stage %s: taking work from task %s: %w", sr.stage.ID, victim.task.producer, err)
+			return took, 0, fmt.Errorf("stage %s: taking work from task %s: %w", sr.stage.ID, victim.task.producer, err)
 		}
 		if !ok {
 			continue
@@ -182,7 +212,7 @@ func (t *Task) stealWork() (bool, error) {
 		}
 		for _, r := range split.Residuals {
 			if _, err := t.wholeElement(sr, r.Element); err != nil {
-				return took, fmt.Errorf("stage %s: work taken from task %s: %w", sr.stage.ID, victim.task.producer, err)
+				return took, 0, fmt.Errorf("stage %s: work taken from task %s: %w", sr.stage.ID, victim.task.producer, err)
 			}
 			elems = append(elems, r.Element)
 		}
@@ -196,5 +226,8 @@ func (t *Task) stealWork() (bool, error) {
 			"stage", sr.stage.ID, "elements", len(elems))
 		took = true
 	}
-	return took, nil
+	if took {
+		retryIn = 0
+	}
+	return took, retryIn, nil
 }

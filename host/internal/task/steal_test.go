@@ -16,21 +16,31 @@ func TestStealBoardPick(t *testing.T) {
 		running []*runningSplit
 		wm      int64 // the thief's reported watermark
 		key     stealKey
-		want    int // index in running, -1: none
+		want    int           // index in running, -1: none
+		retry   time.Duration // with none: when one may be taken
 	}{
-		{"none running", nil, minWatermark, k, -1},
-		{"its own", []*runningSplit{{task: thief, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, k, -1},
-		{"another's", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, k, 0},
-		{"another stage", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, stealKey{sub: 1, stage: 1}, -1},
-		{"just opened", []*runningSplit{{task: a, openedAt: now.Add(-time.Millisecond), wm: minWatermark}}, minWatermark, k, -1},
-		{"split enough", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark, taken: maxStealsPerBundle}}, minWatermark, k, -1},
-		{"thief reported past it", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 5}}, 6, k, -1},
-		{"thief reported as far", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 6}}, 6, k, 0},
-		{"thief done", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 6}}, maxWatermark, k, -1},
+		{"none running", nil, minWatermark, k, -1, 0},
+		{"its own", []*runningSplit{{task: thief, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, k, -1, 0},
+		{"another's", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, k, 0, 0},
+		{"another stage", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}}, minWatermark, stealKey{sub: 1, stage: 1}, -1, 0},
+		{"just opened", []*runningSplit{{task: a, openedAt: now.Add(-time.Millisecond), wm: minWatermark}}, minWatermark, k, -1, minStealAge - time.Millisecond},
+		{"the older of two just opened", []*runningSplit{
+			{task: a, openedAt: now.Add(-time.Millisecond), wm: minWatermark},
+			{task: b, openedAt: now.Add(-10 * time.Millisecond), wm: minWatermark},
+		}, minWatermark, k, -1, minStealAge - 10*time.Millisecond},
+		{"one old enough, one just opened", []*runningSplit{
+			{task: a, openedAt: now.Add(-time.Second), wm: minWatermark},
+			{task: b, openedAt: now.Add(-time.Millisecond), wm: minWatermark},
+		}, minWatermark, k, 0, 0},
+		{"just opened, thief reported past it", []*runningSplit{{task: a, openedAt: now.Add(-time.Millisecond), wm: 5}}, 6, k, -1, 0},
+		{"split enough", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: minWatermark, taken: maxStealsPerBundle}}, minWatermark, k, -1, 0},
+		{"thief reported past it", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 5}}, 6, k, -1, 0},
+		{"thief reported as far", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 6}}, 6, k, 0, 0},
+		{"thief done", []*runningSplit{{task: a, openedAt: now.Add(-time.Second), wm: 6}}, maxWatermark, k, -1, 0},
 		{"the youngest", []*runningSplit{
 			{task: a, openedAt: now.Add(-time.Second), wm: minWatermark},
 			{task: b, openedAt: now.Add(-100 * time.Millisecond), wm: minWatermark},
-		}, minWatermark, k, 1},
+		}, minWatermark, k, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			board := NewStealBoard()
@@ -41,8 +51,10 @@ func TestStealBoardPick(t *testing.T) {
 			if tc.want >= 0 {
 				before = tc.running[tc.want].taken
 			}
-			got := board.pick(tc.key, thief, tc.wm, now)
+			got, retry := board.pick(tc.key, thief, tc.wm, now)
 			switch {
+			case retry != tc.retry:
+				t.Fatalf("retry in %v, want %v", retry, tc.retry)
 			case tc.want < 0 && got != nil:
 				t.Fatalf("picked a bundle of %p, want none", got.task)
 			case tc.want >= 0 && got != tc.running[tc.want]:
@@ -57,7 +69,7 @@ func TestStealBoardPick(t *testing.T) {
 		r := &runningSplit{task: a, openedAt: now.Add(-time.Second), wm: minWatermark}
 		off := board.add(k, r)
 		off()
-		if got := board.pick(k, thief, minWatermark, now); got != nil {
+		if got, _ := board.pick(k, thief, minWatermark, now); got != nil {
 			t.Fatalf("picked a bundle taken off the board")
 		}
 	})

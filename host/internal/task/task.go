@@ -873,13 +873,22 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	if err := t.flushStages(ctx, true); err != nil {
 		return err
 	}
-	for {
-		took, err := t.stealWork()
+	// Waits for bundles to grow old enough to take from are bounded in
+	// all (the task's clock may be a test's, standing still).
+	for waited := time.Duration(0); ; {
+		took, retryIn, err := t.stealWork()
 		if err != nil {
 			return err
 		}
 		if !took {
-			break
+			if retryIn <= 0 || waited+retryIn > maxStealWait {
+				break
+			}
+			if err := sleepCtx(ctx, retryIn); err != nil {
+				return err
+			}
+			waited += retryIn
+			continue
 		}
 		if err := t.flushStages(ctx, true); err != nil {
 			return err
