@@ -56,16 +56,20 @@ const minStealAge = 50 * time.Millisecond
 // waits for other tasks' bundles to become old enough to take from.
 const maxStealWait = 2 * minStealAge
 
-// sleepCtx waits d, or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// waitForSteal waits d, or until a bundle leaves the board (the one the
+// caller waits to take from may be done: nothing left to wait for), or
+// ctx is done. It returns how long it waited.
+func (b *StealBoard) waitForSteal(ctx context.Context, d time.Duration, left <-chan struct{}) (time.Duration, error) {
+	start := time.Now()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return nil
+	case <-left:
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return time.Since(start), context.Cause(ctx)
 	}
+	return time.Since(start), nil
 }
 
 // maxStealsPerBundle bounds the splits taken from one bundle.
@@ -80,11 +84,20 @@ const MetricWorkTaken = "rebalanced_splits"
 type StealBoard struct {
 	mu      sync.Mutex
 	running map[stealKey][]*runningSplit
+	// left is closed (and replaced) when a bundle leaves the board.
+	left chan struct{}
 }
 
 // NewStealBoard is an empty board, one per instance.
 func NewStealBoard() *StealBoard {
-	return &StealBoard{running: map[stealKey][]*runningSplit{}}
+	return &StealBoard{running: map[stealKey][]*runningSplit{}, left: make(chan struct{})}
+}
+
+// leaving is closed once a bundle now on the board leaves it.
+func (b *StealBoard) leaving() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.left
 }
 
 // stealKey is a stage of a sub-topology.
@@ -117,6 +130,8 @@ func (b *StealBoard) add(k stealKey, r *runningSplit) func() {
 				list[i] = list[len(list)-1]
 				list[len(list)-1] = nil
 				b.running[k] = list[:len(list)-1]
+				close(b.left)
+				b.left = make(chan struct{})
 				break
 			}
 		}
@@ -173,13 +188,15 @@ func (t *Task) offerWork(sr *stageRun, b executor.Bundle) func() {
 // stealWork takes part of another task's running bundle for each stage of
 // t that is done with its cycle's input; it reports whether it took any,
 // now pending input of the stage. Taking none, retryIn > 0 is how long
-// until a running bundle becomes old enough to take from: the caller
-// waits and asks again, as its cycle cannot commit before that bundle's
-// task is done anyway.
-func (t *Task) stealWork() (took bool, retryIn time.Duration, err error) {
+// until a running bundle becomes old enough to take from, and left is
+// closed if one leaves the board before: the caller waits for either and
+// asks again, as its cycle cannot commit before that bundle's task is done
+// anyway.
+func (t *Task) stealWork() (took bool, retryIn time.Duration, left <-chan struct{}, err error) {
 	if t.env.Steals == nil || t.draining() {
-		return false, 0, nil
+		return false, 0, nil, nil
 	}
+	left = t.env.Steals.leaving()
 	for _, sr := range t.stages {
 		t.mu.Lock()
 		busy := len(sr.pending) > 0
@@ -201,7 +218,7 @@ func (t *Task) stealWork() (took bool, retryIn time.Duration, err error) {
 		}
 		split, ok, err := victim.split.Split(0.5, 1)
 		if err != nil {
-			return took, 0, fmt.Errorf("stage %s: taking work from task %s: %w", sr.stage.ID, victim.task.producer, err)
+			return took, 0, nil, fmt.Errorf("stage %s: taking work from task %s: %w", sr.stage.ID, victim.task.producer, err)
 		}
 		if !ok {
 			continue
@@ -212,7 +229,7 @@ func (t *Task) stealWork() (took bool, retryIn time.Duration, err error) {
 		}
 		for _, r := range split.Residuals {
 			if _, err := t.wholeElement(sr, r.Element); err != nil {
-				return took, 0, fmt.Errorf("stage %s: work taken from task %s: %w", sr.stage.ID, victim.task.producer, err)
+				return took, 0, nil, fmt.Errorf("stage %s: work taken from task %s: %w", sr.stage.ID, victim.task.producer, err)
 			}
 			elems = append(elems, r.Element)
 		}
@@ -229,5 +246,5 @@ func (t *Task) stealWork() (took bool, retryIn time.Duration, err error) {
 	if took {
 		retryIn = 0
 	}
-	return took, retryIn, nil
+	return took, retryIn, left, nil
 }

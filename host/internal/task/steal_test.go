@@ -1,6 +1,7 @@
 package task
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -73,4 +74,39 @@ func TestStealBoardPick(t *testing.T) {
 			t.Fatalf("picked a bundle taken off the board")
 		}
 	})
+}
+
+// TestWaitForSteal: a task waiting for a bundle to grow old enough to take
+// from wakes when a bundle leaves the board (it may have been that one),
+// not only when the wait is over.
+func TestWaitForSteal(t *testing.T) {
+	board := NewStealBoard()
+	k := stealKey{sub: 1, stage: 0}
+	off := board.add(k, &runningSplit{task: &Task{}, openedAt: time.Now(), wm: minWatermark})
+	left := board.leaving()
+	woke := make(chan time.Duration, 1)
+	go func() {
+		waited, err := board.waitForSteal(context.Background(), time.Minute, left)
+		if err != nil {
+			t.Error(err)
+		}
+		woke <- waited
+	}()
+	off()
+	select {
+	case waited := <-woke:
+		if waited >= time.Minute {
+			t.Errorf("waited %v, the whole wait", waited)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a bundle left the board and the waiting task did not wake")
+	}
+	if _, err := board.waitForSteal(context.Background(), time.Millisecond, board.leaving()); err != nil {
+		t.Fatalf("a wait with no bundle leaving: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := board.waitForSteal(ctx, time.Minute, board.leaving()); err == nil {
+		t.Fatal("a wait whose context is done returned no error")
+	}
 }

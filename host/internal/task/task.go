@@ -876,7 +876,7 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 	// Waits for bundles to grow old enough to take from are bounded in
 	// all (the task's clock may be a test's, standing still).
 	for waited := time.Duration(0); ; {
-		took, retryIn, err := t.stealWork()
+		took, retryIn, left, err := t.stealWork()
 		if err != nil {
 			return err
 		}
@@ -884,10 +884,11 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 			if retryIn <= 0 || waited+retryIn > maxStealWait {
 				break
 			}
-			if err := sleepCtx(ctx, retryIn); err != nil {
+			w, err := t.env.Steals.waitForSteal(ctx, retryIn, left)
+			if err != nil {
 				return err
 			}
-			waited += retryIn
+			waited += w
 			continue
 		}
 		if err := t.flushStages(ctx, true); err != nil {
