@@ -606,16 +606,24 @@ func (b *Bundle) FinishCheckpointing(at time.Time, inputElements int) (*Result, 
 }
 
 // checkpointRetry bounds the wait between a declined checkpoint and the
-// next request: the SDK declines while the bundle is not yet active in it
-// (the Go SDK answers "instruction not active" to a split that overtakes its
-// ProcessBundle) or its element not yet begun, and a bundle left unsplit
-// then would run its whole restriction past the checkpoint time, holding
-// the commit cycle while other tasks' cores idle.
+// next request. An SDK declines while the bundle is not yet active in it:
+// the Go SDK answers "instruction not active" (an error) to a split that
+// overtakes its ProcessBundle, Python an empty split to one that comes
+// before its bundle runs. A bundle left unsplit then would run its whole
+// restriction past the checkpoint time, holding the commit cycle (and
+// past the transaction timeout, for a long one).
+//
+// An empty answer from the Go SDK says instead that its element is done or
+// nearly: asked again in the moment between the element's end and the
+// bundle's, the Go SDK holds the split 500 ms waiting for an element to
+// start. So an empty answer is asked again only after checkpointRetry, by
+// when such a bundle is usually done; an error answer soon (5 ms, then
+// doubling).
 const checkpointRetry = 50 * time.Millisecond
 
 // checkpointAt checkpoints the bundle at at, asking again after each
-// decline (from 5 ms, doubling to checkpointRetry) until the SDK splits or
-// the bundle ends. A failed request fails the bundle.
+// decline until the SDK splits or the bundle ends. A failed request fails
+// the bundle.
 func (b *Bundle) checkpointAt(at time.Time, inputElements int) {
 	timer := time.NewTimer(time.Until(at))
 	defer timer.Stop()
@@ -625,7 +633,7 @@ func (b *Bundle) checkpointAt(at time.Time, inputElements int) {
 			return
 		case <-timer.C:
 		}
-		split, err := b.checkpoint(inputElements)
+		split, empty, err := b.checkpoint(inputElements)
 		if err != nil {
 			b.complete(err)
 			return
@@ -633,15 +641,20 @@ func (b *Bundle) checkpointAt(at time.Time, inputElements int) {
 		if split {
 			return
 		}
-		timer.Reset(wait)
+		if empty {
+			timer.Reset(checkpointRetry)
+		} else {
+			timer.Reset(wait)
+		}
 	}
 }
 
 // checkpoint asks the SDK to split the running bundle at fraction 0 of
 // its remainder and keeps the split in b.split; split says whether it
-// did. An SDK that answers with an error did not split; an answer that
-// does not arrive is an error.
-func (b *Bundle) checkpoint(inputElements int) (split bool, err error) {
+// did, empty whether the SDK declined with an empty answer. An SDK that
+// answers with an error did not split; an answer that does not arrive is
+// an error.
+func (b *Bundle) checkpoint(inputElements int) (split, empty bool, err error) {
 	resp, err := b.w.instruct(b.ctx, &fnpb.InstructionRequest{
 		Request: &fnpb.InstructionRequest_ProcessBundleSplit{ProcessBundleSplit: &fnpb.ProcessBundleSplitRequest{
 			InstructionId: b.id,
@@ -652,16 +665,16 @@ func (b *Bundle) checkpoint(inputElements int) (split bool, err error) {
 	})
 	if err != nil {
 		if resp.GetError() != "" {
-			return false, nil // declined: the bundle goes on unsplit
+			return false, false, nil // declined: the bundle goes on unsplit
 		}
-		return false, fmt.Errorf("stage %s bundle %s: checkpointing (ProcessBundleSplit): %w", b.stage.id, b.id, err)
+		return false, false, fmt.Errorf("stage %s bundle %s: checkpointing (ProcessBundleSplit): %w", b.stage.id, b.id, err)
 	}
 	// The Go SDK declines a split it cannot make with an empty answer.
 	if s := resp.GetProcessBundleSplit(); len(s.GetResidualRoots()) > 0 || len(s.GetChannelSplits()) > 0 {
 		b.split, b.splitFrom = s, b.givenFrom(s, inputElements)
-		return true, nil
+		return true, false, nil
 	}
-	return false, nil
+	return false, true, nil
 }
 
 // Split asks the SDK to split the running bundle at fraction of its
