@@ -117,31 +117,66 @@ func TestSplittableWorkRebalanced(t *testing.T) {
 	for _, b := range []broker{{"embedded", ""}, {"kafkatest", kafkatest.Broker(t)}} {
 		for _, short := range []int{100, 10} {
 			t.Run(fmt.Sprintf("%s/short%d", b.name, short), func(t *testing.T) {
-				ctx := testContext(t, 3*time.Minute)
-				opts := map[string]string{"internal_parallelism": "2"}
-				if b.bootstrap != "" {
-					opts["bootstrap_servers"] = b.bootstrap
-					opts["application_id"] = kafkatest.UniqueName(t, "rebalance")
-				}
-				out := filepath.Join(t.TempDir(), "out.txt")
-				p, s := beam.NewPipelineWithRoot()
-				textio.Write(s, out, beam.ParDo(s, &unevenRangeFn{}, beam.Create(s, 1000, short)))
-				id := runDone(ctx, t, ksrunner, marshal(t, p), opts)
-				text, err := os.ReadFile(out)
-				if err != nil {
-					t.Fatal(err)
-				}
-				diffLines(t, sortedLines(string(text)), positionLines("", func(e int) int { return e }, 1000, short))
-				if n := committedCounter(ctx, t, id, "", task.MetricWorkTaken); n < 1 {
-					t.Errorf("committed %s/%s: %d, want at least 1 (the task done first takes part of the other's restriction)", "ksrunner", task.MetricWorkTaken, n)
-				}
+				checkRebalanced(t, b, func(s beam.Scope) beam.PCollection {
+					return beam.ParDo(s, &unevenRangeFn{}, beam.Create(s, 1000, short))
+				}, positionLines("", func(e int) int { return e }, 1000, short))
 			})
 		}
 	}
 }
 
+// checkRebalanced runs a job on b, of two tasks, that writes the lines
+// lines makes, and checks that it wrote want and that a task took part of
+// another's splittable work (the committed ksrunner/rebalanced_splits).
+func checkRebalanced(t *testing.T, b broker, lines func(beam.Scope) beam.PCollection, want []string) {
+	t.Helper()
+	ctx := testContext(t, 3*time.Minute)
+	opts := map[string]string{"internal_parallelism": "2"}
+	if b.bootstrap != "" {
+		opts["bootstrap_servers"] = b.bootstrap
+		opts["application_id"] = kafkatest.UniqueName(t, "rebalance")
+	}
+	out := filepath.Join(t.TempDir(), "out.txt")
+	p, s := beam.NewPipelineWithRoot()
+	textio.Write(s, out, lines(s))
+	id := runDone(ctx, t, ksrunner, marshal(t, p), opts)
+	text, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	diffLines(t, sortedLines(string(text)), want)
+	if n := committedCounter(ctx, t, id, "", task.MetricWorkTaken); n < 1 {
+		t.Errorf("committed %s/%s: %d, want at least 1 (the task done first takes part of the other's restriction)", "ksrunner", task.MetricWorkTaken, n)
+	}
+}
+
 func init() {
 	register.DoFn4x0[*sdf.LockRTracker, int, string, func(string)](&slowSideRangeFn{})
+	register.DoFn4x0[*sdf.LockRTracker, int, string, func(string)](&unevenSideRangeFn{})
+}
+
+// unevenSideRangeFn is unevenRangeFn with a side input, a prefix for its
+// lines.
+type unevenSideRangeFn struct{ unevenRangeFn }
+
+func (fn *unevenSideRangeFn) ProcessElement(rt *sdf.LockRTracker, i int, prefix string, emit func(string)) {
+	fn.slowRangeFn.ProcessElement(rt, i, func(line string) { emit(prefix + " " + line) })
+}
+
+// TestSplittableWorkRebalancedWithSideInput: TestSplittableWorkRebalanced's
+// restrictions read a side input, so each task's gate parks them until the
+// side input is ready (gate.go); the task done first still takes part of
+// the other's running restriction, which reads the side input as the
+// original did. Without gated stages on the board the counter stays 0.
+func TestSplittableWorkRebalancedWithSideInput(t *testing.T) {
+	for _, b := range []broker{{"embedded", ""}, {"kafkatest", kafkatest.Broker(t)}} {
+		t.Run(b.name, func(t *testing.T) {
+			checkRebalanced(t, b, func(s beam.Scope) beam.PCollection {
+				prefix := beam.Create(s, "side")
+				return beam.ParDo(s, &unevenSideRangeFn{}, beam.Create(s, 1000, 100), beam.SideInput{Input: prefix})
+			}, positionLines("side ", func(e int) int { return e }, 1000, 100))
+		})
+	}
 }
 
 // slowSideRangeFn is slowRangeFn with a side input, a prefix for its lines.

@@ -31,8 +31,12 @@ import (
 //     victim's: the taken work's output is the victim's output, which is
 //     not behind the victim's reported watermark, so not behind the
 //     thief's. A task that reported the maximum (done) takes nothing.
-//   - Only stages without user state, timers, side-input gates or sorted
-//     input take part: the rest of a restriction carries nothing else. Nor
+//   - Only stages without user state, timers or sorted input take part: the
+//     rest of a restriction carries nothing else. A stage gated for side
+//     inputs does (gate.go): the victim's element was released once the
+//     instance's side-input watermarks passed its windows, and the thief's
+//     gate reads the same watermarks, which only rise, so the rest goes on
+//     at once, and reads the same side inputs from the instance's store. Nor
 //     a stage whose DoFn has checkpointed itself (stageRun.selfCheckpoints):
 //     it cuts its restrictions into short calls already, and a split would
 //     only add calls (eostest TestSDFResumeDelay counts them).
@@ -169,7 +173,7 @@ func (b *StealBoard) pick(k stealKey, thief *Task, wm int64, now time.Time) (bes
 
 // stealable says whether sr's bundles may give and take work.
 func (t *Task) stealable(sr *stageRun) bool {
-	return t.env.Steals != nil && sr.checkpointAfter > 0 && !sr.gated && !sr.sorted &&
+	return t.env.Steals != nil && sr.checkpointAfter > 0 && !sr.sorted &&
 		!sr.stage.Stateful && len(sr.families) == 0
 }
 
