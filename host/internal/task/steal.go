@@ -63,7 +63,7 @@ const maxStealWait = 2 * minStealAge
 // waitForSteal waits d, or until a bundle leaves the board (the one the
 // caller waits to take from may be done: nothing left to wait for), or
 // ctx is done. It returns how long it waited.
-func (b *StealBoard) waitForSteal(ctx context.Context, d time.Duration, left <-chan struct{}) (time.Duration, error) {
+func waitForSteal(ctx context.Context, d time.Duration, left <-chan struct{}) (time.Duration, error) {
 	start := time.Now()
 	timer := time.NewTimer(d)
 	defer timer.Stop()

@@ -86,7 +86,7 @@ func TestWaitForSteal(t *testing.T) {
 	left := board.leaving()
 	woke := make(chan time.Duration, 1)
 	go func() {
-		waited, err := board.waitForSteal(context.Background(), time.Minute, left)
+		waited, err := waitForSteal(context.Background(), time.Minute, left)
 		if err != nil {
 			t.Error(err)
 		}
@@ -101,12 +101,12 @@ func TestWaitForSteal(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("a bundle left the board and the waiting task did not wake")
 	}
-	if _, err := board.waitForSteal(context.Background(), time.Millisecond, board.leaving()); err != nil {
+	if _, err := waitForSteal(context.Background(), time.Millisecond, board.leaving()); err != nil {
 		t.Fatalf("a wait with no bundle leaving: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := board.waitForSteal(ctx, time.Minute, board.leaving()); err == nil {
+	if _, err := waitForSteal(ctx, time.Minute, board.leaving()); err == nil {
 		t.Fatal("a wait whose context is done returned no error")
 	}
 }

@@ -884,7 +884,7 @@ func (t *Task) PrepareCommit(ctx context.Context) error {
 			if retryIn <= 0 || waited+retryIn > maxStealWait {
 				break
 			}
-			w, err := t.env.Steals.waitForSteal(ctx, retryIn, left)
+			w, err := waitForSteal(ctx, retryIn, left)
 			if err != nil {
 				return err
 			}
