@@ -85,6 +85,7 @@ type instance struct {
 	observed            observed     // what observe measured last (observe.go)
 	pollSize            pollSize     // records a poll takes for the cycle's elements (only the loop touches it)
 	intake              intake       // polled records not yet handed to tasks; each cycle's cut (intake.go)
+	cycleBound          cycleBound   // elements the next cycle's cut takes at most (only the loop touches it)
 	watch               *cycleWatch  // names the loop's step; run's goroutine warns when one lasts
 	offsets             offsetWait   // assigned partitions whose committed offsets have not come yet
 	starts              startCommits // Kafka read partitions started without a commit, to commit (kafkaio.go)
@@ -745,7 +746,11 @@ func (i *instance) run(ctx context.Context) (err error) {
 			i.txnMark.Store(nil)
 			i.carriedInTxn = i.produceCarried()
 		}
-		fetches, elements := i.intake.cycle(fetches, maxElements, i.internalTopic)
+		if i.cycleBound.max != maxElements {
+			i.cycleBound = newCycleBound(maxElements, i.cfg.transactionTimeout())
+		}
+		cut := time.Now()
+		fetches, elements := i.intake.cycle(fetches, i.cycleBound.limit(), maxElements, i.internalTopic)
 		i.commitStarts()
 		i.watch.enter(stepHandle)
 		bad, err := i.process(ctx, fetches)
@@ -764,6 +769,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			return err
 		}
+		i.cycleBound.observe(elements, time.Since(cut))
 		if time.Since(i.storedAt) >= storedRefresh {
 			// Between commits: the stores are as the changelogs say.
 			if err := i.stored.refresh(i.db); err != nil {

@@ -174,11 +174,15 @@ func rewriteCommit(at map[string]map[int32]kgo.EpochOffset) func(*kmsg.OffsetCom
 // cycle adds the polled records to what the intake carries and cuts the
 // cycle's records from them: all of them if they hold at most
 // maxElements plus a quarter, else a share of maxElements for each
-// partition (share), filled up to maxElements in turn. It returns the
-// cycle's fetches and their elements; the rest is carried. Each record's
-// elements are counted once: a pack's count for an internal topic
-// (internal), one for any other record.
-func (in *intake) cycle(polled kgo.Fetches, maxElements int, internal func(topic string) bool) (kgo.Fetches, int) {
+// partition (share), filled up to maxElements in turn; then each partition
+// left without a record gets one while the cycle stays within
+// hardElements (records are whole: a pack of thousands of elements passes
+// a small bound, and one partition at a time would idle the other tasks).
+// It returns the cycle's fetches and their elements; the rest is carried.
+// Each record's elements are counted once: a pack's count for an internal
+// topic (internal), one for any other record. maxElements is the cycle's
+// bound (cycleBound), hardElements the option's, at least maxElements.
+func (in *intake) cycle(polled kgo.Fetches, maxElements, hardElements int, internal func(topic string) bool) (kgo.Fetches, int) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	empty := in.merge(polled, internal)
@@ -227,6 +231,11 @@ func (in *intake) cycle(polled kgo.Fetches, maxElements int, internal func(topic
 			took[k] += p.counts[take[k]]
 			n += p.counts[take[k]]
 			take[k]++
+		}
+	}
+	for k, p := range order {
+		if take[k] == 0 && len(p.counts) > 0 && n+p.counts[0] <= hardElements {
+			took[k], n, take[k] = p.counts[0], n+p.counts[0], 1
 		}
 	}
 	if n == 0 { // one record larger than the bound: it goes alone

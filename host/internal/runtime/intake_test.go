@@ -119,7 +119,7 @@ func TestIntakeCycle(t *testing.T) {
 				for _, f := range s.polled {
 					polled = append(polled, f...)
 				}
-				got, n := in.cycle(polled, s.max, intakeInternal)
+				got, n := in.cycle(polled, s.max, s.max, intakeInternal)
 				if !slices.Equal(cycleOf(got), s.want) {
 					t.Fatalf("cycle %d: %v, want %v", k, cycleOf(got), s.want)
 				}
@@ -140,7 +140,9 @@ func TestIntakeCycle(t *testing.T) {
 // record is handed out once, in offset order per partition, unless dropped
 // (then it comes again); a cycle holds at most its bound (a quarter more
 // when it takes the whole intake), or one record; when a cycle is cut,
-// every partition whose first carried record fits its share gets some;
+// every partition whose first carried record fits its share gets some,
+// and so does every one whose first record fits the hard bound (the
+// option, when the cycle's bound is below it) beside the cycle's;
 // commitOffsets names each partition's first carried record.
 func TestIntakeProperties(t *testing.T) {
 	for seed := range uint64(200) {
@@ -190,7 +192,11 @@ func TestIntakeProperties(t *testing.T) {
 			}
 			fair := share(slices.DeleteFunc(slices.Clone(pending), func(e int) bool { return e == 0 }), maxElements)
 			firstCarried := in.commitOffsets()
-			got, n := in.cycle(polled, maxElements, intakeInternal)
+			hard := maxElements // the option; maxElements the cycle's bound
+			if rng.IntN(2) == 0 {
+				hard += rng.IntN(400)
+			}
+			got, n := in.cycle(polled, maxElements, hard, intakeInternal)
 			total, records := 0, 0
 			gotParts := map[int32]bool{}
 			got.EachPartition(func(fp kgo.FetchTopicPartition) {
@@ -214,12 +220,12 @@ func TestIntakeProperties(t *testing.T) {
 			}
 			carried := in.size()
 			if carried == 0 {
-				if n > maxElements+maxElements/overshoot && records > 1 {
+				if n > max(maxElements+maxElements/overshoot, hard) && records > 1 {
 					t.Fatalf("seed %d round %d: took the whole intake of %d elements, bound %d", seed, round, n, maxElements)
 				}
 			} else {
-				if n > maxElements && records > 1 {
-					t.Fatalf("seed %d round %d: a cut cycle of %d elements, bound %d", seed, round, n, maxElements)
+				if n > hard && records > 1 {
+					t.Fatalf("seed %d round %d: a cut cycle of %d elements, hard bound %d", seed, round, n, hard)
 				}
 				if records == 0 {
 					t.Fatalf("seed %d round %d: a cycle of nothing with %d elements carried", seed, round, carried)
@@ -227,6 +233,9 @@ func TestIntakeProperties(t *testing.T) {
 				for p := range int32(parts) {
 					if pending[p] > 0 && firstOf[p] <= fair && !gotParts[p] {
 						t.Fatalf("seed %d round %d: partition %d holds %d elements, its first record %d fits the share %d, and the cut cycle gave it none", seed, round, p, pending[p], firstOf[p], fair)
+					}
+					if pending[p] > 0 && n+firstOf[p] <= hard && !gotParts[p] {
+						t.Fatalf("seed %d round %d: partition %d holds %d elements, its first record %d fits the hard bound %d beside the cycle's %d, and the cut cycle gave it none", seed, round, p, pending[p], firstOf[p], hard, n)
 					}
 				}
 			}
@@ -272,7 +281,7 @@ func TestShare(t *testing.T) {
 
 func TestIntakeCommitRewrite(t *testing.T) {
 	var in intake
-	in.cycle(fetchesOf(part{"src", 0, 5, []int{0, 0, 0, 0}}, part{"src", 1, 7, []int{0}}), 2, intakeInternal)
+	in.cycle(fetchesOf(part{"src", 0, 5, []int{0, 0, 0, 0}}, part{"src", 1, 7, []int{0}}), 2, 2, intakeInternal)
 	at := in.commitOffsets()
 	if len(at) != 1 || len(at["src"]) != 1 || at["src"][0] != (kgo.EpochOffset{Epoch: 3, Offset: 6}) {
 		t.Fatalf("commit offsets %v, want src/0 at 6 (epoch 3)", at)
