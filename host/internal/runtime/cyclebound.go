@@ -21,9 +21,17 @@ import "time"
 // showed, aiming a cycle at target: a cycle longer than target sets it to
 // what would have taken three quarters of target at that rate; a cycle
 // that used half its bound or more and took less than target raises it to
-// what would take target, up to the option. Time spent on work that is not
-// the intake's (a GroupByKey firing, residuals) counts too: it shrinks the
-// next cycle, which then runs fast and grows it back.
+// what would take target, up to the option. Time spent on other work (a
+// GroupByKey firing, residuals, a stage's FinishBundle) counts too: it
+// shrinks the next cycle, which then runs fast and grows it back.
+//
+// The groups a GroupByKey task fires in a cycle (stored ones, and those
+// whose values all came in the cycle) are bounded the same way, by a bound
+// of their own (instance.fireBound, at most task.DefaultMaxFiredGroups;
+// task.Env.FireLimit): a DoFn that reads the groups may be slow where the
+// cycles' input was not, so a task's first firing fires initialCycleBound
+// groups, not a hundred thousand. The tasks fire side by side, so that
+// bound is per task and learns from the task that fired the most.
 //
 // Invariants:
 //   - 1 <= bound <= the option: a cycle always takes something (the intake
@@ -59,8 +67,8 @@ func newCycleBound(max int, txnTimeout time.Duration) cycleBound {
 // limit is how many elements the next cycle takes at most.
 func (b *cycleBound) limit() int { return b.bound }
 
-// observe learns from a cycle that took elements and lasted took, from
-// its cut to its commit.
+// observe learns from a cycle that did elements of work (elements taken,
+// or groups fired) and lasted took, from its cut to its commit.
 func (b *cycleBound) observe(elements int, took time.Duration) {
 	if elements <= 0 || took <= 0 {
 		return

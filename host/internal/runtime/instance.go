@@ -86,6 +86,9 @@ type instance struct {
 	pollSize            pollSize     // records a poll takes for the cycle's elements (only the loop touches it)
 	intake              intake       // polled records not yet handed to tasks; each cycle's cut (intake.go)
 	cycleBound          cycleBound   // elements the next cycle's cut takes at most (only the loop touches it)
+	fireBound           cycleBound   // groups a task's GroupByKey fires in the next cycle at most (only the loop touches it)
+	fireLimit           atomic.Int64 // fireBound's limit, for the tasks (task.Env.FireLimit)
+	mostFired           atomic.Int64 // the most groups one task fired in the running cycle (task.Env.Fired)
 	watch               *cycleWatch  // names the loop's step; run's goroutine warns when one lasts
 	offsets             offsetWait   // assigned partitions whose committed offsets have not come yet
 	starts              startCommits // Kafka read partitions started without a commit, to commit (kafkaio.go)
@@ -136,6 +139,7 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		writtenLookDue: true,
 		watch:          newCycleWatch(cfg),
 	}
+	i.fireLimit.Store(task.DefaultMaxFiredGroups) // until the first cycle sets it
 	i.rebalance.init()
 	coders := cfg.Plan.Pipeline.GetComponents().GetCoders()
 	for pcoll, wv := range cfg.Plan.WireCoders {
@@ -227,6 +231,8 @@ func newInstance(ctx context.Context, cfg Config, ts *topics.Set, stateDir strin
 		// its deletes and their changelog records), and windowed-10m's
 		// last cycles peaked 40 MiB higher at 250,000 groups a cycle.
 		MaxFiredGroups: min(cmp.Or(cfg.MaxPollRecords, DefaultMaxPollRecords), task.DefaultMaxFiredGroups),
+		FireLimit:      func() int { return int(i.fireLimit.Load()) },
+		Fired:          i.noteFired,
 		ExactlyOnce:    cfg.ExactlyOnce,
 		Produce:        i.produce,
 		ProduceWith: func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
@@ -748,8 +754,11 @@ func (i *instance) run(ctx context.Context) (err error) {
 		}
 		if i.cycleBound.max != maxElements {
 			i.cycleBound = newCycleBound(maxElements, i.cfg.transactionTimeout())
+			i.fireBound = newCycleBound(min(maxElements, task.DefaultMaxFiredGroups), i.cfg.transactionTimeout())
 		}
 		cut := time.Now()
+		i.fireLimit.Store(int64(i.fireBound.limit()))
+		i.mostFired.Store(0)
 		fetches, elements := i.intake.cycle(fetches, i.cycleBound.limit(), maxElements, i.internalTopic)
 		i.commitStarts()
 		i.watch.enter(stepHandle)
@@ -769,7 +778,9 @@ func (i *instance) run(ctx context.Context) (err error) {
 			}
 			return err
 		}
-		i.cycleBound.observe(elements, time.Since(cut))
+		took := time.Since(cut)
+		i.cycleBound.observe(elements, took)
+		i.fireBound.observe(int(i.mostFired.Load()), took)
 		if time.Since(i.storedAt) >= storedRefresh {
 			// Between commits: the stores are as the changelogs say.
 			if err := i.stored.refresh(i.db); err != nil {
@@ -861,6 +872,19 @@ func (i *instance) pollAfterCommit(ctx context.Context, fetches kgo.Fetches, max
 		i.pollSize.observe(elements, records+n)
 	}
 	return append(fetches, more...)
+}
+
+// noteFired takes a task's count of the groups its GroupByKey fired in the
+// running cycle (task.Env.Fired; once a cycle). The tasks fire side by
+// side, so the cycle lasts about as long as the one that fired the most:
+// fireBound learns from that one.
+func (i *instance) noteFired(groups int) {
+	for {
+		most := i.mostFired.Load()
+		if int64(groups) <= most || i.mostFired.CompareAndSwap(most, int64(groups)) {
+			return
+		}
+	}
 }
 
 // beginCycle records the start of a commit cycle (cycleStarted).

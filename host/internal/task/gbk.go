@@ -243,7 +243,8 @@ func (t *Task) earliestTimer() (int64, error) {
 // by a crash after the cycle commits their input; stored, each would cost
 // writes, changelog records and a read back.
 func (t *Task) fire(inputWM int64) error {
-	fresh, err := t.takeUnstored(inputWM)
+	limit := t.fireLimit()
+	fresh, err := t.takeUnstored(inputWM, limit)
 	if err != nil {
 		return err
 	}
@@ -254,7 +255,11 @@ func (t *Task) fire(inputWM int64) error {
 		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(t.sub.Root.TransformID, "dropped_late_elements", n)})
 		t.gbk.droppedLate = 0
 	}
-	timers := t.gbk.timers.takeBefore(inputWM, t.maxFiredGroups()) // in time order, the timers' store order
+	var timers []dueTimer
+	if budget := min(t.maxFiredGroups(), limit-len(fresh)); budget > 0 {
+		timers = t.gbk.timers.takeBefore(inputWM, budget) // in time order, the timers' store order
+	}
+	t.fired(len(fresh) + len(timers))
 	t.gbk.firePending = t.gbk.timers.earliest() < inputWM
 	if len(timers) == 0 && len(fresh) == 0 {
 		return nil
@@ -321,8 +326,11 @@ func (t *Task) fire(inputWM int64) error {
 // put, their deletions, four changelog records and a read back, all to
 // leave nothing behind; a backlog of windowed input (windows that close
 // within the cycle that read them) is mostly such groups. Groups with
-// stored runs, or a full run kept apart, go the stored way.
-func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
+// stored runs, or a full run kept apart, go the stored way. It takes at
+// most limit groups (fireLimit); the others due are stored with the rest
+// of the buffer and fire in the next cycles, as stored groups left by the
+// limits do.
+func (t *Task) takeUnstored(inputWM int64, limit int) (map[string]*gbkRun, error) {
 	g := &t.gbk
 	var split map[string]bool // kws with a full run kept apart
 	if len(g.full) > 0 {
@@ -343,6 +351,9 @@ func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
 		if maxTs >= inputWM || g.timers.has(maxTs, kw) {
 			continue
 		}
+		if len(fresh) >= limit {
+			break
+		}
 		if fresh == nil {
 			fresh = map[string]*gbkRun{}
 		}
@@ -352,12 +363,28 @@ func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
 	return fresh, nil
 }
 
-// maxFiredGroups is how many groups a cycle fires at most (Env).
+// maxFiredGroups is how many stored groups a cycle fires at most (Env).
 func (t *Task) maxFiredGroups() int {
 	if t.env.MaxFiredGroups > 0 {
 		return t.env.MaxFiredGroups
 	}
 	return DefaultMaxFiredGroups
+}
+
+// fireLimit is how many groups a cycle fires at most, stored or not
+// (Env.FireLimit; without it, no more than the others bound).
+func (t *Task) fireLimit() int {
+	if t.env.FireLimit != nil {
+		return max(1, t.env.FireLimit())
+	}
+	return math.MaxInt
+}
+
+// fired tells the runtime how many groups a firing fired (Env.Fired).
+func (t *Task) fired(groups int) {
+	if t.env.Fired != nil && groups > 0 {
+		t.env.Fired(groups)
+	}
 }
 
 // FirePending reports whether groups that are due were left for the next

@@ -545,8 +545,9 @@ func (g *windowedGBK) emit(key, winBytes []byte, p windowing.Pane) error {
 // the end of an input makes every window due at once. A window left
 // unfired keeps its output hold, so the output watermark waits for it.
 func (g *windowedGBK) fire(in, now int64) error {
-	limit := g.t.maxFiredGroups()
+	limit := min(g.t.maxFiredGroups(), g.t.fireLimit())
 	fired := 0
+	defer func() { g.t.fired(fired) }()
 	g.firePending = false
 	for round := 0; ; round++ {
 		if round > 1000 {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -243,6 +244,54 @@ func TestFireUnstoredGroups(t *testing.T) {
 	}
 	f.te.cycle(f.tk, f.in.wm(f.prod, maxWatermark))
 	checkLines(t, "last groups", f.te.exec(f.sub).inputs(), []string{`"k2":["later"] @119999 [60000,120000) ontime#0 first last`})
+}
+
+// TestFireLimit: with Env.FireLimit a cycle fires at most that many
+// groups, those whose values all came in the cycle included (the runtime
+// lowers it when a DoFn reading the groups is slow): the others are stored,
+// stay due, hold the output watermark and fire in the next cycles, which
+// FirePending asks for; Env.Fired hears each cycle's count; every group
+// fires once.
+func TestFireLimit(t *testing.T) {
+	f := newGroupFixture(t)
+	f.te.env.FireLimit = func() int { return 2 }
+	var counts []int
+	f.te.env.Fired = func(groups int) { counts = append(counts, groups) }
+	w1, w2 := interval(0, 60000), interval(60000, 120000)
+	f.te.cycle(f.tk, append(f.in.data(
+		wv(1000, kv("k1", "a"), w1), wv(1000, kv("k2", "b"), w1), wv(61000, kv("k1", "c"), w2),
+		wv(62000, kv("k2", "d"), w2), wv(63000, kv("k3", "e"), w2),
+	), f.in.wm(f.prod, maxWatermark))...)
+	var got []string
+	cycles := 0
+	for ; cycles < 10; cycles++ {
+		if cycles > 0 {
+			f.te.cycle(f.tk)
+		}
+		fired := f.te.exec(f.sub).inputs()
+		if len(fired) > 2 {
+			t.Errorf("cycle %d fired %d groups, limit 2: %q", cycles, len(fired), fired)
+		}
+		got = append(got, fired...)
+		if !f.tk.FirePending() {
+			break
+		}
+		if f.tk.reportedWM == maxWatermark {
+			t.Errorf("cycle %d: output watermark at the maximum with groups left", cycles)
+		}
+	}
+	slices.Sort(got) // which groups a cycle fires is free
+	checkLines(t, "all cycles", got, []string{
+		`"k1":["a"] @59999 [0,60000) ontime#0 first last`, `"k1":["c"] @119999 [60000,120000) ontime#0 first last`,
+		`"k2":["b"] @59999 [0,60000) ontime#0 first last`, `"k2":["d"] @119999 [60000,120000) ontime#0 first last`,
+		`"k3":["e"] @119999 [60000,120000) ontime#0 first last`,
+	})
+	if cycles != 2 || f.tk.reportedWM != maxWatermark {
+		t.Errorf("done after %d more cycles with output watermark %s, want 2 and the maximum", cycles, FormatWatermark(f.tk.reportedWM))
+	}
+	if want := []int{2, 2, 1}; !slices.Equal(counts, want) {
+		t.Errorf("Fired heard %v, want %v", counts, want)
+	}
 }
 
 // TestFireInSlices: a cycle fires at most MaxFiredGroups groups from the
