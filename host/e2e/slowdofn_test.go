@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window"
+	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/window/trigger"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/io/textio"
 	jobpb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/jobmanagement_v1"
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/register"
@@ -78,14 +80,18 @@ func TestSlowDoFn(t *testing.T) {
 // TestSlowDoFnAfterGroupByKey: a DoFn of 2 ms a group reads the groups of
 // a GroupByKey over 3,000 keys (8,000 on Kafka), all due at once when the
 // input ends, in one task, with a 4 s transaction_timeout_ms. A GroupByKey
-// fired up to 100,000 groups a cycle, so that cycle outlived the timeout
-// (the job failed, or on kfake, whose timeout checks come late, went on
-// past the warning); the instance bounds the groups a task fires in a
-// cycle by how long the firing cycles before took (fireBound), from 1,000
-// at first, so each commits in time.
+// fired up to 100,000 stored groups a cycle, so that cycle outlived the
+// timeout (the job failed, or on kfake, whose timeout checks come late,
+// went on past the warning); the instance bounds the stored groups a task
+// fires in a cycle by how long the firing cycles before took (fireBound),
+// from 1,000 at first, so each commits in time. The trigger puts the
+// GroupByKey on the windowed path, whose groups are all stored: on the
+// fast path the groups whose values all came in the firing cycle fire
+// from memory, bounded by the cycle's input instead (cycleBound).
 func TestSlowDoFnAfterGroupByKey(t *testing.T) {
 	checkSlow(t, "slowgbk", func(s beam.Scope, n int) beam.PCollection {
 		kvs := beam.ParDo(s, keyByNumber, beam.ParDo(s, paddedRange, beam.Create(s, n)))
+		kvs = beam.WindowInto(s, window.NewGlobalWindows(), kvs, beam.Trigger(trigger.AfterEndOfWindow()))
 		return beam.ParDo(s, slowGroup, beam.GroupByKey(s, kvs))
 	}, "group %d")
 }

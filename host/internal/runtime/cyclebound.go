@@ -25,13 +25,15 @@ import "time"
 // GroupByKey firing, residuals, a stage's FinishBundle) counts too: it
 // shrinks the next cycle, which then runs fast and grows it back.
 //
-// The groups a GroupByKey task fires in a cycle (stored ones, and those
-// whose values all came in the cycle) are bounded the same way, by a bound
-// of their own (instance.fireBound, at most task.DefaultMaxFiredGroups;
-// task.Env.FireLimit): a DoFn that reads the groups may be slow where the
-// cycles' input was not, so a task's first firing fires initialCycleBound
-// groups, not a hundred thousand. The tasks fire side by side, so that
-// bound is per task and learns from the task that fired the most.
+// The stored groups a GroupByKey task fires in a cycle are bounded the
+// same way, by a bound of their own (instance.fireBound, at most
+// task.DefaultMaxFiredGroups; task.Env.FireLimit): a DoFn that reads the
+// groups may be slow where the cycles' input was not, so a task's first
+// firing fires initialCycleBound stored groups, not a hundred thousand.
+// The tasks fire side by side, so that bound is per task and learns from
+// the task that fired the most (groups whose values all came in the cycle
+// count as work, though this bound does not limit them: the cycle's input
+// does).
 //
 // Invariants:
 //   - 1 <= bound <= the option: a cycle always takes something (the intake

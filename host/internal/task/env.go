@@ -66,12 +66,14 @@ type Env struct {
 	// cycle; the rest fire in the next cycles (gbk.go fire). Zero:
 	// DefaultMaxFiredGroups.
 	MaxFiredGroups int
-	// FireLimit, when set, bounds the groups a GroupByKey task fires in one
-	// cycle further (stored groups and those whose values all came in the
-	// cycle), read at each firing: the runtime lowers it when cycles run
-	// long, so that a slow DoFn reading the groups cannot hold a cycle past
-	// the transaction timeout. Fired, when set, is told how many groups
-	// each firing fired (once a cycle, by each GroupByKey task).
+	// FireLimit, when set, bounds the stored groups a GroupByKey task fires
+	// in one cycle further (and the windows a windowed one evaluates), read
+	// at each firing: the runtime lowers it when cycles run long, so that a
+	// slow DoFn reading the groups cannot hold a cycle past the transaction
+	// timeout. Groups whose values all came in the cycle are not bounded by
+	// it (the cycle's input bounds them). Fired, when set, is told how many
+	// groups each firing fired, of both kinds (once a cycle, by each
+	// GroupByKey task).
 	FireLimit func() int
 	Fired     func(groups int)
 	// ExactlyOnce says the task's input comes read_committed and its state
