@@ -55,6 +55,7 @@ func (j *job) statusView(ctx context.Context, process string) *status.Job {
 	v := &status.Job{
 		ID: j.spec.ID, Name: j.spec.Name, State: j.State().String(), ApplicationID: j.spec.Options.ApplicationID,
 		StartedAt: j.started, Process: process, Instance: local.ID, Commits: local.Commits, Aborts: local.Aborts,
+		LastCycleSeconds: local.LastCycle.Seconds(), CycleBound: local.CycleBound, FireBound: local.FireBound,
 		CanCancel: !isClosed(j.done), Drained: j.drained(),
 		Topology: status.TopologyOf(j.plan),
 		Metrics:  status.UserMetrics(j.metrics.Attempted.Results(), j.metrics.Committed.Results()),

@@ -13,11 +13,14 @@ import (
 // Every method is safe for concurrent use, and a nil *Instance ignores
 // writes, so the runtime calls it unconditionally.
 type Instance struct {
-	mu      sync.Mutex
-	id      string
-	commits int64
-	aborts  int64
-	tasks   map[TaskRef]*taskFigures
+	mu        sync.Mutex
+	id        string
+	commits   int64
+	aborts    int64
+	lastCycle time.Duration
+	cycle     int64 // cycleBound, fireBound: see InstanceSnapshot
+	fire      int64
+	tasks     map[TaskRef]*taskFigures
 }
 
 // TaskRef names a task: its sub-topology and input partition.
@@ -68,6 +71,13 @@ type InstanceSnapshot struct {
 	// opened its store.
 	ID              string
 	Commits, Aborts int64
+	// LastCycle is how long the last committed cycle took, from its cut
+	// to its commit; CycleBound the elements the next cycle takes at most
+	// and FireBound the stored groups a GroupByKey task fires in it at
+	// most, as the instance sized them by how long cycles took (0: no
+	// cycle committed yet).
+	LastCycle             time.Duration
+	CycleBound, FireBound int64
 	// Tasks, by sub-topology and partition: every task the instance ran,
 	// owned now or not.
 	Tasks []TaskFigures
@@ -158,6 +168,17 @@ func (m *Instance) Cycle(committed bool) {
 	}
 }
 
+// Bounds records how long a committed cycle took and the bounds the
+// instance set for the next one.
+func (m *Instance) Bounds(took time.Duration, cycle, fire int) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lastCycle, m.cycle, m.fire = took, int64(cycle), int64(fire)
+}
+
 // Owned sets which tasks the instance runs now and their reported output
 // watermarks (present only once reported).
 func (m *Instance) Owned(watermarks map[TaskRef]int64, owned map[TaskRef]bool) {
@@ -192,7 +213,8 @@ func (m *Instance) Snapshot() InstanceSnapshot {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := InstanceSnapshot{ID: m.id, Commits: m.commits, Aborts: m.aborts, Tasks: make([]TaskFigures, 0, len(m.tasks))}
+	s := InstanceSnapshot{ID: m.id, Commits: m.commits, Aborts: m.aborts, LastCycle: m.lastCycle, CycleBound: m.cycle, FireBound: m.fire,
+		Tasks: make([]TaskFigures, 0, len(m.tasks))}
 	for _, t := range m.tasks {
 		f := t.TaskFigures
 		f.RecordsOut = t.out.Load()

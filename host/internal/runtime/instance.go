@@ -781,6 +781,7 @@ func (i *instance) run(ctx context.Context) (err error) {
 		took := time.Since(cut)
 		i.cycleBound.observe(elements, took)
 		i.fireBound.observe(int(i.mostFired.Load()), took)
+		i.cfg.Observer.Bounds(took, i.cycleBound.limit(), i.fireBound.limit())
 		if time.Since(i.storedAt) >= storedRefresh {
 			// Between commits: the stores are as the changelogs say.
 			if err := i.stored.refresh(i.db); err != nil {

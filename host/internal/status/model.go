@@ -48,6 +48,13 @@ type Job struct {
 	// Commits and Aborts count this instance's commit cycles.
 	Commits int64 `json:"commits"`
 	Aborts  int64 `json:"aborts"`
+	// LastCycleSeconds is how long this instance's last committed cycle
+	// took; CycleBound and FireBound the elements its next cycle takes and
+	// the stored groups a task fires in it at most, which it lowers when
+	// cycles run long (a slow DoFn); 0: no cycle committed yet.
+	LastCycleSeconds float64 `json:"last_cycle_seconds,omitempty"`
+	CycleBound       int64   `json:"cycle_bound,omitempty"`
+	FireBound        int64   `json:"fire_bound,omitempty"`
 	// Cancel and Drain are what the buttons do; when not possible, the
 	// reason says why (the page shows the button disabled with it).
 	CanCancel         bool      `json:"can_cancel"`

@@ -22,6 +22,9 @@ var (
 	descJobInfo    = prometheus.NewDesc("ksrunner_job_info", "A job of this process: its name, state, process kind and instance id (value 1).", append(jobLabels, "name", "state", "process", "instance"), nil)
 	descCommits    = prometheus.NewDesc("ksrunner_job_commits_total", "Commit cycles this process's instance committed.", jobLabels, nil)
 	descAborts     = prometheus.NewDesc("ksrunner_job_aborts_total", "Commit cycles this process's instance aborted.", jobLabels, nil)
+	descLastCycle  = prometheus.NewDesc("ksrunner_job_last_cycle_seconds", "How long this process's instance's last committed cycle took, from its cut to its commit.", jobLabels, nil)
+	descCycleBound = prometheus.NewDesc("ksrunner_job_cycle_bound_elements", "Elements the instance's next cycle takes at most: read_max_elements_per_poll, lower while cycles run long.", jobLabels, nil)
+	descFireBound  = prometheus.NewDesc("ksrunner_job_fire_bound_groups", "Stored groups a GroupByKey task fires in the instance's next cycle at most, lower while firing cycles run long.", jobLabels, nil)
 	descOwner      = prometheus.NewDesc("ksrunner_task_owner_info", "The instance that owns the task, per the consumer group (value 1; local=\"true\" when it is this process).", append(taskLabels, "owner", "local"), nil)
 	descWatermark  = prometheus.NewDesc("ksrunner_task_watermark_seconds", "The task's last reported output watermark (Unix seconds).", taskLabels, nil)
 	descLag        = prometheus.NewDesc("ksrunner_task_lag_records", "Offsets of the task's input partition past the group's committed offset (source=\"true\": the source consumer lag on a user's topic).", taskLabels, nil)
@@ -45,7 +48,7 @@ func init() {
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descJobInfo, descCommits, descAborts, descOwner, descWatermark, descLag, descCommitted, descEnd,
+	for _, d := range []*prometheus.Desc{descJobInfo, descCommits, descAborts, descLastCycle, descCycleBound, descFireBound, descOwner, descWatermark, descLag, descCommitted, descEnd,
 		descRecordsIn, descRecordsOut, descStateBytes, descRestores, descRestored, descOwned, descCounter, descGauge} {
 		ch <- d
 	}
@@ -62,6 +65,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descJobInfo, prometheus.GaugeValue, 1, append(jl, j.Name, j.State, j.Process, j.Instance)...)
 		ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, float64(j.Commits), jl...)
 		ch <- prometheus.MustNewConstMetric(descAborts, prometheus.CounterValue, float64(j.Aborts), jl...)
+		if j.CycleBound > 0 {
+			ch <- prometheus.MustNewConstMetric(descLastCycle, prometheus.GaugeValue, j.LastCycleSeconds, jl...)
+			ch <- prometheus.MustNewConstMetric(descCycleBound, prometheus.GaugeValue, float64(j.CycleBound), jl...)
+			ch <- prometheus.MustNewConstMetric(descFireBound, prometheus.GaugeValue, float64(j.FireBound), jl...)
+		}
 		for _, t := range j.Tasks {
 			tl := append(append([]string(nil), jl...), strconv.Itoa(t.SubTopology), strconv.Itoa(int(t.Partition)), t.Topic, strconv.FormatBool(t.Source))
 			gauge := func(d *prometheus.Desc, v float64) {

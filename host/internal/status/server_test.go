@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/beam/sdks/v2/go/pkg/beam/core/graph/coder"
 	pipepb "github.com/apache/beam/sdks/v2/go/pkg/beam/model/pipeline_v1"
@@ -80,6 +81,7 @@ func testJob() Job {
 	local.Consumed(metrics.TaskRef{SubTopology: 0, Partition: 1}, 12, 3)
 	local.Cycle(true)
 	local.Cycle(false)
+	local.Bounds(1500*time.Millisecond, 375, 1000)
 	snap := local.Snapshot()
 	cluster := []Task{
 		{SubTopology: 0, Partition: 0, Topic: "in", Source: true, Owner: "00000000000000bb", Committed: 4, End: 9, Lag: 5, RatePerSec: -1},
@@ -87,6 +89,7 @@ func testJob() Job {
 	}
 	return Job{ID: "job-1", Name: "job", State: "RUNNING", ApplicationID: "app", Process: "jobserver", Instance: snap.ID,
 		Commits: snap.Commits, Aborts: snap.Aborts, CanCancel: true, DrainUnavailable: "the job is draining",
+		LastCycleSeconds: snap.LastCycle.Seconds(), CycleBound: snap.CycleBound, FireBound: snap.FireBound,
 		Tasks:   MergeTasks(cluster, snap, map[int]string{0: "in"}, map[int]bool{0: true}),
 		Metrics: UserMetrics(attempted, committed)}
 }
@@ -189,6 +192,9 @@ func TestMetrics(t *testing.T) {
 		`ksrunner_job_info{application_id="app",instance="00000000000000aa",job="job-1",name="job",process="jobserver",state="RUNNING"} 1`,
 		`ksrunner_job_commits_total{application_id="app",job="job-1"} 1`,
 		`ksrunner_job_aborts_total{application_id="app",job="job-1"} 1`,
+		`ksrunner_job_last_cycle_seconds{application_id="app",job="job-1"} 1.5`,
+		`ksrunner_job_cycle_bound_elements{application_id="app",job="job-1"} 375`,
+		`ksrunner_job_fire_bound_groups{application_id="app",job="job-1"} 1000`,
 		`ksrunner_task_owner_info{application_id="app",job="job-1",local="false",owner="00000000000000bb",partition="0",source="true",sub_topology="0",topic="in"} 1`,
 		`ksrunner_task_owner_info{application_id="app",job="job-1",local="true",owner="00000000000000aa",partition="1",source="true",sub_topology="0",topic="in"} 1`,
 		`ksrunner_task_lag_records{application_id="app",job="job-1",partition="0",source="true",sub_topology="0",topic="in"} 5`,
