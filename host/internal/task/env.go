@@ -67,7 +67,8 @@ type Env struct {
 	// DefaultMaxFiredGroups.
 	MaxFiredGroups int
 	// FireLimit, when set, bounds the stored groups a GroupByKey task fires
-	// in one cycle further (and the windows a windowed one evaluates), read
+	// in one cycle further (and the windows a windowed one evaluates, unless
+	// they merge: gbkwindowed.go fire says why), read
 	// at each firing: the runtime lowers it when cycles run long, so that a
 	// slow DoFn reading the groups cannot hold a cycle past the transaction
 	// timeout. Groups whose values all came in the cycle are not bounded by
