@@ -47,8 +47,9 @@ type cycleBound struct {
 
 // initialCycleBound is the first cycle's bound: small enough that a stage
 // of 100 ms an element still commits within the default transaction
-// timeout over four tasks (250 elements each), large enough that a fast
-// job's first cycle is not wasted (its next takes the option's whole).
+// timeout over four tasks (250 elements each; the fire bound's 1,000 are
+// a task's, so there a DoFn of up to 50 ms a group), large enough that a
+// fast job's first cycle is not wasted (its next takes the option's whole).
 const initialCycleBound = 1000
 
 // maxCycleTarget is how long a cycle aims to take at most when the
