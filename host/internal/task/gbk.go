@@ -254,10 +254,7 @@ func (t *Task) fire(inputWM int64) error {
 		t.addMetrics([]*pipepb.MonitoringInfo{hostCounter(t.sub.Root.TransformID, "dropped_late_elements", n)})
 		t.gbk.droppedLate = 0
 	}
-	var timers []dueTimer
-	if budget := min(t.maxFiredGroups(), t.fireLimit()); budget > 0 {
-		timers = t.gbk.timers.takeBefore(inputWM, budget) // in time order, the timers' store order
-	}
+	timers := t.gbk.timers.takeBefore(inputWM, min(t.maxFiredGroups(), t.fireLimit())) // in time order, the timers' store order
 	t.fired(len(fresh) + len(timers))
 	t.gbk.firePending = t.gbk.timers.earliest() < inputWM
 	if len(timers) == 0 && len(fresh) == 0 {
@@ -327,9 +324,9 @@ func (t *Task) fire(inputWM int64) error {
 // within the cycle that read them) is mostly such groups. Groups with
 // stored runs, or a full run kept apart, go the stored way. They are not
 // bounded by fireLimit: the cycle's input bounds them, and storing those
-// past a limit would cost what they save (a windowed backlog's first
-// firing stored half its groups at a fire limit of 1,000 and took a fifth
-// longer).
+// past a limit would cost what they save (`windowed-1m`, whose firing
+// cycle's groups are mostly such, took a fifth longer with them stored
+// past a fire limit of 1,000).
 func (t *Task) takeUnstored(inputWM int64) (map[string]*gbkRun, error) {
 	g := &t.gbk
 	var split map[string]bool // kws with a full run kept apart
