@@ -122,9 +122,29 @@ func checkpointAfter(env *Env, checkpointable bool) time.Duration {
 }
 
 // checkpointAt is when sr's open bundle is checkpointed: checkpointAfter
-// after the cycle's start, or after the bundle's own without one.
+// after the cycle's start, or after the bundle's own without one, and not
+// before minCheckpointAge after the bundle opened.
 func (t *Task) checkpointAt(sr *stageRun) time.Time {
-	return t.checkpointTime(sr.openedAt, sr.checkpointAfter)
+	return later(t.checkpointTime(sr.openedAt, sr.checkpointAfter), sr.openedAt.Add(minCheckpointAge))
+}
+
+// minCheckpointAge is how long a bundle runs before the host checkpoints
+// it, even one that opened after its cycle's checkpoint time (the bundle
+// every stage begins in each cycle). A splittable DoFn that checkpoints
+// itself soon (periodic.Impulse, a read that returns when caught up) has
+// usually ended its bundle by then, and a split is not sent: the Go SDK
+// (2.77) reads a ManualWatermarkEstimator for a split while the DoFn may
+// be writing it, with no lock between them, which the race detector
+// reported in a test process that hosts its LOOPBACK worker (cmd/ksrunner
+// TestClientCommands, ci56). A long bundle loses these milliseconds once.
+const minCheckpointAge = 50 * time.Millisecond
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // checkpointTime is when a bundle opened at opened is checkpointed, after
